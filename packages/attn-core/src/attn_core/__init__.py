@@ -1,0 +1,10 @@
+"""attn-core: paged attention on vLLM 0.6.3's cache layout in portable PyTorch.
+
+Public API: :func:`paged_decode`, :func:`paged_prefix_prefill`, :func:`write_to_paged_cache`,
+:func:`plan_decode` / :func:`plan_prefill` (frozen plan objects, the single source of launch
+decisions) and :class:`DeviceSpec` profiles.
+"""
+
+from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
+
+__all__ = ["DEVICE_SPECS", "DeviceSpec", "detect_device_spec", "get_device_spec"]

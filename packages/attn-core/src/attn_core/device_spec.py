@@ -1,0 +1,225 @@
+"""What the launch plan needs to know about a device, with where each number came from.
+
+Profiles are data: one frozen :class:`DeviceSpec` per device, every field's provenance in
+``provenance`` ("datasheet: ...", "measured: ...", "assumed: ..."). The simulator (attn_sim)
+reads the same objects; calibration there produces new ``DeviceSpec`` values with
+``dataclasses.replace``, never edits these.
+
+Selection: ``ATTN_CORE_DEVICE=<name>`` forces a profile; otherwise a CUDA device is matched by
+name (H200, H100, A100, Iluvatar) and anything else gets the default, ``bi-v100``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import torch
+
+KiB = 1024
+GiB = 1024**3
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    name: str
+    sm_count: int
+    warp_size: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    registers_per_sm: int
+    max_registers_per_thread: int
+    register_alloc_unit: int  # registers, allocated per warp in units of this many
+    shared_mem_per_sm: int  # bytes usable by blocks on one SM
+    shared_mem_per_block: int  # bytes one block may use (the budget plans are checked against)
+    shared_mem_alloc_unit: int  # bytes
+    shared_mem_reserved_per_block: int  # bytes the runtime keeps per resident block
+    memory_bytes: int
+    hbm_bandwidth: float  # bytes/s the plan and simulator assume for streaming reads
+    fp16_flops: float  # dense fp16 matrix FLOP/s
+    fp32_flops: float  # plain fp32 FLOP/s (elementwise, softmax)
+    launch_overhead_s: float  # one kernel launch, host + device, seconds
+    l2_bytes: int
+    provenance: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.max_threads_per_sm // self.warp_size
+
+    def with_overrides(self, **changes: object) -> "DeviceSpec":
+        """A copy with some fields replaced; their provenance becomes "override"."""
+        prov = dict(self.provenance)
+        for key in changes:
+            prov[key] = "override"
+        return dataclasses.replace(self, provenance=prov, **changes)  # type: ignore[arg-type]
+
+
+_BI_V100 = DeviceSpec(
+    name="bi-v100",
+    sm_count=16,
+    warp_size=64,
+    max_threads_per_block=1024,
+    max_threads_per_sm=4096,
+    max_blocks_per_sm=16,
+    registers_per_sm=131072,
+    max_registers_per_thread=255,
+    register_alloc_unit=256,
+    shared_mem_per_sm=128 * KiB,
+    shared_mem_per_block=32 * KiB,
+    shared_mem_alloc_unit=256,
+    shared_mem_reserved_per_block=0,
+    memory_bytes=32 * GiB,
+    hbm_bandwidth=584e9,
+    fp16_flops=147e12,
+    fp32_flops=36.9e12,
+    launch_overhead_s=6e-6,
+    l2_bytes=4 * 1024 * KiB,
+    provenance={
+        "sm_count": "measured: earlier work on the platform reported 16 SMs; unconfirmed",
+        "warp_size": "datasheet: CoreX warps are 64 threads",
+        "max_threads_per_block": "assumed: 1024, as CUDA",
+        "max_threads_per_sm": "assumed: 64 warps of 64 threads",
+        "max_blocks_per_sm": "assumed: 16",
+        "registers_per_sm": "assumed: 128K 32-bit registers",
+        "max_registers_per_thread": "assumed: 255, as CUDA",
+        "register_alloc_unit": "assumed: 256, as CUDA",
+        "shared_mem_per_sm": "assumed: 128 KiB",
+        "shared_mem_per_block": "measured: vendor's vLLM limits kernels to 32 KiB per block "
+        "(one CoreX header says 48 KiB; profile bi-v100-smem48k assumes that)",
+        "shared_mem_alloc_unit": "assumed: 256 bytes",
+        "shared_mem_reserved_per_block": "assumed: 0",
+        "memory_bytes": "datasheet: 32 GB HBM2",
+        "hbm_bandwidth": "measured: ~584 GB/s device-to-device copy elsewhere (datasheet 1.2 TB/s)",
+        "fp16_flops": "datasheet: 147 TFLOPS fp16",
+        "fp32_flops": "datasheet: 36.9 TFLOPS fp32",
+        "launch_overhead_s": "measured: empty-kernel launch about 6 us on the platform",
+        "l2_bytes": "assumed: 4 MiB",
+    },
+)
+
+_BI_V100_SMEM48K = _BI_V100.with_overrides(name="bi-v100-smem48k", shared_mem_per_block=48 * KiB)
+_BI_V100_SMEM48K = dataclasses.replace(
+    _BI_V100_SMEM48K,
+    provenance={
+        **_BI_V100_SMEM48K.provenance,
+        "shared_mem_per_block": "assumed: 48 KiB per block, as one CoreX header states",
+    },
+)
+
+_H200 = DeviceSpec(
+    name="h200",
+    sm_count=132,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    max_blocks_per_sm=32,
+    registers_per_sm=65536,
+    max_registers_per_thread=255,
+    register_alloc_unit=256,
+    shared_mem_per_sm=228 * KiB,
+    shared_mem_per_block=48 * KiB,
+    shared_mem_alloc_unit=128,
+    shared_mem_reserved_per_block=1 * KiB,
+    memory_bytes=141 * 10**9,
+    hbm_bandwidth=4.8e12,
+    fp16_flops=989e12,
+    fp32_flops=67e12,
+    launch_overhead_s=4e-6,
+    l2_bytes=50 * 1024 * KiB,
+    provenance={
+        "sm_count": "datasheet: H200 SXM, 132 SMs",
+        "warp_size": "datasheet",
+        "max_threads_per_block": "datasheet: CUDA compute capability 9.0",
+        "max_threads_per_sm": "datasheet: CUDA compute capability 9.0",
+        "max_blocks_per_sm": "datasheet: CUDA compute capability 9.0",
+        "registers_per_sm": "datasheet: CUDA compute capability 9.0",
+        "max_registers_per_thread": "datasheet: CUDA compute capability 9.0",
+        "register_alloc_unit": "datasheet: CUDA occupancy calculator, cc 9.0",
+        "shared_mem_per_sm": "datasheet: 228 KiB per SM, cc 9.0",
+        "shared_mem_per_block": "datasheet: 48 KiB without opt-in (227 KiB with)",
+        "shared_mem_alloc_unit": "datasheet: CUDA occupancy calculator, cc 9.0",
+        "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
+        "memory_bytes": "datasheet: 141 GB HBM3e",
+        "hbm_bandwidth": "datasheet: 4.8 TB/s",
+        "fp16_flops": "datasheet: 989 TFLOPS dense fp16/bf16",
+        "fp32_flops": "datasheet: 67 TFLOPS fp32",
+        "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager",
+        "l2_bytes": "datasheet: 50 MiB",
+    },
+)
+
+_A100 = DeviceSpec(
+    name="a100",
+    sm_count=108,
+    warp_size=32,
+    max_threads_per_block=1024,
+    max_threads_per_sm=2048,
+    max_blocks_per_sm=32,
+    registers_per_sm=65536,
+    max_registers_per_thread=255,
+    register_alloc_unit=256,
+    shared_mem_per_sm=164 * KiB,
+    shared_mem_per_block=48 * KiB,
+    shared_mem_alloc_unit=128,
+    shared_mem_reserved_per_block=1 * KiB,
+    memory_bytes=80 * 10**9,
+    hbm_bandwidth=2.039e12,
+    fp16_flops=312e12,
+    fp32_flops=19.5e12,
+    launch_overhead_s=4e-6,
+    l2_bytes=40 * 1024 * KiB,
+    provenance={
+        "sm_count": "datasheet: A100 SXM4 80GB, 108 SMs",
+        "warp_size": "datasheet",
+        "max_threads_per_block": "datasheet: CUDA compute capability 8.0",
+        "max_threads_per_sm": "datasheet: CUDA compute capability 8.0",
+        "max_blocks_per_sm": "datasheet: CUDA compute capability 8.0",
+        "registers_per_sm": "datasheet: CUDA compute capability 8.0",
+        "max_registers_per_thread": "datasheet: CUDA compute capability 8.0",
+        "register_alloc_unit": "datasheet: CUDA occupancy calculator, cc 8.0",
+        "shared_mem_per_sm": "datasheet: 164 KiB per SM, cc 8.0",
+        "shared_mem_per_block": "datasheet: 48 KiB without opt-in (163 KiB with)",
+        "shared_mem_alloc_unit": "datasheet: CUDA occupancy calculator, cc 8.0",
+        "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
+        "memory_bytes": "datasheet: 80 GB HBM2e",
+        "hbm_bandwidth": "datasheet: 2.039 TB/s",
+        "fp16_flops": "datasheet: 312 TFLOPS dense fp16",
+        "fp32_flops": "datasheet: 19.5 TFLOPS fp32",
+        "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager",
+        "l2_bytes": "datasheet: 40 MiB",
+    },
+)
+
+DEVICE_SPECS: Mapping[str, DeviceSpec] = {
+    s.name: s for s in (_BI_V100, _BI_V100_SMEM48K, _H200, _A100)
+}
+DEFAULT_DEVICE = "bi-v100"
+
+
+def get_device_spec(name: str) -> DeviceSpec:
+    """The profile called ``name``; a clear error lists the known ones."""
+    try:
+        return DEVICE_SPECS[name]
+    except KeyError:
+        raise ValueError(
+            f"device profile must be one of {sorted(DEVICE_SPECS)}, got {name!r}"
+        ) from None
+
+
+def detect_device_spec(device: Optional[torch.device] = None) -> DeviceSpec:
+    """``ATTN_CORE_DEVICE`` if set, else the profile matching this CUDA device, else bi-v100.
+
+    Reads only device properties (no sync); cheap enough to call once per plan.
+    """
+    forced = os.environ.get("ATTN_CORE_DEVICE")
+    if forced:
+        return get_device_spec(forced)
+    if device is not None and device.type == "cuda" and torch.cuda.is_available():
+        name = torch.cuda.get_device_name(device).lower()
+        for key, profile in (("h200", "h200"), ("h100", "h200"), ("a100", "a100")):
+            if key in name:
+                return get_device_spec(profile)
+    return get_device_spec(DEFAULT_DEVICE)
