@@ -6,5 +6,15 @@ decisions) and :class:`DeviceSpec` profiles.
 """
 
 from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
+from attn_core.plan_types import KernelStep
 
-__all__ = ["DEVICE_SPECS", "DeviceSpec", "detect_device_spec", "get_device_spec"]
+# decode (issue 2)
+# prefill and cache writes (issue 3)
+
+__all__ = [
+    "DEVICE_SPECS",
+    "DeviceSpec",
+    "KernelStep",
+    "detect_device_spec",
+    "get_device_spec",
+]
