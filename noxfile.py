@@ -1,0 +1,130 @@
+"""Sessions that tie the monorepo together.
+
+    nox -s sim      (default) CPU tests of attn-core, engine-patch and sim, then the simulator
+                    report and its gates on the default BI-V100 profile
+    nox -s tests    everything that runs on this machine: the above, the HIL runner against a
+                    Docker engine, engine-patch inside the real vLLM 0.6.3, attn-core on torch 2.1
+    nox -s lint     ruff check + ruff format --check; mypy on attn-core
+    nox -s vllm     engine-patch's tests inside vllm==0.6.3 (installed without its CUDA deps)
+    nox -s compat   attn-core's tests on torch 2.1 / Python 3.10, the vendor's stack
+    nox -s bench    GPU benchmarks (decode, prefill) on whatever device is present
+    nox -s hil -- --target NAME --suite functional,long-context
+                    the hardware-in-the-loop suites on a lab target
+
+Sessions that need torch use pip (not uv): pip finds the CPU wheel this repository pins on local
+disk, where uv would download a multi-GB CUDA build.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+import nox
+
+nox.options.sessions = ["sim"]
+nox.options.default_venv_backend = "virtualenv"
+nox.options.error_on_missing_interpreters = True
+
+# A CPU build on the project machines' local disk; BI100_TORCH overrides it (e.g. on a laptop).
+TORCH = shlex.split(os.environ.get("BI100_TORCH", "torch==2.13.0"))
+# The vendor stack: torch 2.1.0+corex on Python 3.10. 2.1.2 is the newest 2.1.x on PyPI.
+COMPAT_TORCH = ["torch==2.1.2", "numpy<2"]
+COMPAT_PYTHON = "3.10"
+
+TEST_DEPS = ["pytest>=7", "pytest-xdist>=3", "pytest-timeout>=2.2", "hypothesis>=6"]
+ATTN_CORE = "packages/attn-core"
+ENGINE_PATCH = "packages/engine-patch"
+SIM = "packages/sim"
+HIL = "hil"
+
+
+def _install_stack(session: nox.Session, *extra: str) -> None:
+    session.install(*TORCH)
+    session.install(*TEST_DEPS, *extra)
+    session.install("-e", ATTN_CORE, "-e", ENGINE_PATCH, "-e", SIM)
+
+
+def _pytest(session: nox.Session, path: str, *args: str) -> None:
+    # pytest exits 5 when it collected nothing; nox treats any non-zero exit as failure,
+    # so an empty or mis-pointed test run fails the session instead of passing silently.
+    session.run("python", "-m", "pytest", path, "-q", "-ra", *args)
+
+
+def _cpu_tests(session: nox.Session, *marker_args: str) -> None:
+    _pytest(session, f"{ATTN_CORE}/tests", "-n", "auto", *marker_args)
+    _pytest(session, f"{ENGINE_PATCH}/tests", "-n", "auto")
+    _pytest(session, f"{SIM}/tests", "-n", "auto")
+
+
+@nox.session
+def sim(session: nox.Session) -> None:
+    """CPU tests, then the simulator report and gates (default profile: bi-v100)."""
+    _install_stack(session)
+    _cpu_tests(session, "-m", "not long and not cuda")
+    out = os.environ.get("SIM_REPORT_DIR", "sim-report")
+    session.run("python", "-m", "attn_sim", "report", "--out", out, *session.posargs)
+    session.run("python", "-m", "attn_sim", "gates", "--out", out, *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Every test that runs on this machine; then the vLLM and torch-2.1 sessions."""
+    _install_stack(session, "-e", HIL)
+    _cpu_tests(session, "-m", "not cuda")
+    # The HIL tests drive a real Docker engine (DOCKER_HOST); under CI=true an unreachable
+    # engine fails them instead of skipping.
+    _pytest(session, f"{HIL}/tests")
+    session.notify("vllm")
+    session.notify("compat")
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """engine-patch inside the real vLLM 0.6.3 Python package, on the CPU."""
+    session.install(*TORCH)
+    session.install(*TEST_DEPS)
+    session.install("-r", f"{ENGINE_PATCH}/ci/vllm-requirements.txt")
+    session.install("--no-deps", "vllm==0.6.3")
+    session.install("-e", ATTN_CORE, "-e", ENGINE_PATCH)
+    session.run(
+        "python", "-m", "pytest", f"{ENGINE_PATCH}/tests", "-q", "-ra", "-n", "auto",
+        env={"ENGINE_PATCH_REQUIRE_VLLM": "1"},
+    )  # fmt: skip
+
+
+@nox.session(python=COMPAT_PYTHON)
+def compat(session: nox.Session) -> None:
+    """attn-core's tests on torch 2.1.2 / Python 3.10 (the vendor ships torch 2.1.0+corex, 3.10)."""
+    session.install(*COMPAT_TORCH)
+    session.install(*TEST_DEPS)
+    session.install("--no-deps", "-e", ATTN_CORE)
+    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    _pytest(session, f"{ATTN_CORE}/tests", "-n", "auto", "-m", "not long and not cuda")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff (check + format) over the repository; mypy over attn-core."""
+    session.install("ruff", "mypy")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.install(*TORCH)
+    session.run("mypy", f"{ATTN_CORE}/src/attn_core", "--ignore-missing-imports")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Decode and prefill benchmarks on the present device (tables + results/*.json)."""
+    session.install(*TORCH)
+    session.install("tabulate")
+    session.install("-e", ATTN_CORE)
+    session.run("python", "bench/decode_bench.py", *session.posargs)
+    session.run("python", "bench/prefill_bench.py", *session.posargs)
+
+
+@nox.session(venv_backend="uv|virtualenv")
+def hil(session: nox.Session) -> None:
+    """Run HIL suites on lab targets: nox -s hil -- --target NAME --suite functional."""
+    session.install("-e", HIL)
+    session.run("python", "-m", "hil", *session.posargs)
