@@ -1,0 +1,151 @@
+"""Shared measurement helpers for the benchmark scripts (decode_bench.py, prefill_bench.py).
+
+Everything here measures; nothing asserts. On CUDA, times come from CUDA events around each
+call (median over ``iters`` after ``warmup``); on the CPU from ``time.perf_counter``. Bandwidth
+numbers count bytes *moved*: a device-to-device copy of N bytes moves 2N (read + write), and an
+attention step's "K+V bandwidth" counts the K and V bytes it must read once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_time_s(
+    fn: Callable[[], object], device: torch.device, *, warmup: int = 3, iters: int = 20
+) -> float:
+    """Median wall time of ``fn()`` in seconds (CUDA events on CUDA, perf_counter elsewhere)."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times: list[float] = []
+    if device.type == "cuda":
+        for _ in range(iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    else:
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30, iters: int = 10) -> float:
+    """Device-to-device copy rate in bytes/s, counting read + write (2 x nbytes per copy)."""
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device=device).fill_(1.0)
+    dst = torch.empty_like(src)
+    t = median_time_s(lambda: dst.copy_(src), device, warmup=2, iters=iters)
+    return 2 * nbytes / t
+
+
+def matmul_flops(
+    device: torch.device, dtype: torch.dtype = torch.float16, n: int = 8192, iters: int = 10
+) -> float:
+    """Dense square matmul rate in FLOP/s for ``dtype`` (2 n^3 per product)."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    t = median_time_s(lambda: torch.mm(a, b), device, warmup=2, iters=iters)
+    return 2 * n**3 / t
+
+
+def transient_peak_bytes(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+    """Peak bytes allocated above the level before ``fn()`` (CUDA only; None elsewhere).
+
+    Includes whatever ``fn`` allocates and keeps (its output, a workspace it grows), so call it
+    on a fresh workspace to see the first-call cost or after a warm call to see steady state.
+    """
+    if device.type != "cuda":
+        return None
+    synchronize(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    fn()
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def kernel_launches(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+    """Device kernels (and memcpy/memset) one call of ``fn`` issues, via torch.profiler.
+
+    On the CPU returns the number of aten ops instead (no device kernels exist there);
+    None if the profiler is unavailable.
+    """
+    try:
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:  # pragma: no cover - very old torch
+        return None
+    fn()  # warm: first calls may autotune or allocate
+    synchronize(device)
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        fn()
+        synchronize(device)
+    events = prof.events()
+    if device.type == "cuda":
+        kinds = []
+        for e in events:
+            dev_type = getattr(e, "device_type", None)
+            if dev_type is not None and "CUDA" in str(dev_type):
+                kinds.append(e.name)
+        return len(kinds)
+    return sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is None)
+
+
+def device_info(device: torch.device) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            name=props.name, sm_count=props.multi_processor_count, memory_bytes=props.total_memory
+        )
+    else:
+        info.update(name=platform.processor() or "cpu", threads=torch.get_num_threads())
+    return info
+
+
+def write_results(out_dir: str, filename: str, payload: dict[str, Any]) -> str:
+    """Write ``payload`` as JSON to ``out_dir/filename``; returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, filename)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, default=str)
+    return path
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Print ``rows`` as a table of ``columns`` (tabulate, floats to 3 significant digits)."""
+    from tabulate import tabulate
+
+    body = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    print(tabulate(body, headers=list(columns), tablefmt="github"))
+
+
+def _fmt(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "-" if value is None else value
