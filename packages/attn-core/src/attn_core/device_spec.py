@@ -44,6 +44,10 @@ class DeviceSpec:
     launch_overhead_s: float  # one kernel launch, host + device, seconds
     l2_bytes: int
     provenance: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    # Occupancy details (CUDA's cuda_occupancy.h): registers are handed to warps per scheduler
+    # sub-partition, and a block must fit the per-block register file.
+    register_sub_partitions: int = 4
+    max_registers_per_block: int = 65536
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -97,6 +101,8 @@ _BI_V100 = DeviceSpec(
         "fp32_flops": "datasheet: 36.9 TFLOPS fp32",
         "launch_overhead_s": "measured: empty-kernel launch about 6 us on the platform",
         "l2_bytes": "assumed: 4 MiB",
+        "register_sub_partitions": "assumed: 4 schedulers per SM, as CUDA",
+        "max_registers_per_block": "assumed: 64K registers per block, as CUDA",
     },
 )
 
@@ -148,6 +154,8 @@ _H200 = DeviceSpec(
         "fp32_flops": "datasheet: 67 TFLOPS fp32",
         "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager",
         "l2_bytes": "datasheet: 50 MiB",
+        "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 9.0",
+        "max_registers_per_block": "datasheet: CUDA compute capability 9.0",
     },
 )
 
@@ -190,6 +198,8 @@ _A100 = DeviceSpec(
         "fp32_flops": "datasheet: 19.5 TFLOPS fp32",
         "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager",
         "l2_bytes": "datasheet: 40 MiB",
+        "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 8.0",
+        "max_registers_per_block": "datasheet: CUDA compute capability 8.0",
     },
 )
 

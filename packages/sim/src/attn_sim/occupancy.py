@@ -1,0 +1,144 @@
+"""Blocks per SM the way CUDA's occupancy calculator computes them, and waves with their tail.
+
+The limits follow ``cuda_occupancy.h`` (the header behind
+``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), generalised to any warp size:
+
+- warps:     ``max_warps_per_sm // ceil(threads / warp_size)``
+- registers: a warp is given ``round_up(regs_per_thread * warp_size, register_alloc_unit)``
+  registers inside one of ``register_sub_partitions`` register files, so
+  ``warps_fit = (registers_per_sm // sub_partitions // regs_per_warp) * sub_partitions``;
+  a block whose registers exceed ``max_registers_per_block`` (with its warps rounded up to the
+  sub-partition count, the hardware's check) cannot launch at all.
+- shared memory: ``round_up(static + dynamic + reserved_per_block, shared_mem_alloc_unit)`` per
+  block out of ``shared_mem_per_sm``; more than ``shared_mem_per_block`` (static + dynamic) cannot
+  launch.
+- blocks:    ``max_blocks_per_sm``.
+
+A design that cannot launch gets ``blocks_per_sm == 0`` and ``limiter`` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attn_core.device_spec import DeviceSpec
+
+
+def _round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit if unit > 0 else value
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Resident blocks per SM and which resource set the number.
+
+    ``limits`` maps each resource ("warps", "registers", "shared_mem", "blocks") to the blocks it
+    alone would allow; ``limiter`` names the smallest (ties: first in that order).
+    """
+
+    blocks_per_sm: int
+    limiter: str
+    limits: dict
+    warps_per_block: int
+    shared_mem_allocated: int  # bytes one block takes from the SM, granularity and reservation in
+
+    def occupancy(self, spec: DeviceSpec) -> float:
+        """Resident warps over the SM's maximum."""
+        return self.blocks_per_sm * self.warps_per_block / spec.max_warps_per_sm
+
+
+def blocks_per_sm(
+    spec: DeviceSpec,
+    threads_per_block: int,
+    registers_per_thread: int,
+    shared_mem_bytes: int,
+) -> Occupancy:
+    """Occupancy of one kernel design on ``spec``.
+
+    Args:
+        spec: the device profile.
+        threads_per_block: block size in threads.
+        registers_per_thread: registers the compiled kernel uses per thread.
+        shared_mem_bytes: static + dynamic shared memory of one block, bytes.
+    """
+    for name, value in (
+        ("threads_per_block", threads_per_block),
+        ("registers_per_thread", registers_per_thread),
+        ("shared_mem_bytes", shared_mem_bytes),
+    ):
+        if value < 0 or (name == "threads_per_block" and value == 0):
+            raise ValueError(f"{name} must be {'> 0' if value == 0 else '>= 0'}, got {value}")
+    warps = -(-threads_per_block // spec.warp_size)
+    limits = {
+        "warps": spec.max_warps_per_sm // warps,
+        "registers": _register_limit(spec, warps, registers_per_thread),
+        "shared_mem": 0,
+        "blocks": spec.max_blocks_per_sm,
+    }
+    smem_alloc = _round_up(
+        shared_mem_bytes + spec.shared_mem_reserved_per_block, spec.shared_mem_alloc_unit
+    )
+    if shared_mem_bytes <= spec.shared_mem_per_block:
+        limits["shared_mem"] = spec.shared_mem_per_sm // smem_alloc if smem_alloc else 1 << 30
+    if threads_per_block > spec.max_threads_per_block:
+        limits["warps"] = 0
+    if registers_per_thread > spec.max_registers_per_thread:
+        limits["registers"] = 0
+    limiter = min(limits, key=lambda k: limits[k])
+    return Occupancy(
+        blocks_per_sm=limits[limiter],
+        limiter=limiter,
+        limits=limits,
+        warps_per_block=warps,
+        shared_mem_allocated=smem_alloc,
+    )
+
+
+def _register_limit(spec: DeviceSpec, warps: int, registers_per_thread: int) -> int:
+    if registers_per_thread == 0:
+        return 1 << 30
+    per_warp = _round_up(registers_per_thread * spec.warp_size, spec.register_alloc_unit)
+    parts = spec.register_sub_partitions
+    hardware_check = per_warp * _round_up(warps, parts)
+    if max(hardware_check, per_warp * warps) > spec.max_registers_per_block:
+        return 0
+    warps_fit = (spec.registers_per_sm // parts // per_warp) * parts
+    return warps_fit // warps
+
+
+@dataclass(frozen=True)
+class Waves:
+    """How a grid spreads over the device.
+
+    ``waves`` is ``ceil(blocks / slots)`` with ``slots = blocks_per_sm * sm_count``;
+    ``tail_utilisation`` is the busy fraction of the last wave's slots; ``efficiency`` is
+    ``exact_waves / waves`` (1.0 when every wave is full), the factor by which wave quantisation
+    stretches a kernel whose blocks take equal time.
+    """
+
+    blocks: int
+    slots: int
+    waves: int
+    tail_utilisation: float
+
+    @property
+    def exact_waves(self) -> float:
+        return self.blocks / self.slots
+
+    @property
+    def efficiency(self) -> float:
+        return self.exact_waves / self.waves if self.waves else 1.0
+
+
+def waves(spec: DeviceSpec, blocks: int, blocks_per_sm_: int) -> Waves:
+    """Waves of a ``blocks``-block grid when each SM holds ``blocks_per_sm_`` of them."""
+    if blocks < 0:
+        raise ValueError(f"blocks must be >= 0, got {blocks}")
+    if blocks_per_sm_ <= 0:
+        raise ValueError(f"blocks_per_sm must be > 0 (a design that fits), got {blocks_per_sm_}")
+    slots = blocks_per_sm_ * spec.sm_count
+    count = -(-blocks // slots)
+    tail = blocks - (count - 1) * slots if count else 0
+    return Waves(
+        blocks=blocks, slots=slots, waves=count, tail_utilisation=tail / slots if count else 0.0
+    )
