@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Optional
 
 import torch
 
@@ -53,7 +54,7 @@ class DeviceSpec:
     def max_warps_per_sm(self) -> int:
         return self.max_threads_per_sm // self.warp_size
 
-    def with_overrides(self, **changes: object) -> "DeviceSpec":
+    def with_overrides(self, **changes: object) -> DeviceSpec:
         """A copy with some fields replaced; their provenance becomes "override"."""
         prov = dict(self.provenance)
         for key in changes:

@@ -27,12 +27,11 @@ occupancy rule itself on the H200.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Tuple
 
 from attn_core.device_spec import DeviceSpec
 from attn_core.plan_types import KernelStep
-
 from attn_sim.occupancy import Occupancy, Waves, blocks_per_sm, waves
 
 VLLM_NUM_THREADS = 128
@@ -54,7 +53,7 @@ class KernelDesign:
     """
 
     name: str
-    grid: Tuple[int, int, int]
+    grid: tuple[int, int, int]
     threads: int
     static_smem: int
     dynamic_smem: int

@@ -11,8 +11,9 @@ element otherwise. Views, allocations and metadata ops cost nothing and launch n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -73,7 +74,7 @@ def touched_elements(t: torch.Tensor) -> int:
     if t.numel() == 0:
         return 0
     count = 1
-    for size, stride in zip(t.shape, t.stride()):
+    for size, stride in zip(t.shape, t.stride(), strict=True):
         if stride != 0:
             count *= size
     try:

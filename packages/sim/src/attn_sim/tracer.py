@@ -17,8 +17,9 @@ at the end (outputs and workspaces that stayed).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -37,17 +38,17 @@ class HostReadError(RuntimeError):
 @dataclass
 class OpRecord:
     name: str
-    in_shapes: Tuple[Tuple[int, ...], ...]
-    in_dtypes: Tuple[str, ...]
-    out_shapes: Tuple[Tuple[int, ...], ...]
-    out_dtypes: Tuple[str, ...]
+    in_shapes: tuple[tuple[int, ...], ...]
+    in_dtypes: tuple[str, ...]
+    out_shapes: tuple[tuple[int, ...], ...]
+    out_dtypes: tuple[str, ...]
     cost: OpCost
     allocated: int  # bytes of new storage this op created
 
 
 @dataclass
 class Trace:
-    ops: List[OpRecord] = field(default_factory=list)
+    ops: list[OpRecord] = field(default_factory=list)
     peak_bytes: int = 0
     retained_bytes: int = 0
 
@@ -67,12 +68,12 @@ class Trace:
     def flops(self) -> int:
         return sum(op.cost.flops for op in self.ops)
 
-    def kernels(self) -> List[OpRecord]:
+    def kernels(self) -> list[OpRecord]:
         """Ops that launch something."""
         return [op for op in self.ops if op.cost.launches]
 
 
-def _shape(t: torch.Tensor) -> Tuple[int, ...]:
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(s) for s in t.shape)
 
 
@@ -84,11 +85,11 @@ def _storage_key(t: torch.Tensor) -> Optional[int]:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, trace: Trace, shadows: Dict[int, torch.Tensor]):
+    def __init__(self, trace: Trace, shadows: dict[int, torch.Tensor]):
         super().__init__()
         self.trace = trace
         self.shadows = shadows  # id(meta tensor) -> CPU tensor
-        self._keep: Dict[int, torch.Tensor] = {}  # meta tensors with shadows, kept for id safety
+        self._keep: dict[int, torch.Tensor] = {}  # meta tensors with shadows, kept for id safety
         self.live = 0
 
     # shadows -------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class _Recorder(TorchDispatchMode):
         self._record(func, args, kwargs, outs)
         if shadow_out is not None:
             cpu_outs = [t for t in tree_flatten(shadow_out)[0] if isinstance(t, torch.Tensor)]
-            for meta, cpu in zip(outs, cpu_outs):
+            for meta, cpu in zip(outs, cpu_outs, strict=False):
                 if cpu.numel() <= SHADOW_MAX_NUMEL:
                     self.add_shadow(meta, cpu)
         return out
@@ -218,9 +219,9 @@ def _meta_like(v: Any) -> Any:
 def trace(
     fn: Callable[..., Any],
     *args: Any,
-    shadows: Optional[Dict[torch.Tensor, torch.Tensor]] = None,
+    shadows: Optional[dict[torch.Tensor, torch.Tensor]] = None,
     **kwargs: Any,
-) -> Tuple[Trace, Any]:
+) -> tuple[Trace, Any]:
     """Run ``fn(*args, **kwargs)`` under the recorder; returns ``(trace, result)``.
 
     Args:
@@ -228,7 +229,7 @@ def trace(
             may read (lengths, offsets). Values must match the meta tensor's shape and dtype.
     """
     record = Trace()
-    by_id: Dict[int, torch.Tensor] = {}
+    by_id: dict[int, torch.Tensor] = {}
     recorder = _Recorder(record, by_id)
     for meta, cpu in (shadows or {}).items():
         if meta.shape != cpu.shape or meta.dtype != cpu.dtype:
