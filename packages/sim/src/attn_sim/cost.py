@@ -1,0 +1,167 @@
+"""Predicted time of traced ops and of kernel designs on a device profile.
+
+Per launch: a grid from the op's size, occupancy and waves on the profile, then
+
+    time = max(bytes / hbm_bandwidth, flops / rate) / wave_efficiency + launch_overhead_s
+
+where ``wave_efficiency = exact_waves / ceil(waves)`` charges the idle slots of the tail wave
+(and of a grid smaller than one wave). A step is the sum of its launches.
+
+Grids of torch's own kernels (assumed from PyTorch's CUDA sources, good enough to count waves):
+elementwise and gather kernels run 128 threads x 4 elements per block (``Loops.cuh``);
+reductions 512 threads over 4096 inputs per block; matrix products one block of 128 threads per
+64 x 64 output tile (16 x 64 when ``m <= 16``, the decode shape ``group x tokens``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from attn_core.device_spec import DeviceSpec
+from attn_sim.designs import KernelDesign, evaluate
+from attn_sim.occupancy import blocks_per_sm, waves
+from attn_sim.tracer import OpRecord, Trace
+
+ELEMENTWISE_THREADS, ELEMENTWISE_ITEMS = 128, 4
+REDUCE_THREADS, REDUCE_ITEMS = 512, 4096
+MATMUL_THREADS, MATMUL_REGS = 128, 128
+HALF_TYPES = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class LaunchCost:
+    """One launch on a profile: its grid, how it spreads, and its predicted time."""
+
+    name: str
+    kind: str
+    blocks: int
+    blocks_per_sm: int
+    waves: int
+    efficiency: float
+    bytes: int
+    flops: int
+    time_s: float
+    memory_s: float  # bytes / bandwidth before wave quantisation
+    compute_s: float
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def op_launch_shape(op: OpRecord) -> tuple[int, int, int, int]:
+    """``(blocks, threads, registers, shared_mem)`` a CUDA kernel for this op would launch."""
+    out = max((_numel(s) for s in op.out_shapes), default=0)
+    inp = max((_numel(s) for s in op.in_shapes), default=0)
+    if op.cost.kind == "matmul":
+        *batch, m, n = op.out_shapes[0]
+        tm = 16 if m <= 16 else 64
+        blocks = _numel(batch) * _ceil(m, tm) * _ceil(n, 64)
+        elem = 2 if op.out_dtypes and op.out_dtypes[0] in HALF_TYPES else 4
+        smem = 2 * (tm + 64) * 32 * elem
+        return max(blocks, 1), MATMUL_THREADS, MATMUL_REGS, smem
+    if op.cost.kind == "reduction":
+        return max(_ceil(inp, REDUCE_ITEMS), 1), REDUCE_THREADS, 32, 0
+    work = max(out, inp if op.cost.kind == "sync" else 0)
+    return max(_ceil(work, ELEMENTWISE_THREADS * ELEMENTWISE_ITEMS), 1), ELEMENTWISE_THREADS, 32, 0
+
+
+def _numel(shape: Iterable[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _rate(spec: DeviceSpec, op: OpRecord) -> float:
+    if op.cost.kind == "matmul" and op.in_dtypes and op.in_dtypes[-1] in HALF_TYPES:
+        return spec.fp16_flops
+    return spec.fp32_flops
+
+
+def launch_time(
+    spec: DeviceSpec, nbytes: int, flops: int, rate: float, efficiency: float
+) -> tuple[float, float, float]:
+    """``(time, memory_s, compute_s)`` of one launch."""
+    memory_s = nbytes / spec.hbm_bandwidth
+    compute_s = flops / rate if rate else 0.0
+    return max(memory_s, compute_s) / efficiency + spec.launch_overhead_s, memory_s, compute_s
+
+
+def op_cost(spec: DeviceSpec, op: OpRecord) -> LaunchCost:
+    blocks, threads, regs, smem = op_launch_shape(op)
+    occ = blocks_per_sm(spec, threads, regs, min(smem, spec.shared_mem_per_block))
+    w = waves(spec, blocks, max(occ.blocks_per_sm, 1))
+    nbytes = op.cost.bytes_read + op.cost.bytes_written
+    time_s, mem_s, comp_s = launch_time(spec, nbytes, op.cost.flops, _rate(spec, op), w.efficiency)
+    return LaunchCost(
+        name=op.name,
+        kind=op.cost.kind,
+        blocks=blocks,
+        blocks_per_sm=occ.blocks_per_sm,
+        waves=w.waves,
+        efficiency=w.efficiency,
+        bytes=nbytes,
+        flops=op.cost.flops,
+        time_s=time_s,
+        memory_s=mem_s,
+        compute_s=comp_s,
+    )
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A traced step on a profile."""
+
+    launches: list[LaunchCost]
+    peak_bytes: int
+    syncs: int
+
+    @property
+    def time_s(self) -> float:
+        return sum(c.time_s for c in self.launches)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c.bytes for c in self.launches)
+
+    @property
+    def flops(self) -> int:
+        return sum(c.flops for c in self.launches)
+
+    @property
+    def max_waves(self) -> int:
+        return max((c.waves for c in self.launches), default=0)
+
+
+def step_cost(spec: DeviceSpec, trace: Trace) -> StepCost:
+    return StepCost(
+        launches=[op_cost(spec, op) for op in trace.kernels()],
+        peak_bytes=trace.peak_bytes,
+        syncs=trace.syncs,
+    )
+
+
+def design_cost(spec: DeviceSpec, design: KernelDesign) -> LaunchCost:
+    """Analytic time of a kernel design (fp32 arithmetic on CUDA cores, as vLLM's kernels)."""
+    judged = evaluate(spec, design)
+    nbytes = design.kv_bytes_read + design.other_bytes
+    eff = judged.waves.efficiency if judged.waves else 0.0
+    if eff:
+        time_s, mem_s, comp_s = launch_time(spec, nbytes, design.flops, spec.fp32_flops, eff)
+    else:
+        time_s, mem_s, comp_s = float("inf"), nbytes / spec.hbm_bandwidth, 0.0
+    return LaunchCost(
+        name=design.name,
+        kind="design",
+        blocks=design.blocks,
+        blocks_per_sm=judged.occupancy.blocks_per_sm,
+        waves=judged.waves.waves if judged.waves else 0,
+        efficiency=eff,
+        bytes=nbytes,
+        flops=design.flops,
+        time_s=time_s,
+        memory_s=mem_s,
+        compute_s=comp_s,
+    )
