@@ -9,12 +9,17 @@ from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, detect_device_spec, 
 from attn_core.plan_types import KernelStep
 
 # decode (issue 2)
+from attn_core.decode import paged_decode
+from attn_core.plan_decode import DecodePlan, plan_decode
 # prefill and cache writes (issue 3)
 
 __all__ = [
     "DEVICE_SPECS",
+    "DecodePlan",
     "DeviceSpec",
     "KernelStep",
     "detect_device_spec",
     "get_device_spec",
+    "paged_decode",
+    "plan_decode",
 ]

@@ -1,1 +1,405 @@
-"""Placeholder until its helper lands the module."""
+"""Launch plan for paged decode: which tier, how many partitions, how much workspace.
+
+The plan is the single source of truth for decode's launch decisions; :mod:`attn_core.decode`
+executes it and the simulator charges its ``steps`` against a :class:`DeviceSpec`.
+
+Tiers (``tier``):
+
+- ``single_tile``: the whole (padded) context fits one partition whose logits fit the block's
+  shared memory; direct softmax . V, no partition machinery. One step.
+- ``one_pass``: one partition per (sequence, KV head) is already enough blocks to fill the
+  device (large batches); a device kernel would loop over tiles with an online softmax. The torch
+  path computes the same exact whole-sequence softmax as ``single_tile``. One step.
+- ``partitioned``: phase 1 computes every partition's max, exp-sum and unnormalised partial
+  output at once; phase 2 merges them by log-sum-exp in fp32 and divides on the output side.
+
+Partition count follows CUB's even-share rule: the phase-1 grid should offer
+``blocks_per_sm x sm_count x SUBSCRIPTION`` blocks, so ``num_partitions`` =
+``ceil(target / (num_seqs x num_kv_heads))``, then the partition size is rounded up to a
+multiple of the block size and clamped to [``MIN_PARTITION``, what shared memory holds].
+
+``stream_tokens`` (streaming mode) caps the tokens processed per chunk: the executor then loops
+over ``num_chunks`` fixed-size chunks (a Python loop over chunks, the one loop decode has) and
+merges them online, so transient memory is bounded by the chunk, not the context.
+
+Environment overrides (read on every plan; invalid values raise ``ValueError``):
+
+- ``ATTN_CORE_DECODE_PARTITION_SIZE``: tokens per partition (a multiple of the block size).
+- ``ATTN_CORE_DECODE_SINGLE_TILE_MAX``: longest context (tokens) the single-tile tier takes.
+- ``ATTN_CORE_DECODE_STREAM_TOKENS``: turn streaming on with this many tokens per chunk.
+- ``ATTN_CORE_DECODE_TIER``: force ``single_tile`` / ``one_pass`` / ``partitioned``.
+- ``ATTN_CORE_DECODE_SUBSCRIPTION``: the even-share subscription factor.
+- ``ATTN_CORE_DEVICE``: the device profile (see :mod:`attn_core.device_spec`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from attn_core.device_spec import DeviceSpec, detect_device_spec, get_device_spec
+from attn_core.plan_types import KernelStep
+
+TIERS = ("single_tile", "one_pass", "partitioned")
+
+# Even-share oversubscription: 2 waves' worth of blocks lets the tail wave of uneven partitions
+# overlap the next (CUB uses a subscription factor for the same reason). Assumed, not yet swept.
+SUBSCRIPTION = 2
+# Below 256 tokens a partition's fixed cost (its q load, stats, merge row) dominates its K/V
+# read; vLLM's V2 kernel uses 512. Assumed pending the H200 sweep in bench/decode_bench.py.
+MIN_PARTITION = 256
+# Four warps per block: one warp per 16-byte K vector lane group, as vLLM's kernels use 128
+# threads on 32-wide warps. Registers per thread assumed from vLLM's kernels (about 64-96).
+WARPS_PER_BLOCK = 4
+REGISTERS_PER_THREAD = 64
+# Shared memory for the cross-warp reductions (max and sum): 2 floats per warp plus padding.
+REDUCE_SCRATCH_BYTES = 2 * 4 * 32
+
+
+@dataclass(frozen=True)
+class DecodePlan:
+    """What one decode step will do.
+
+    Attributes:
+        tier: one of :data:`TIERS`.
+        num_seqs, num_heads, num_kv_heads, head_size, block_size: problem sizes.
+        group: query heads per KV head (``num_heads // num_kv_heads``).
+        context_tokens: tokens the step covers, ``min(max_seq_len, table capacity)``.
+        partition_size: tokens per partition (a multiple of ``block_size``).
+        num_partitions: partitions per chunk (1 unless ``tier == "partitioned"``).
+        chunk_tokens: tokens processed per chunk (``num_partitions * partition_size``).
+        num_chunks: chunks (1 unless streaming).
+        streaming: whether the executor loops over chunks.
+        scores_fp32_from_bmm: the device's bmm writes fp32 scores from fp16/bf16 inputs; if not,
+            keys are upcast to fp32 before the score product (exact fp32 scores either way).
+        workspace_bytes: bytes of scratch one step needs (reused across calls).
+        steps: launches as a device would run them; grids are
+            ``(num_seqs, num_kv_heads, num_partitions)``.
+        device_spec: the profile the plan was made for.
+    """
+
+    tier: str
+    num_seqs: int
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    block_size: int
+    group: int
+    context_tokens: int
+    partition_size: int
+    num_partitions: int
+    chunk_tokens: int
+    num_chunks: int
+    streaming: bool
+    compute_dtype: torch.dtype
+    cache_element_size: int
+    scores_fp32_from_bmm: bool
+    workspace_bytes: int
+    steps: tuple[KernelStep, ...]
+    device_spec: DeviceSpec
+
+    @property
+    def padded_tokens(self) -> int:
+        """Token slots one chunk gathers: ``chunk_tokens``."""
+        return self.chunk_tokens
+
+    @property
+    def kv_bytes(self) -> int:
+        """K+V bytes the real context occupies in the cache (what a step must read)."""
+        return (
+            2
+            * self.num_seqs
+            * self.num_kv_heads
+            * self.context_tokens
+            * self.head_size
+            * (self.cache_element_size)
+        )
+
+
+def _env_int(name: str) -> Optional[int]:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _threads(spec: DeviceSpec) -> int:
+    return WARPS_PER_BLOCK * spec.warp_size
+
+
+def _smem_bytes(spec: DeviceSpec, group: int, head_size: int, elem: int, logits: int) -> int:
+    """One block's shared memory: the group's queries, ``logits`` fp32 scores per query head."""
+    raw = group * head_size * elem + group * logits * 4 + REDUCE_SCRATCH_BYTES
+    return _round_up(raw, spec.shared_mem_alloc_unit)
+
+
+def blocks_per_sm(spec: DeviceSpec, threads: int, smem: int, regs: int) -> int:
+    """Resident blocks per SM as CUDA's occupancy calculator computes it."""
+    warps = -(-threads // spec.warp_size)
+    by_threads = spec.max_threads_per_sm // threads
+    regs_per_warp = _round_up(regs * spec.warp_size, spec.register_alloc_unit)
+    by_regs = spec.registers_per_sm // (regs_per_warp * warps)
+    per_block_smem = smem + spec.shared_mem_reserved_per_block
+    by_smem = spec.shared_mem_per_sm // per_block_smem if per_block_smem else spec.max_blocks_per_sm
+    return max(0, min(spec.max_blocks_per_sm, by_threads, by_regs, by_smem))
+
+
+def _largest_partition(spec: DeviceSpec, group: int, head_size: int, elem: int, bs: int) -> int:
+    """Longest partition whose logits (all ``group`` heads, fp32) fit one block's shared memory."""
+    free = spec.shared_mem_per_block - group * head_size * elem - REDUCE_SCRATCH_BYTES
+    return max(bs, (free // (4 * group)) // bs * bs)
+
+
+def plan_decode(
+    num_seqs: int,
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    block_size: int,
+    max_seq_len: int,
+    max_blocks_per_seq: Optional[int] = None,
+    dtype: torch.dtype = torch.float16,
+    *,
+    cache_element_size: Optional[int] = None,
+    device_spec: Optional[DeviceSpec] = None,
+    device: Optional[torch.device] = None,
+    partition_size: Optional[int] = None,
+    single_tile_max: Optional[int] = None,
+    stream_tokens: Optional[int] = None,
+    tier: Optional[str] = None,
+    scores_fp32_from_bmm: bool = False,
+) -> DecodePlan:
+    """Plan one decode step. Arguments override the environment, which overrides the profile.
+
+    Args:
+        max_seq_len: upper bound on ``seq_lens`` (may exceed all of them).
+        max_blocks_per_seq: width of ``block_tables``; caps the context at its capacity.
+        cache_element_size: bytes per cache element (1 for fp8); defaults to ``dtype``'s.
+        device_spec: the profile; default ``ATTN_CORE_DEVICE`` or the one matching ``device``.
+    """
+    for name, value in (
+        ("num_seqs", num_seqs),
+        ("num_heads", num_heads),
+        ("num_kv_heads", num_kv_heads),
+        ("head_size", head_size),
+        ("block_size", block_size),
+        ("max_seq_len", max_seq_len),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads must be divisible by num_kv_heads ({num_kv_heads}), got {num_heads}"
+        )
+    if isinstance(device_spec, str):
+        device_spec = get_device_spec(device_spec)
+    spec = device_spec or detect_device_spec(device)
+    elem = torch.empty((), dtype=dtype).element_size()
+    cache_elem = cache_element_size or elem
+    group = num_heads // num_kv_heads
+
+    context = max_seq_len
+    if max_blocks_per_seq is not None:
+        context = min(context, max_blocks_per_seq * block_size)
+
+    tier = tier or os.environ.get("ATTN_CORE_DECODE_TIER") or None
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
+    forced_ps = partition_size or _env_int("ATTN_CORE_DECODE_PARTITION_SIZE")
+    if forced_ps is not None and forced_ps % block_size:
+        raise ValueError(
+            f"partition_size must be a multiple of block_size ({block_size}), got {forced_ps}"
+        )
+    tile_max = single_tile_max or _env_int("ATTN_CORE_DECODE_SINGLE_TILE_MAX")
+    largest = _largest_partition(spec, group, head_size, elem, block_size)
+    if tile_max is None:
+        tile_max = largest
+    stream = stream_tokens or _env_int("ATTN_CORE_DECODE_STREAM_TOKENS")
+    subscription = _env_int("ATTN_CORE_DECODE_SUBSCRIPTION") or SUBSCRIPTION
+
+    threads = _threads(spec)
+    padded = _round_up(context, block_size)
+    if forced_ps is not None:
+        ps = forced_ps
+    else:
+        smem = _smem_bytes(spec, group, head_size, elem, MIN_PARTITION)
+        occupancy = max(1, blocks_per_sm(spec, threads, smem, REGISTERS_PER_THREAD))
+        target = occupancy * spec.sm_count * subscription
+        wanted = max(1, -(-target // (num_seqs * num_kv_heads)))
+        ps = _round_up(-(-padded // wanted), block_size)
+        ps = min(max(ps, _round_up(MIN_PARTITION, block_size)), max(largest, block_size))
+
+    if tier is None:
+        if padded <= tile_max:
+            tier = "single_tile"
+        elif padded <= ps:
+            tier = "one_pass"
+        else:
+            tier = "partitioned"
+
+    streaming = stream is not None
+    if streaming:
+        chunk = max(block_size, stream // block_size * block_size)
+        if tier == "partitioned":
+            chunk = max(ps, chunk // ps * ps)
+        chunk = min(chunk, _round_up(padded, block_size))
+    else:
+        chunk = padded
+    if tier == "partitioned":
+        chunk = _round_up(chunk, ps)
+        num_partitions = chunk // ps
+    else:
+        ps = chunk
+        num_partitions = 1
+    num_chunks = -(-padded // chunk)
+
+    steps = _steps(
+        spec,
+        tier,
+        num_seqs,
+        num_kv_heads,
+        group,
+        head_size,
+        elem,
+        ps,
+        num_partitions,
+        num_chunks,
+        threads,
+    )
+    workspace = _workspace_bytes(
+        num_seqs,
+        num_kv_heads,
+        group,
+        head_size,
+        elem,
+        cache_elem,
+        chunk,
+        num_partitions,
+        tier,
+        scores_fp32_from_bmm,
+        streaming,
+    )
+    return DecodePlan(
+        tier=tier,
+        num_seqs=num_seqs,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        block_size=block_size,
+        group=group,
+        context_tokens=context,
+        partition_size=ps,
+        num_partitions=num_partitions,
+        chunk_tokens=chunk,
+        num_chunks=num_chunks,
+        streaming=streaming,
+        compute_dtype=dtype,
+        cache_element_size=cache_elem,
+        scores_fp32_from_bmm=scores_fp32_from_bmm,
+        workspace_bytes=workspace,
+        steps=steps,
+        device_spec=spec,
+    )
+
+
+def _steps(
+    spec: DeviceSpec,
+    tier: str,
+    num_seqs: int,
+    num_kv_heads: int,
+    group: int,
+    head_size: int,
+    elem: int,
+    ps: int,
+    num_partitions: int,
+    num_chunks: int,
+    threads: int,
+) -> tuple[KernelStep, ...]:
+    """Device launches of one step; each chunk of a streamed step repeats them."""
+    q_smem = group * head_size * elem
+    if tier == "single_tile":
+        smem = _smem_bytes(spec, group, head_size, elem, ps)
+        one = (
+            KernelStep(
+                "single_tile", (num_seqs, num_kv_heads, 1), threads, smem, REGISTERS_PER_THREAD
+            ),
+        )
+    elif tier == "one_pass":
+        # Tiles of MIN_PARTITION tokens with an online softmax: shared memory is one tile.
+        smem = _smem_bytes(spec, group, head_size, elem, min(ps, MIN_PARTITION))
+        one = (
+            KernelStep(
+                "one_pass", (num_seqs, num_kv_heads, 1), threads, smem, REGISTERS_PER_THREAD
+            ),
+        )
+    else:
+        smem = _smem_bytes(spec, group, head_size, elem, ps)
+        reduce_smem = _round_up(
+            2 * 4 * group * num_partitions + q_smem * 0 + REDUCE_SCRATCH_BYTES,
+            spec.shared_mem_alloc_unit,
+        )
+        one = (
+            KernelStep(
+                "partition",
+                (num_seqs, num_kv_heads, num_partitions),
+                threads,
+                smem,
+                REGISTERS_PER_THREAD,
+            ),
+            KernelStep(
+                "reduce", (num_seqs, num_kv_heads, 1), threads, reduce_smem, REGISTERS_PER_THREAD
+            ),
+        )
+    if num_chunks == 1:
+        return one
+    merge = KernelStep(
+        "stream_merge",
+        (num_seqs, num_kv_heads, 1),
+        threads,
+        REDUCE_SCRATCH_BYTES,
+        REGISTERS_PER_THREAD,
+    )
+    return (one + (merge,)) * num_chunks
+
+
+def _workspace_bytes(
+    num_seqs: int,
+    num_kv_heads: int,
+    group: int,
+    head_size: int,
+    elem: int,
+    cache_elem: int,
+    chunk: int,
+    num_partitions: int,
+    tier: str,
+    scores_fp32_from_bmm: bool,
+    streaming: bool,
+) -> int:
+    """Scratch bytes of one chunk, matching the buffers :mod:`attn_core.decode` takes."""
+    b = num_seqs * num_kv_heads
+    kv = b * chunk * head_size
+    total = 2 * kv * cache_elem  # gathered K and V in the cache's dtype
+    if cache_elem != elem:
+        total += 2 * kv * elem  # dequantised K and V
+    if not scores_fp32_from_bmm and elem != 4:
+        total += kv * 4  # keys upcast for exact fp32 scores
+    total += b * group * head_size * elem  # grouped, scaled queries
+    total += b * group * chunk * (4 + elem)  # fp32 scores, probabilities in compute dtype
+    total += num_seqs * chunk * (8 + 8 + 1)  # token indices (block, offset) and mask
+    total += b * num_partitions * group * (head_size + 2) * 4  # partial outputs, max, sum
+    if streaming:
+        total += b * group * (head_size + 2) * 4  # running output, max, sum
+    return total
