@@ -1,0 +1,221 @@
+"""One worker per target: connect, image, probe, suites, probe; results written as they land.
+
+Per target the order is: refuse if quarantined (unless ``--recheck``) -> connect -> image ->
+probe -> for each suite: run, write its result.json, probe. A probe that fails or hangs, or a
+suite that hangs, quarantines the target and the target's remaining suites are NOT_RUN; the
+results of suites that completed stay on disk and in the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from hil.config import Step, Suite, Target
+from hil.junit import count_reports
+from hil.logs import Console
+from hil.quarantine import QuarantineStore, refusal
+from hil.status import Counts, RunOutcome, Status, SuiteResult, classify
+
+PROBE_SCRIPT = "{payload}/hil/suites/probe.py"
+
+
+@dataclass
+class RunContext:
+    repo: Path
+    out: Path  # this run's artifacts root: <out>/<target>/<suite>/
+    run_id: str
+    store: QuarantineStore
+    console: Console
+    executor: str = "docker"  # docker | local
+    recheck: bool = False
+    quick: bool = False
+    wheels: str = ""
+    on_result: Optional[Callable[[SuiteResult], None]] = None
+    extra_env: dict = field(default_factory=dict)
+
+
+def probe_suite(target: Target) -> Suite:
+    command = target.probe or ("{python}", PROBE_SCRIPT, target.device)
+    return Suite("probe", (Step(name="probe", command=tuple(command)),), target.probe_timeout_s)
+
+
+def suite_env(target: Target, ctx: RunContext) -> dict:
+    env = dict(target.environment)
+    env.update(ctx.extra_env)
+    env["HIL_DEVICE"] = target.device
+    env["HIL_TARGET"] = target.name
+    if ctx.quick:
+        env["HIL_QUICK"] = "1"
+    return env
+
+
+def container_name(ctx: RunContext, target: Target, label: str) -> str:
+    raw = f"hil-{ctx.run_id}-{target.name}-{label}"
+    return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)
+
+
+def make_executor(target: Target, ctx: RunContext):
+    """(executor, None) or (None, infra error message) for this target."""
+    if ctx.executor == "local":
+        from hil.executor_local import LocalExecutor
+
+        return LocalExecutor(target, ctx.repo, ctx.console), None
+    from hil.executor_docker import DockerExecutor, connect
+    from hil.image import BuildFailed, ensure_image
+
+    say = lambda text: ctx.console.line(f"{target.name}/image", text)  # noqa: E731
+    try:
+        client = connect(target)
+    except ConnectionError as exc:
+        return None, str(exc)
+    dockerfile = Path(target.dockerfile or "hil/docker/Dockerfile")
+    dockerfile = dockerfile if dockerfile.is_absolute() else ctx.repo / dockerfile
+    args = {"BASE_IMAGE": target.base_image, "PYTHON": target.python, **target.build_args}
+    try:
+        image = ensure_image(
+            client,
+            ctx.repo,
+            dockerfile,
+            target.wheels or ctx.wheels,
+            args,
+            say,
+            target.build_timeout_s,
+        )
+    except BuildFailed as exc:
+        return None, f"image build failed: {exc}"
+    except ConnectionError as exc:
+        return None, str(exc)
+    return DockerExecutor(client, image, target, ctx.repo, ctx.console), None
+
+
+def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path) -> SuiteResult:
+    reports = [p for p in art.glob("*.xml")]
+    counts, unreadable = count_reports(reports)
+    failed_steps = []
+    summary = art / "suite.json"
+    if summary.exists():
+        steps = json.loads(summary.read_text()).get("steps", [])
+        failed_steps = [s["name"] for s in steps if s["status"] == "failed"]
+    status, detail = classify(outcome, counts, failed_steps)
+    notes = list(outcome.notes) + [f"unreadable report {n}" for n in unreadable]
+    if notes:
+        detail = "; ".join([detail, *notes]) if detail else "; ".join(notes)
+    return SuiteResult(
+        target.name, suite.name, status, counts, round(outcome.duration_s, 2), detail, str(art)
+    )
+
+
+def write_result(result: SuiteResult) -> None:
+    art = Path(result.artifacts)
+    art.mkdir(parents=True, exist_ok=True)
+    (art / "result.json").write_text(json.dumps(result.to_json(), indent=1))
+
+
+def run_one(executor, target, suite, ctx, label) -> SuiteResult:
+    art = ctx.out / target.name / label
+    timeout = target.probe_timeout_s if suite.name == "probe" else target.suite_timeout(suite)
+    name = container_name(ctx, target, label)
+    try:
+        outcome = executor.run(suite, timeout, art, suite_env(target, ctx), name)
+    except Exception as exc:  # an executor bug must not lose the other suites' results
+        outcome = RunOutcome(infra_error=f"executor failed: {type(exc).__name__}: {exc}")
+    result = result_from_run(target, suite, outcome, art)
+    result.suite = label
+    write_result(result)
+    if ctx.on_result:
+        ctx.on_result(result)
+    return result
+
+
+def probe(executor, target, ctx, label, results) -> bool:
+    """Run the health probe; on failure record it, quarantine the target, return False."""
+    result = run_one(executor, target, probe_suite(target), ctx, label)
+    if result.status == Status.PASS:
+        return True
+    if result.status == Status.ERROR:
+        # the probe could not even run: an infrastructure problem, not the device's health
+        results.append(result)
+        return False
+    reason = f"health probe ({label}) {result.status.value}: {result.detail}"
+    ctx.store.quarantine(target.name, reason, ctx.run_id)
+    result.status = Status.HANG if result.status == Status.HANG else Status.ERROR
+    result.detail = f"{reason}; target quarantined"
+    write_result(result)
+    results.append(result)
+    return False
+
+
+def not_run(target: Target, suites: Sequence[Suite], why: str, ctx: RunContext) -> list:
+    out = []
+    for suite in suites:
+        result = SuiteResult(
+            target.name,
+            suite.name,
+            Status.NOT_RUN,
+            Counts(),
+            0.0,
+            why,
+            str(ctx.out / target.name / suite.name),
+        )
+        write_result(result)
+        if ctx.on_result:
+            ctx.on_result(result)
+        out.append(result)
+    return out
+
+
+def run_target(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list[SuiteResult]:
+    results: list[SuiteResult] = []
+    entry = ctx.store.get(target.name)
+    if entry and not ctx.recheck:
+        return not_run(target, suites, refusal(target.name, entry), ctx)
+    executor, error = make_executor(target, ctx)
+    if executor is None:
+        infra = [
+            SuiteResult(
+                target.name,
+                s.name,
+                Status.ERROR,
+                Counts(),
+                0.0,
+                error,
+                str(ctx.out / target.name / s.name),
+            )
+            for s in suites
+        ]
+        for r in infra:
+            write_result(r)
+        return infra
+    if not probe(executor, target, ctx, "probe-before", results):
+        return results + not_run(target, suites, "health probe before the suites failed", ctx)
+    if entry:
+        ctx.store.release(target.name)
+        ctx.console.line(target.name, "recheck probe passed: quarantine lifted")
+    for i, suite in enumerate(suites):
+        result = run_one(executor, target, suite, ctx, suite.name)
+        results.append(result)
+        rest = suites[i + 1 :]
+        if result.status == Status.HANG:
+            ctx.store.quarantine(target.name, f"suite {suite.name} hung", ctx.run_id)
+            return results + not_run(target, rest, f"target quarantined: {suite.name} hung", ctx)
+        if not probe(executor, target, ctx, f"probe-after-{suite.name}", results):
+            return results + not_run(target, rest, f"health probe after {suite.name} failed", ctx)
+    return results
+
+
+def run_all(targets: Sequence[Target], suites: Sequence[Suite], ctx: RunContext) -> list:
+    """All targets at once, one worker thread each; results in target order."""
+    ctx.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+        futures = [pool.submit(run_target, t, suites, ctx) for t in targets]
+        results = [r for f in futures for r in f.result()]
+    ctx.console.line("hil", f"all targets done in {time.monotonic() - t0:.1f} s")
+    return results

@@ -1,0 +1,57 @@
+"""The run's summary: a tabulate table on the terminal and summary.json beside the artifacts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from tabulate import tabulate
+
+from hil.status import SuiteResult, exit_code
+
+HEADERS = [
+    "target",
+    "suite",
+    "status",
+    "passed",
+    "failed",
+    "skipped",
+    "duration s",
+    "detail",
+    "artifacts",
+]
+DETAIL_WIDTH = 70
+
+
+def rows(results: Sequence[SuiteResult]) -> list:
+    out = []
+    for r in results:
+        detail = r.detail if len(r.detail) <= DETAIL_WIDTH else r.detail[: DETAIL_WIDTH - 3] + "..."
+        out.append(
+            [
+                r.target,
+                r.suite,
+                r.status.value,
+                r.counts.passed,
+                r.counts.failed + r.counts.errors,
+                r.counts.skipped,
+                f"{r.duration_s:.1f}",
+                detail,
+                r.artifacts,
+            ]
+        )
+    return out
+
+
+def render(results: Sequence[SuiteResult]) -> str:
+    return tabulate(rows(results), headers=HEADERS, tablefmt="github")
+
+
+def write_summary(path: Path, results: Sequence[SuiteResult], run_id: str) -> None:
+    data = {
+        "run_id": run_id,
+        "exit_code": exit_code(results),
+        "results": [r.to_json() for r in results],
+    }
+    path.write_text(json.dumps(data, indent=1))

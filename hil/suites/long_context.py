@@ -1,0 +1,433 @@
+"""Long-context suite: decode and chunked prefill at 32K-256K against the float64 reference.
+
+Usage: python long_context.py --out DIR [--junit FILE] [--quick] [--device cuda|cpu]
+                              [--contexts 32768,65536,...] [--dtype float16] [--repeats 10]
+
+For each (kind, context) case it builds a random paged problem (permuted block tables,
+attn_core.testing.make_paged_case), checks attn-core's output against the float64 reference
+(computed per KV head so that its memory stays bounded at 256K, and in query chunks for
+prefill), then times the call: median seconds, achieved bandwidth over the K/V bytes read, peak
+device memory. A case that would not fit in free device memory is skipped with the numbers.
+
+Writes OUT/long_context_metrics.json: a list of self-describing records (kind, num_seqs,
+context_len, query_len, num_heads, num_kv_heads, head_size, block_size, dtype, median_s,
+kv_bytes, bandwidth_bytes_per_s, peak_bytes, rel_error, max_abs_error, device, ...) which
+``attn_sim calibrate`` reads; OUT/long_context_table.md; and a JUnit report (one case each).
+Quick mode (--quick or HIL_QUICK=1): tiny sizes on any device, seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+from xml.sax.saxutils import escape, quoteattr
+
+import torch
+
+FULL_CONTEXTS = (32 * 1024, 64 * 1024, 100_000, 128 * 1024, 256 * 1024)
+QUICK_CONTEXTS = (257, 1000)
+# relative L2 error of the whole output against float64; fp16/bf16 cache values are exact in
+# the reference, so what remains is accumulation and output rounding (about 1e-3 for fp16)
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
+MEMORY_MARGIN = 2 * 1024**3  # left free for the allocator, workspace and the vendor runtime
+
+
+@dataclass(frozen=True)
+class Shape:
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    block_size: int
+    query_len: int  # new tokens per prefill chunk
+
+
+# Qwen3.6's attention layers (24 q / 4 kv heads, head 256; DESIGN.md "Shapes that matter")
+FULL_SHAPE = Shape(24, 4, 256, 16, 512)
+QUICK_SHAPE = Shape(4, 2, 64, 16, 37)
+
+
+def kv_bytes(kind: str, context_len: int, shape: Shape, elem: int) -> int:
+    """Bytes of K and V one call must read: the cached context (+ the new chunk for prefill)."""
+    tokens = context_len + (shape.query_len if kind == "prefill" else 0)
+    return 2 * tokens * shape.num_kv_heads * shape.head_size * elem
+
+
+def fits(kind: str, context_len: int, shape: Shape, elem: int, device: str) -> Optional[str]:
+    """None when the case fits in free device memory, else why not."""
+    if device != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info()
+    # inputs + one transient copy of K/V (worst case of the portable path) + fp32 scores
+    need = 2 * kv_bytes(kind, context_len, shape, elem)
+    if kind == "prefill":
+        need += 4 * shape.num_heads * shape.query_len * (context_len + shape.query_len) * 2
+    if need + MEMORY_MARGIN > free:
+        return f"needs about {need / 1e9:.1f} GB + margin, {free / 1e9:.1f} GB free"
+    return None
+
+
+def decode_case(context_len: int, shape: Shape, dtype, device: str, seed: int):
+    from attn_core.testing import make_paged_case
+
+    case = make_paged_case(
+        [context_len],
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_size,
+        shape.block_size,
+        dtype,
+        device,
+        seed=seed,
+    )
+    return case
+
+
+def run_decode(case, out: torch.Tensor) -> torch.Tensor:
+    import attn_core
+
+    return attn_core.paged_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        case.max_seq_len,
+        out=out,
+    )
+
+
+def reference_decode_grouped(case) -> torch.Tensor:
+    """float64 ``[num_seqs, num_heads, head_size]``, one KV head (and its query group) at a time."""
+    from attn_core.testing import reference_decode
+
+    heads, kv_heads = case.query.shape[1], case.key_cache.shape[1]
+    group = heads // kv_heads
+    scale = case.query.shape[-1] ** -0.5
+    parts = []
+    for g in range(kv_heads):
+        q = case.query[:, g * group : (g + 1) * group]
+        parts.append(
+            reference_decode(
+                q,
+                case.key_cache[:, g : g + 1],
+                case.value_cache[:, g : g + 1],
+                case.block_tables,
+                case.seq_lens,
+                scale,
+            )
+        )
+    return torch.cat(parts, dim=1)
+
+
+@dataclass
+class PrefillInputs:
+    case: object  # PagedCase whose cache holds context + chunk blocks
+    query: torch.Tensor  # [query_len, num_heads, head_size]
+    key: torch.Tensor  # [query_len, num_kv_heads, head_size]
+    value: torch.Tensor
+    query_start_loc: torch.Tensor  # [2] int32
+    context_lens: torch.Tensor  # [1] int32
+    query_len: int
+
+
+def prefill_case(context_len: int, shape: Shape, dtype, device: str, seed: int) -> PrefillInputs:
+    from attn_core.testing import make_paged_case
+
+    q_len = shape.query_len
+    case = make_paged_case(
+        [context_len + q_len],
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_size,
+        shape.block_size,
+        dtype,
+        device,
+        seed=seed,
+    )
+    g = torch.Generator().manual_seed(seed + 1)
+    mk = lambda h: torch.randn(q_len, h, shape.head_size, generator=g).to(dtype).to(device)  # noqa: E731
+    return PrefillInputs(
+        case=case,
+        query=mk(shape.num_heads),
+        key=mk(shape.num_kv_heads),
+        value=mk(shape.num_kv_heads),
+        query_start_loc=torch.tensor([0, q_len], dtype=torch.int32, device=device),
+        context_lens=torch.tensor([context_len], dtype=torch.int32, device=device),
+        query_len=q_len,
+    )
+
+
+def run_prefill(p: PrefillInputs, out: torch.Tensor) -> torch.Tensor:
+    import attn_core
+
+    c = p.case
+    return attn_core.paged_prefix_prefill(
+        p.query,
+        p.key,
+        p.value,
+        c.key_cache,
+        c.value_cache,
+        c.block_tables,
+        p.query_start_loc,
+        c.seq_lens,
+        p.context_lens,
+        p.query_len,
+        out=out,
+    )
+
+
+def reference_prefill_grouped(p: PrefillInputs, query_chunk: int) -> torch.Tensor:
+    from attn_core.testing import reference_prefix_prefill
+
+    c = p.case
+    heads, kv_heads = p.query.shape[1], p.key.shape[1]
+    group = heads // kv_heads
+    scale = p.query.shape[-1] ** -0.5
+    parts = []
+    for g in range(kv_heads):
+        hs, ks = slice(g * group, (g + 1) * group), slice(g, g + 1)
+        parts.append(
+            reference_prefix_prefill(
+                p.query[:, hs],
+                p.key[:, ks],
+                p.value[:, ks],
+                c.key_cache[:, ks],
+                c.value_cache[:, ks],
+                c.block_tables,
+                p.query_start_loc,
+                p.context_lens,
+                scale,
+                query_chunk=query_chunk,
+            )
+        )
+    return torch.cat(parts, dim=1)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_calls(fn, device: str, warmup: int, repeats: int) -> list:
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def errors(got: torch.Tensor, want: torch.Tensor) -> tuple:
+    """(relative L2 error, max abs error); NaN anywhere (an unwritten element) gives inf."""
+    got = got.detach().double().cpu()
+    if not torch.isfinite(got).all():
+        return float("inf"), float("inf")
+    diff = got - want
+    rel = float(diff.norm() / want.norm().clamp_min(1e-300))
+    return rel, float(diff.abs().max())
+
+
+def run_case(kind: str, context_len: int, shape: Shape, dtype, device: str, args) -> dict:
+    elem = torch.empty((), dtype=dtype).element_size()
+    rec = {
+        "kind": kind,
+        "num_seqs": 1,
+        "context_len": context_len,
+        "query_len": shape.query_len if kind == "prefill" else 1,
+        "num_heads": shape.num_heads,
+        "num_kv_heads": shape.num_kv_heads,
+        "head_size": shape.head_size,
+        "block_size": shape.block_size,
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": device_name(device),
+        "kv_bytes": kv_bytes(kind, context_len, shape, elem),
+    }
+    why_not = fits(kind, context_len, shape, elem, device)
+    if why_not:
+        rec["skipped"] = why_not
+        return rec
+    if kind == "decode":
+        inputs = decode_case(context_len, shape, dtype, device, args.seed)
+        call, out_shape = (lambda o: run_decode(inputs, o)), inputs.query.shape
+    else:
+        inputs = prefill_case(context_len, shape, dtype, device, args.seed)
+        call, out_shape = (lambda o: run_prefill(inputs, o)), inputs.query.shape
+    out = torch.full(out_shape, float("nan"), dtype=dtype, device=device)  # poison
+    got = call(out)
+    sync(device)
+    t0 = time.monotonic()
+    if kind == "decode":
+        want = reference_decode_grouped(inputs)
+    else:
+        want = reference_prefill_grouped(inputs, args.query_chunk)
+    rec["reference_s"] = round(time.monotonic() - t0, 3)
+    rec["rel_error"], rec["max_abs_error"] = errors(got, want)
+    rec["tolerance"] = TOLERANCE[rec["dtype"]]
+    del want
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    times = time_calls(lambda: call(out), device, args.warmup, args.repeats)
+    rec["median_s"] = statistics.median(times)
+    rec["min_s"] = min(times)
+    rec["repeats"] = len(times)
+    rec["bandwidth_bytes_per_s"] = rec["kv_bytes"] / rec["median_s"]
+    if device == "cuda":
+        rec["peak_bytes"] = torch.cuda.max_memory_allocated()
+        rec["transient_peak_bytes"] = rec["peak_bytes"] - base
+    else:
+        rec["peak_bytes"] = None  # not tracked for CPU tensors
+    return rec
+
+
+def device_name(device: str) -> str:
+    return torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+
+
+def junit_xml(records: list) -> str:
+    cases = []
+    for r in records:
+        name = f"{r['kind']}-{r['context_len']}-{r['dtype']}"
+        body = ""
+        if "skipped" in r:
+            body = f"<skipped message={quoteattr(r['skipped'])}/>"
+        elif "exception" in r:
+            body = (
+                f"<error message={quoteattr(r['exception'].splitlines()[-1])}>"
+                f"{escape(r['exception'])}</error>"
+            )
+        elif not r["rel_error"] <= r["tolerance"]:
+            msg = f"relative error {r['rel_error']:.3g} > {r['tolerance']:g}"
+            body = f"<failure message={quoteattr(msg)}/>"
+        t = r.get("median_s") or 0.0
+        cases.append(
+            f'<testcase classname="long-context" name={quoteattr(name)} time="{t}">'
+            f"{body}</testcase>"
+        )
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n<testsuites><testsuite name="long-context">'
+        + "".join(cases)
+        + "</testsuite></testsuites>\n"
+    )
+
+
+def table(records: list) -> str:
+    from tabulate import tabulate
+
+    rows = []
+    for r in records:
+        if "median_s" in r:
+            peak = "-" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 1e9:.2f}"
+            rows.append(
+                [
+                    r["kind"],
+                    r["context_len"],
+                    r["dtype"],
+                    f"{r['rel_error']:.2e}",
+                    f"{r['median_s'] * 1e3:.3f}",
+                    f"{r['bandwidth_bytes_per_s'] / 1e9:.1f}",
+                    peak,
+                    "ok" if r["rel_error"] <= r["tolerance"] else "FAIL",
+                ]
+            )
+        else:
+            rows.append(
+                [
+                    r["kind"],
+                    r["context_len"],
+                    r["dtype"],
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    r.get("skipped") or r.get("exception", "").splitlines()[-1],
+                ]
+            )
+    return tabulate(
+        rows,
+        headers=["kind", "context", "dtype", "rel err", "median ms", "GB/s", "peak GB", "result"],
+        tablefmt="github",
+    )
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("results"))
+    p.add_argument("--junit", type=Path)
+    p.add_argument("--quick", action="store_true", default=os.environ.get("HIL_QUICK") == "1")
+    p.add_argument("--device", default=os.environ.get("HIL_DEVICE", ""))
+    p.add_argument("--contexts", default="", help="comma-separated context lengths")
+    p.add_argument("--kinds", default="decode,prefill")
+    p.add_argument("--dtype", default="", help="float16 | bfloat16 | float32")
+    p.add_argument("--repeats", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument(
+        "--query-chunk",
+        type=int,
+        default=128,
+        help="reference queries per float64 block: 6 heads x 128 x 256K x 8 B = 1.6 GB",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    shape = QUICK_SHAPE if args.quick else FULL_SHAPE
+    contexts = [int(c) for c in args.contexts.split(",") if c] or list(
+        QUICK_CONTEXTS if args.quick else FULL_CONTEXTS
+    )
+    dtype_name = args.dtype or ("float16" if device == "cuda" else "float32")
+    dtype = getattr(torch, dtype_name)
+    args.repeats = args.repeats or (3 if args.quick else 10)
+    args.out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for kind in args.kinds.split(","):
+        for ctx in contexts:
+            print(f"[long-context] {kind} context {ctx} {dtype_name} on {device}", flush=True)
+            try:
+                rec = run_case(kind, ctx, shape, dtype, device, args)
+            except Exception:
+                rec = {
+                    "kind": kind,
+                    "context_len": ctx,
+                    "dtype": dtype_name,
+                    "exception": traceback.format_exc(),
+                }
+                print(rec["exception"], flush=True)
+            records.append(rec)
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            measured = [r for r in records if "median_s" in r]
+            (args.out / "long_context_metrics.json").write_text(json.dumps(measured, indent=1))
+    text = table(records)
+    print(text, flush=True)
+    (args.out / "long_context_table.md").write_text(text + "\n")
+    (args.out / "long_context_all.json").write_text(
+        json.dumps({"shape": asdict(shape), "records": records}, indent=1)
+    )
+    if args.junit:
+        args.junit.write_text(junit_xml(records))
+    bad = [
+        r
+        for r in records
+        if "exception" in r or ("rel_error" in r and not r["rel_error"] <= r["tolerance"])
+    ]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
