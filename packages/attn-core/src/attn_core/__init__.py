@@ -12,14 +12,21 @@ from attn_core.plan_types import KernelStep
 from attn_core.decode import paged_decode
 from attn_core.plan_decode import DecodePlan, plan_decode
 # prefill and cache writes (issue 3)
+from attn_core.cache_write import write_to_paged_cache
+from attn_core.plan_prefill import PrefillPlan, plan_prefill
+from attn_core.prefill import paged_prefix_prefill
 
 __all__ = [
     "DEVICE_SPECS",
     "DecodePlan",
     "DeviceSpec",
     "KernelStep",
+    "PrefillPlan",
     "detect_device_spec",
     "get_device_spec",
+    "paged_prefix_prefill",
     "paged_decode",
     "plan_decode",
+    "plan_prefill",
+    "write_to_paged_cache",
 ]

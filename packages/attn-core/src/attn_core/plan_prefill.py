@@ -1,1 +1,373 @@
-"""Placeholder until its helper lands the module."""
+"""Launch plan for chunked prefill over a paged prefix: backend, tiles, streaming, memory.
+
+:func:`plan_prefill` is the single place where prefill's launch decisions are made; the execution
+in :mod:`attn_core.prefill`, the simulator and ``bench/prefill_bench.py`` all read the same
+:class:`PrefillPlan`.
+
+How the numbers are chosen (torch backend):
+
+- The cost floor of the torch path is elementwise traffic over the score tile, not the matmuls:
+  per score it writes the QK^T result, reads it for the row max, subtracts and exponentiates in
+  place and reads it twice more (row sum, P@V) - 16 bytes per score at 2-byte scores. At the
+  Qwen3.6 shape (24/4 heads, head 256), 100K context, 8K chunk that is ~21 G scores, 336 GB,
+  ~70 ms at the H200's 4.8 TB/s (the bench prints this floor beside the measurement).
+- Tile sizes do not change that traffic, so they are chosen to amortise launches (about a dozen
+  small torch ops per tile update) under the transient-memory budget: the key tile is the
+  plain loop's 4096 keys (the issue's baseline, measured at 327 ms with 13 GB transient), and
+  the query tile is the largest power of two whose score tile + running state fit the budget.
+  ``bench/prefill_bench.py --sweep`` times other tile pairs on the device; record the result
+  here when it moves the choice.
+- Scores are kept in the compute dtype on CUDA devices for fp16/bf16 (tensor-core matmul writes
+  them, and 2-byte scores halve the floor above); softmax state (max, sum, accumulator) is fp32.
+  On the CPU the scores are fp32: half-precision CPU matmuls are slower than fp32 ones (0.069 s
+  vs 0.045 s for a [4, 1536, 256] x [4, 256, 1024] bmm on this project's 2-core runners).
+- Streaming: the gathered context (K and V in the compute dtype) is bounded by the budget; a
+  context larger than that is gathered in chunks of ``stream_chunk`` tokens instead of whole.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from attn_core.cache_layout import COMPUTE_DTYPES, SUPPORTED_HEAD_SIZES
+from attn_core.device_spec import DeviceSpec, detect_device_spec
+from attn_core.plan_types import KernelStep
+
+BUDGET_ENV = "ATTN_CORE_PREFILL_BUDGET_BYTES"
+BACKEND_ENV = "ATTN_CORE_PREFILL_BACKEND"
+STREAM_ENV = "ATTN_CORE_PREFILL_STREAM"
+DEFAULT_BUDGET_BYTES = 1 << 30  # the issue's bound on transient memory beyond the context
+BACKENDS = ("torch", "sdpa", "vendor_flash")
+
+# The issue's baseline loop used 4096-token key tiles; kept until a device sweep says otherwise.
+DEFAULT_KEY_TILE = 4096
+MIN_QUERY_TILE = 16  # below this the launches per tile dominate; shrink the key tile instead
+MIN_KEY_TILE = 64
+# fp32 state per query row and head: acc (head_size) + max, new max, sum, tile sum, correction.
+_STATE_FLOATS_EXTRA = 5
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    """Every launch decision of one prefill call.
+
+    Attributes:
+        backend: "torch" (portable online softmax), "sdpa" (torch's fused flash kernel on the
+            gathered context + chunk) or "vendor_flash" (the vendor's varlen flash attention).
+        backend_reason: why that backend (the forced env var, a feature the fused one lacks, ...).
+        query_tile / key_tile: torch backend's tile sizes in tokens.
+        stream_chunk: context tokens gathered at once; 0 means the whole context once per sequence.
+        score_dtype: dtype of the score tile (softmax state is always fp32).
+        budget_bytes: bound on transient memory beyond the gathered context.
+        workspace_bytes: what the per-call buffers take (score tile, state, query tile, P@V).
+        steps: launches of one (query tile, key tile) update, for the simulator; run
+            :meth:`num_tile_updates` times per sequence.
+    """
+
+    backend: str
+    backend_reason: str
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    dtype: torch.dtype
+    score_dtype: torch.dtype
+    max_query_len: int
+    query_tile: int
+    key_tile: int
+    stream_chunk: int
+    budget_bytes: int
+    workspace_bytes: int
+    device_name: str
+    steps: tuple[KernelStep, ...]
+
+    @property
+    def group_size(self) -> int:
+        return self.num_heads // self.num_kv_heads
+
+    def num_tile_updates(self, query_len: int, context_len: int) -> int:
+        """(query tile, key tile) pairs the torch backend runs for one sequence (causal skip);
+        for a fused backend, kernel calls per sequence (parts merged by log-sum-exp)."""
+        if self.backend != "torch":
+            tiles = _ceil_div(query_len, self.query_tile)
+            chunks = _ceil_div(context_len, self.stream_chunk or max(context_len, 1))
+            return tiles * (chunks + 1) + max(tiles - 1, 0)
+        count = 0
+        for q0 in range(0, query_len, self.query_tile):
+            last_pos = context_len + min(q0 + self.query_tile, query_len) - 1
+            count += _ceil_div(context_len, self.key_tile)
+            count += _ceil_div(last_pos + 1 - context_len, self.key_tile)
+        return count
+
+
+def plan_prefill(
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    max_query_len: int,
+    *,
+    max_context_len: int = 0,
+    device: Optional[torch.device] = None,
+    device_spec: Optional[DeviceSpec] = None,
+    alibi: bool = False,
+    sliding_window: Optional[int] = None,
+    budget_bytes: Optional[int] = None,
+    backend: Optional[str] = None,
+    stream: Optional[bool] = None,
+    query_tile: Optional[int] = None,
+    key_tile: Optional[int] = None,
+    score_dtype: Optional[torch.dtype] = None,
+) -> PrefillPlan:
+    """Plan one prefill call.
+
+    Args:
+        max_query_len: the longest chunk of new tokens in the batch (tiles are sized for it).
+        max_context_len: the longest cached context; decides streaming when ``stream`` is None.
+        device: where the tensors live (CPU plans keep fp32 scores; backends depend on it).
+        budget_bytes: transient bound; default ``ATTN_CORE_PREFILL_BUDGET_BYTES`` or 1 GiB.
+        backend: force one of :data:`BACKENDS`; default ``ATTN_CORE_PREFILL_BACKEND`` or auto.
+        stream: force streaming on/off; default ``ATTN_CORE_PREFILL_STREAM`` or by size.
+        query_tile / key_tile / score_dtype: overrides for tests and the bench's sweep.
+    """
+    _check_shape_args(num_heads, num_kv_heads, head_size, dtype, max_query_len, max_context_len)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    spec = device_spec if device_spec is not None else detect_device_spec(device)
+    budget = _resolve_budget(budget_bytes)
+    if score_dtype is None:
+        # "meta": the simulator traces the device path, so it gets the device's score dtype.
+        score_dtype = dtype if device.type in ("cuda", "meta") else torch.float32
+    chosen, reason = _choose_backend(backend, device, dtype, head_size, alibi, sliding_window)
+    elem = torch.empty((), dtype=dtype).element_size()
+    score_bytes = torch.empty((), dtype=score_dtype).element_size()
+    sizing = _TileSizing(num_heads, head_size, elem, score_bytes)
+    if chosen != "torch":
+        return _fused_plan(chosen, reason, sizing, budget, spec, locals())
+    tk = key_tile if key_tile is not None else DEFAULT_KEY_TILE
+    tq = query_tile if query_tile is not None else sizing.query_tile(tk, max_query_len, budget)
+    if query_tile is None and key_tile is None:
+        while tq < min(MIN_QUERY_TILE, max_query_len) and tk > MIN_KEY_TILE:
+            tk //= 2
+            tq = sizing.query_tile(tk, max_query_len, budget)
+    _check_positive_tile("query_tile", tq)
+    _check_positive_tile("key_tile", tk)
+    stream_chunk = _stream_chunk(stream, max_context_len, num_kv_heads, head_size, elem, budget, tk)
+    return PrefillPlan(
+        backend=chosen,
+        backend_reason=reason,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        dtype=dtype,
+        score_dtype=score_dtype,
+        max_query_len=max_query_len,
+        query_tile=tq,
+        key_tile=tk,
+        stream_chunk=stream_chunk,
+        budget_bytes=budget,
+        workspace_bytes=sizing.bytes(tq, tk),
+        device_name=spec.name,
+        steps=_tile_steps(spec, num_kv_heads, num_heads // num_kv_heads, head_size, tq, tk),
+    )
+
+
+@dataclass(frozen=True)
+class _TileSizing:
+    """Bytes of the per-call buffers for a (query tile, key tile) pair."""
+
+    num_heads: int
+    head_size: int
+    elem: int
+    score_bytes: int
+
+    def bytes(self, tq: int, tk: int) -> int:
+        rows = self.num_heads * tq
+        scores = rows * tk * self.score_bytes
+        state = rows * (self.head_size + _STATE_FLOATS_EXTRA) * 4
+        query_and_pv = 2 * rows * self.head_size * self.elem
+        return scores + state + query_and_pv + rows * self.score_bytes  # + tile row max
+
+    def fused_bytes(self, tq: int) -> int:
+        """Fused path: fp32 merged output + one part's fp32 output and the kernel's own output,
+        the folded query copy and the causal block's K/V expanded to every query head."""
+        rows = self.num_heads * tq
+        return rows * self.head_size * (4 + 4 + self.elem + self.elem + 2 * self.elem) + rows * 12
+
+    def query_tile(self, tk: int, max_query_len: int, budget: int) -> int:
+        """Largest power of two (capped at the chunk, rounded up) whose buffers fit the budget."""
+        return _largest_pow2(max_query_len, lambda tq: self.bytes(tq, tk) <= budget)
+
+
+def _largest_pow2(max_query_len: int, fits) -> int:
+    tq = 1 << max(0, (max_query_len - 1).bit_length())
+    while tq > 1 and not fits(tq):
+        tq //= 2
+    return tq
+
+
+def _fused_plan(
+    backend: str, reason: str, sizing: _TileSizing, budget: int, spec: DeviceSpec, args: dict
+) -> PrefillPlan:
+    """A fused backend tiles keys inside its kernel; the plan tiles queries (merge state) and
+    decides streaming; ``key_tile`` is 0."""
+    tq = args["query_tile"] or _largest_pow2(
+        args["max_query_len"], lambda t: sizing.fused_bytes(t) <= budget
+    )
+    kvh, heads, hs = args["num_kv_heads"], args["num_heads"], args["head_size"]
+    stream_chunk = _stream_chunk(
+        args["stream"], args["max_context_len"], kvh, hs, sizing.elem, budget, DEFAULT_KEY_TILE
+    )
+    # The kernel's own grid: 128-query blocks per head (flash-attention's forward tiling).
+    kernel = KernelStep("prefill_fused_attention", (_ceil_div(tq, 128), heads, 1), 128, 0)
+    return PrefillPlan(
+        backend=backend,
+        backend_reason=reason,
+        num_heads=heads,
+        num_kv_heads=kvh,
+        head_size=hs,
+        dtype=args["dtype"],
+        score_dtype=torch.float32,
+        max_query_len=args["max_query_len"],
+        query_tile=tq,
+        key_tile=0,
+        stream_chunk=stream_chunk,
+        budget_bytes=budget,
+        workspace_bytes=sizing.fused_bytes(tq),
+        device_name=spec.name,
+        steps=(kernel,),
+    )
+
+
+def _choose_backend(
+    forced: Optional[str],
+    device: torch.device,
+    dtype: torch.dtype,
+    head_size: int,
+    alibi: bool,
+    sliding_window: Optional[int],
+) -> tuple[str, str]:
+    """Backend name and the reason; a fused backend named here is still checked at first use."""
+    if forced is None:
+        forced = os.environ.get(BACKEND_ENV) or None
+        source = f"forced by {BACKEND_ENV}"
+    else:
+        source = "forced by the caller"
+    if forced is not None:
+        if forced not in BACKENDS:
+            raise ValueError(f"prefill backend must be one of {BACKENDS}, got {forced!r}")
+        if forced != "torch" and (alibi or sliding_window):
+            raise ValueError(
+                f"prefill backend {forced!r} ({source}) supports neither alibi nor "
+                f"sliding_window; got alibi={alibi}, sliding_window={sliding_window}"
+            )
+        return forced, source
+    # Lazy import: the registry imports this module's constants.
+    from attn_core.prefill_backends import fused_backend_for
+
+    if alibi:
+        return "torch", "alibi: the fused kernels take no ALiBi bias"
+    if sliding_window:
+        return "torch", "sliding_window: the fused formulation has no window mask"
+    fused = fused_backend_for(device, dtype, head_size)
+    if fused is None:
+        return "torch", f"no fused backend on {device.type} for {dtype}"
+    return fused, "fused backend for this device (verified against the reference at first use)"
+
+
+def _stream_chunk(
+    stream: Optional[bool],
+    max_context_len: int,
+    num_kv_heads: int,
+    head_size: int,
+    elem: int,
+    budget: int,
+    key_tile: int,
+) -> int:
+    per_token = 2 * num_kv_heads * head_size * elem  # gathered K and V
+    if stream is None:
+        env = os.environ.get(STREAM_ENV, "")
+        stream = env not in ("", "0") if env else max_context_len * per_token > budget
+    if not stream:
+        return 0
+    chunk = max(key_tile, (budget // per_token) // key_tile * key_tile)
+    return chunk
+
+
+def _tile_steps(
+    spec: DeviceSpec, kv_heads: int, group: int, head_size: int, tq: int, tk: int
+) -> tuple[KernelStep, ...]:
+    """One tile update as launches: two batched GEMMs and the elementwise softmax update.
+
+    GEMM grids use 128x128 output tiles (the common tensor-core CTA tile); elementwise grids
+    one thread per 4 elements at the device's max block size.
+    """
+    rows = group * tq
+    threads = spec.max_threads_per_block
+
+    def gemm(name: str, m: int, n: int) -> KernelStep:
+        return KernelStep(name, (_ceil_div(m, 128), _ceil_div(n, 128), kv_heads), 256, 32 * 1024)
+
+    def elementwise(name: str, n: int) -> KernelStep:
+        return KernelStep(name, (_ceil_div(n, threads * 4), 1, 1), threads, 0)
+
+    scores = kv_heads * rows * tk
+    return (
+        gemm("prefill_qk", rows, tk),
+        elementwise("prefill_row_max", scores),
+        elementwise("prefill_sub_max", scores),
+        elementwise("prefill_exp", scores),
+        elementwise("prefill_row_sum", scores),
+        gemm("prefill_pv", rows, head_size),
+        elementwise("prefill_rescale_acc", kv_heads * rows * head_size),
+    )
+
+
+def _resolve_budget(budget_bytes: Optional[int]) -> int:
+    if budget_bytes is None:
+        text = os.environ.get(BUDGET_ENV)
+        if not text:
+            return DEFAULT_BUDGET_BYTES
+        try:
+            budget_bytes = int(text)
+        except ValueError:
+            raise ValueError(f"{BUDGET_ENV} must be an integer byte count, got {text!r}") from None
+    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
+        raise ValueError(f"budget_bytes must be a positive int, got {budget_bytes!r}")
+    return budget_bytes
+
+
+def _check_shape_args(
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    dtype: torch.dtype,
+    max_query_len: int,
+    max_context_len: int,
+) -> None:
+    for name, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads must be a multiple of num_kv_heads ({num_kv_heads}), got {num_heads}"
+        )
+    if head_size not in SUPPORTED_HEAD_SIZES:
+        raise ValueError(f"head_size must be one of {SUPPORTED_HEAD_SIZES}, got {head_size}")
+    if dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"dtype must be one of {COMPUTE_DTYPES}, got {dtype}")
+    if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or max_query_len < 1:
+        raise ValueError(f"max_query_len must be a positive int, got {max_query_len!r}")
+    if not isinstance(max_context_len, int) or max_context_len < 0:
+        raise ValueError(f"max_context_len must be a non-negative int, got {max_context_len!r}")
+
+
+def _check_positive_tile(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)

@@ -1,0 +1,211 @@
+"""The portable prefill backend: online softmax over key tiles in plain torch ops.
+
+Always safe on BI-V100 (no Triton, no vendor kernels). Per sequence the cached context is
+gathered once (or, in streaming mode, in chunks of ``plan.stream_chunk`` tokens once per query
+tile); queries are processed ``plan.query_tile`` tokens at a time against key tiles of
+``plan.key_tile`` tokens, first over the context, then causally over the chunk's own keys. Tiles
+that the causal mask or the sliding window fully exclude are skipped; only tiles crossing an
+edge build a mask.
+
+Every buffer (score tile, query tile, P@V tile, fp32 running max / sum / accumulator) is
+allocated once per call in :class:`_Workspace` and updated in place with ``out=`` forms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from attn_core.cache_layout import CacheLayout
+from attn_core.plan_prefill import PrefillPlan
+from attn_core.prefill_gather import gather_context, new_tokens_head_major
+
+
+@dataclass(frozen=True)
+class SeqSpan:
+    """One sequence of the packed batch: tokens ``[q0, q1)`` of the chunk, ``ctx`` cached."""
+
+    index: int
+    q0: int
+    q1: int
+    ctx: int
+
+    @property
+    def query_len(self) -> int:
+        return self.q1 - self.q0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The call's tensors and attention options, validated by :mod:`attn_core.prefill`."""
+
+    query: torch.Tensor  # [num_tokens, heads, hs]
+    key: torch.Tensor  # [num_tokens, kv_heads, hs]
+    value: torch.Tensor  # [num_tokens, kv_heads, hs]
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32
+    layout: CacheLayout
+    scale: float
+    alibi_slopes: Optional[torch.Tensor]  # [heads] fp32
+    window: int  # 0: no sliding window
+    k_scale: float
+    v_scale: float
+
+
+def run_torch_prefill(plan: PrefillPlan, problem: Problem, spans: list, out: torch.Tensor) -> None:
+    """Attend every span's new tokens; writes ``out [num_tokens, heads, hs]`` in place."""
+    ws = _Workspace(plan, problem)
+    for span in spans:
+        if span.query_len == 0:
+            continue
+        new_k, new_v = new_tokens_head_major(
+            problem.key[span.q0 : span.q1], problem.value[span.q0 : span.q1], plan.score_dtype
+        )
+        whole = None
+        if span.ctx > 0 and plan.stream_chunk == 0:
+            whole = _gather(problem, span, 0, span.ctx, plan.score_dtype)
+        for a in range(0, span.query_len, plan.query_tile):
+            b = min(a + plan.query_tile, span.query_len)
+            ws.begin(problem.query[span.q0 + a : span.q0 + b], span.ctx + a)
+            for c0, c1 in _context_chunks(plan, problem.window, span.ctx, span.ctx + a):
+                if whole is not None:
+                    keys, values = whole[0][:, c0:c1], whole[1][:, c0:c1]
+                else:
+                    keys, values = _gather(problem, span, c0, c1, plan.score_dtype)
+                ws.attend_range(keys, values, c0)
+            ws.attend_range(new_k[:, :b], new_v[:, :b], span.ctx)
+            ws.finish(out[span.q0 + a : span.q0 + b])
+
+
+def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtype) -> tuple:
+    return gather_context(
+        problem.key_cache,
+        problem.value_cache,
+        problem.block_tables[span.index],
+        c0,
+        c1,
+        problem.layout,
+        dtype,
+        problem.k_scale,
+        problem.v_scale,
+    )
+
+
+def _context_chunks(plan: PrefillPlan, window: int, ctx: int, first_query_pos: int) -> list:
+    """Context ranges to gather: one when not streaming; chunks wholly outside the window go."""
+    if ctx == 0:
+        return []
+    step = plan.stream_chunk or ctx
+    lowest = first_query_pos - window + 1 if window > 0 else 0  # oldest key any query sees
+    return [(c0, min(c0 + step, ctx)) for c0 in range(0, ctx, step) if min(c0 + step, ctx) > lowest]
+
+
+class _Workspace:
+    """Per-call buffers sized for one (query tile, key tile) and the running softmax state.
+
+    Rows are ``(group member j, query i)`` per KV head: ``[kv_heads, group * query_tile]``, so
+    the query heads that share a KV head share one read of each key tile.
+    """
+
+    def __init__(self, plan: PrefillPlan, problem: Problem) -> None:
+        dev = problem.query.device
+        self.plan = plan
+        self.problem = problem
+        self.kvh, self.group, self.hs = plan.num_kv_heads, plan.group_size, plan.head_size
+        rows = self.kvh * self.group * plan.query_tile
+        sd = plan.score_dtype
+        self._scores = torch.empty(rows * plan.key_tile, dtype=sd, device=dev)
+        self._q = torch.empty(rows * self.hs, dtype=sd, device=dev)
+        self._pv = torch.empty(rows * self.hs, dtype=sd, device=dev)
+        self._acc = torch.empty(rows * self.hs, dtype=torch.float32, device=dev)
+        self._tile_max = torch.empty(rows, dtype=sd, device=dev)
+        f32 = {"dtype": torch.float32, "device": dev}
+        self._m, self._m_new = torch.empty(rows, **f32), torch.empty(rows, **f32)
+        self._l, self._l_tile = torch.empty(rows, **f32), torch.empty(rows, **f32)
+        self._alpha = torch.empty(rows, **f32)
+        self._slopes = None
+        if problem.alibi_slopes is not None:
+            self._slopes = problem.alibi_slopes.float().view(self.kvh, self.group, 1, 1)
+
+    def begin(self, query: torch.Tensor, first_pos: int) -> None:
+        """Start a query tile: ``query [t, heads, hs]`` at absolute positions ``first_pos + i``."""
+        t = query.shape[0]
+        self.t, self.rows, self.first_pos = t, self.group * t, first_pos
+        n = self.kvh * self.rows
+        self.q = self._q[: n * self.hs].view(self.kvh, self.rows, self.hs)
+        # Scale folded into the query once per tile: [t, kvh, g, hs] -> [kvh, g, t, hs].
+        torch.mul(
+            query.view(t, self.kvh, self.group, self.hs).permute(1, 2, 0, 3),
+            self.problem.scale,
+            out=self.q.view(self.kvh, self.group, t, self.hs),
+        )
+        self.acc = self._acc[: n * self.hs].view(self.kvh, self.rows, self.hs).zero_()
+        self.m = self._m[:n].view(self.kvh, self.rows).fill_(torch.finfo(torch.float32).min)
+        self.m_new = self._m_new[:n].view(self.kvh, self.rows)
+        self.l = self._l[:n].view(self.kvh, self.rows).zero_()
+
+    def attend_range(self, keys: torch.Tensor, values: torch.Tensor, first_key_pos: int) -> None:
+        """Fold keys ``[kvh, n, hs]`` at positions ``first_key_pos + j`` into the state."""
+        tk, n = self.plan.key_tile, keys.shape[1]
+        last_q = self.first_pos + self.t - 1
+        window = self.problem.window
+        for k0 in range(0, n, tk):
+            k1 = min(k0 + tk, n)
+            lo, hi = first_key_pos + k0, first_key_pos + k1 - 1  # key positions in this tile
+            if lo > last_q or (window > 0 and hi <= self.first_pos - window):
+                continue  # causally in the future / wholly outside every query's window
+            needs_mask = hi > self.first_pos or (window > 0 and lo <= last_q - window)
+            self._update(keys[:, k0:k1], values[:, k0:k1], lo, needs_mask)
+
+    def _update(self, keys: torch.Tensor, values: torch.Tensor, lo: int, needs_mask: bool) -> None:
+        n = keys.shape[1]
+        count = self.kvh * self.rows
+        s = self._scores[: count * n].view(self.kvh, self.rows, n)
+        torch.bmm(self.q, keys.transpose(1, 2), out=s)
+        s4 = s.view(self.kvh, self.group, self.t, n)
+        if self._slopes is not None:
+            s4.add_(self._alibi(lo, n))
+        if needs_mask:
+            s4.masked_fill_(self._mask(lo, n), -math.inf)
+        tile_max = self._tile_max[:count].view(self.kvh, self.rows)
+        torch.amax(s, dim=-1, out=tile_max)
+        torch.maximum(self.m, tile_max, out=self.m_new)
+        alpha = self._alpha[:count].view(self.kvh, self.rows)
+        torch.sub(self.m, self.m_new, out=alpha).exp_()
+        s.sub_(self.m_new.unsqueeze(-1)).exp_()  # probabilities, in place in the score tile
+        l_tile = self._l_tile[:count].view(self.kvh, self.rows)
+        torch.sum(s, dim=-1, dtype=torch.float32, out=l_tile)
+        self.l.mul_(alpha).add_(l_tile)
+        pv = self._pv[: count * self.hs].view(self.kvh, self.rows, self.hs)
+        torch.bmm(s, values, out=pv)
+        self.acc.mul_(alpha.unsqueeze(-1)).add_(pv)
+        self.m, self.m_new = self.m_new, self.m
+
+    def _mask(self, lo: int, n: int) -> torch.Tensor:
+        """``[t, n]`` True where a key is excluded (future, or outside the window)."""
+        dev = self.q.device
+        q_pos = torch.arange(self.first_pos, self.first_pos + self.t, device=dev)[:, None]
+        k_pos = torch.arange(lo, lo + n, device=dev)[None, :]
+        mask = k_pos > q_pos
+        if self.problem.window > 0:
+            mask |= k_pos <= q_pos - self.problem.window
+        return mask
+
+    def _alibi(self, lo: int, n: int) -> torch.Tensor:
+        """``[kvh, g, 1, n]`` bias ``slope * (key_pos - first_pos)``.
+
+        vLLM's bias is ``slope * (key_pos - query_pos)``; the ``query_pos - first_pos`` part is
+        constant along a row, so softmax drops it, and one row of bias serves the whole tile.
+        """
+        rel = torch.arange(lo - self.first_pos, lo - self.first_pos + n, device=self.q.device)
+        return self._slopes * rel.float()
+
+    def finish(self, out: torch.Tensor) -> None:
+        """Normalise and write ``out [t, heads, hs]`` (the query dtype)."""
+        self.acc.div_(self.l.unsqueeze(-1))
+        acc = self.acc.view(self.kvh, self.group, self.t, self.hs).permute(2, 0, 1, 3)
+        out.view(self.t, self.kvh, self.group, self.hs).copy_(acc)
