@@ -19,44 +19,34 @@ import torch
 
 aten = torch.ops.aten
 
+# Classification is by overload packet, so ``bmm.out`` / ``index.Tensor_out`` count as their
+# functional forms; an ``out=`` tensor is written, never charged as a read.
 FREE = {
-    aten._unsafe_view.default,
-    aten.alias.default,
-    aten.detach.default,
-    aten.lift_fresh.default,
-    aten.empty.memory_format,
-    aten.empty_strided.default,
-    aten.empty_like.default,
-    aten.new_empty.default,
-    aten.new_empty_strided.default,
-    aten.set_.source_Tensor,
-    aten.resize_.default,
+    aten._unsafe_view,
+    aten.alias,
+    aten.detach,
+    aten.lift_fresh,
+    aten.empty,
+    aten.empty_strided,
+    aten.empty_like,
+    aten.new_empty,
+    aten.new_empty_strided,
+    aten.set_,
+    aten.resize_,
 }
-GATHERS = {
-    aten.index_select.default,
-    aten.index.Tensor,
-    aten.gather.default,
-    aten.embedding.default,
-}
+GATHERS = {aten.index_select, aten.index, aten.gather, aten.embedding}
 SCATTERS = {
-    aten.index_put_.default,
-    aten.index_put.default,
-    aten.index_copy_.default,
-    aten.index_copy.default,
-    aten.scatter_.src,
-    aten.scatter.src,
-    aten.scatter_.value,
-    aten.scatter.value,
+    aten.index_put_,
+    aten.index_put,
+    aten.index_copy_,
+    aten.index_copy,
+    aten.scatter_,
+    aten.scatter,
 }
-SYNCS = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default}
-EXP_HEAVY = {
-    aten._softmax.default,
-    aten._log_softmax.default,
-    aten.logsumexp.default,
-    aten.exp.default,
-    aten.exp_.default,
-    aten.log.default,
-}
+SYNCS = {aten._local_scalar_dense, aten.nonzero, aten.masked_select}
+EXP_HEAVY = {aten._softmax, aten._log_softmax, aten.logsumexp, aten.exp, aten.exp_, aten.log}
+COPIES = {aten.copy_, aten._to_copy, aten.clone}
+MATMULS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm}
 
 
 @dataclass
@@ -100,50 +90,44 @@ def _tensors(values: Sequence[Any]) -> list:
 
 def _matmul_flops(func, args, outs) -> int:
     out = outs[0]
-    if func in (aten.mm.default, aten.addmm.default):
-        a = args[-2]
+    packet = func.overloadpacket
+    a = args[1] if packet in (aten.addmm, aten.baddbmm) else args[0]
+    if packet in (aten.mm, aten.addmm):
         m, k = a.shape
         flops = 2 * m * k * out.shape[-1]
     else:  # bmm / baddbmm: [b, m, k] @ [b, k, n]
-        a = args[-2]
         b, m, k = a.shape
         flops = 2 * b * m * k * out.shape[-1]
-    if func in (aten.addmm.default, aten.baddbmm.default):
+    if packet in (aten.addmm, aten.baddbmm):
         flops += 2 * out.numel()
     return flops
 
 
-MATMULS = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default}
-
-
 def op_cost(func, args: Sequence[Any], kwargs: dict, outs: Sequence[torch.Tensor]) -> OpCost:
     """Cost of ``func(*args, **kwargs)`` that produced tensors ``outs``."""
-    ins = _tensors(list(args) + list(kwargs.values()))
-    if func in FREE or getattr(func, "is_view", False):
+    packet = func.overloadpacket
+    ins = _tensors(list(args) + [v for k, v in kwargs.items() if k != "out"])
+    if packet in FREE or getattr(func, "is_view", False):
         return OpCost(kind="free")
-    if func in SYNCS:
+    if packet in SYNCS:
         read = sum(touched_bytes(t) for t in ins)
         return OpCost(bytes_read=read, launches=1, syncs=1, kind="sync")
     written = sum(t.numel() * t.element_size() for t in outs)
     if written == 0 and not ins:
         return OpCost(kind="free")
-    if func in GATHERS:
+    if packet in GATHERS:
         index = sum(touched_bytes(t) for t in ins[1:])
         return OpCost(bytes_read=written + index, bytes_written=written, launches=1, kind="gather")
-    if func in SCATTERS:
+    if packet in SCATTERS:
         src = sum(touched_bytes(t) for t in ins[1:])
         dst = max((t.numel() for t in ins[1:] if t.dtype.is_floating_point), default=0)
         dst *= ins[0].element_size()
         return OpCost(bytes_read=src, bytes_written=dst, launches=1, kind="scatter")
     read = sum(touched_bytes(t) for t in ins)
-    if func in (aten.copy_.default, aten._to_copy.default, aten.clone.default):
-        return OpCost(
-            bytes_read=read - (touched_bytes(ins[0]) if func == aten.copy_.default else 0),
-            bytes_written=written,
-            launches=1,
-            kind="copy",
-        )
-    if func in MATMULS:
+    if packet in COPIES:
+        dst_read = touched_bytes(ins[0]) if packet is aten.copy_ else 0
+        return OpCost(bytes_read=read - dst_read, bytes_written=written, launches=1, kind="copy")
+    if packet in MATMULS:
         return OpCost(
             bytes_read=read,
             bytes_written=written,
@@ -153,12 +137,11 @@ def op_cost(func, args: Sequence[Any], kwargs: dict, outs: Sequence[torch.Tensor
         )
     in_elems = max((t.numel() for t in ins), default=0)
     out_elems = max((t.numel() for t in outs), default=0)
-    reduction = in_elems > out_elems
-    per = 5 if func in EXP_HEAVY else 1
+    per = 5 if packet in EXP_HEAVY else 1
     return OpCost(
         bytes_read=read,
         bytes_written=written,
         flops=per * max(in_elems, out_elems),
         launches=1,
-        kind="reduction" if reduction else "elementwise",
+        kind="reduction" if in_elems > out_elems else "elementwise",
     )

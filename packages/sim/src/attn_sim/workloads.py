@@ -17,6 +17,7 @@ reads offsets on the host still traces). The traced code plans for the profile t
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,23 +96,69 @@ def prefill_inputs(case: Case) -> tuple[tuple, dict, dict[torch.Tensor, torch.Te
     return args, {}, shadows
 
 
+# The torch each profile runs under decides some of attn-core's choices: the vendor ships torch
+# 2.1 for the BI-V100, whose bmm has no ``out_dtype`` (keys are upcast for fp32 scores); the
+# NVIDIA profiles run current torch, whose CUDA bmm writes fp32 scores from fp16/bf16 inputs.
+BMM_OUT_DTYPE = {"bi-v100": False, "bi-v100-smem48k": False, "h200": True, "a100": True}
+
+
 @contextlib.contextmanager
 def profile_env(spec: DeviceSpec) -> Iterator[None]:
-    """Make attn-core plan for ``spec`` (by its base profile name) while tracing."""
-    name = spec.name.split("+")[0]
+    """Make attn-core plan (and pick torch features) for ``spec`` while tracing.
+
+    Sets ``ATTN_CORE_DEVICE`` to the profile's base name and answers attn-core's "does bmm write
+    fp32 scores" probe as that profile's torch would (the probe itself only sees ``meta``).
+    """
+    name = base_name(spec)
     old = os.environ.get("ATTN_CORE_DEVICE")
     os.environ["ATTN_CORE_DEVICE"] = name
+    patched = _patch_bmm_probe(BMM_OUT_DTYPE.get(name, False))
     try:
         yield
     finally:
+        patched()
         if old is None:
             os.environ.pop("ATTN_CORE_DEVICE", None)
         else:
             os.environ["ATTN_CORE_DEVICE"] = old
 
 
-def trace_case(spec: DeviceSpec, case: Case) -> Trace:
-    """Trace one call of attn-core for ``case`` after a warm-up call (workspaces exist)."""
+def base_name(spec: DeviceSpec) -> str:
+    """The built-in profile a (possibly calibrated, ``name+calibrated``) profile derives from."""
+    return spec.name.split("+")[0]
+
+
+def _patch_bmm_probe(answer: bool):
+    try:
+        from attn_core import decode
+    except ImportError:
+        return lambda: None
+    original = getattr(decode, "bmm_writes_fp32", None)
+    if original is None:
+        return lambda: None
+
+    def probe(device_type: str, dtype: torch.dtype) -> bool:
+        return (
+            dtype == torch.float32
+            or (device_type == "meta" and answer)
+            or (device_type != "meta" and original(device_type, dtype))
+        )
+
+    decode.bmm_writes_fp32 = probe
+
+    def restore() -> None:
+        decode.bmm_writes_fp32 = original
+
+    return restore
+
+
+def trace_case(spec: DeviceSpec, case: Case) -> Tuple[Trace, int]:
+    """Trace one call of attn-core for ``case`` after a warm-up call.
+
+    Returns ``(trace, workspace_bytes)``: the steady-state call's trace and the bytes of reusable
+    scratch the warm-up left behind (a fresh workspace per case when the entry point takes one,
+    so an earlier, larger case cannot hide this one's needs).
+    """
     import attn_core
 
     if case.path == "decode":
@@ -120,16 +167,28 @@ def trace_case(spec: DeviceSpec, case: Case) -> Trace:
         fn, build = attn_core.paged_prefix_prefill, prefill_inputs
     else:
         raise ValueError(f"case.path must be 'decode' or 'prefill', got {case.path!r}")
+    workspace = _fresh_workspace(fn)
     with profile_env(spec):
         args, kwargs, shadows = build(case)
-        trace(fn, *args, shadows=shadows, **kwargs)  # warm-up: reusable workspaces get made
-        args, kwargs, shadows = build(case)
+        if workspace is not None:
+            kwargs["workspace"] = workspace
+        warm, _ = trace(fn, *args, shadows=shadows, **kwargs)
+        args, _, shadows = build(case)
         record, _ = trace(fn, *args, shadows=shadows, **kwargs)
-    return record
+    held = workspace.nbytes if workspace is not None else warm.retained_bytes
+    return record, held
 
 
-def plan_for(spec: DeviceSpec, case: Case):
-    """attn-core's plan object for ``case`` on ``spec``."""
+def _fresh_workspace(fn):
+    if "workspace" not in inspect.signature(fn).parameters:
+        return None
+    from attn_core.workspace import Workspace
+
+    return Workspace()
+
+
+def plan_for(spec: DeviceSpec, case: Case, tier: Optional[str] = None):
+    """attn-core's plan object for ``case`` on ``spec`` (decode: ``tier`` forces a tier)."""
     import attn_core
 
     s = case.shape
@@ -146,6 +205,7 @@ def plan_for(spec: DeviceSpec, case: Case):
                 blocks,
                 DTYPES[case.dtype],
                 device_spec=spec,
+                tier=tier,
             )
         return _plan_prefill(spec, case)
 
