@@ -21,6 +21,7 @@ import inspect
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -152,7 +153,7 @@ def _patch_bmm_probe(answer: bool):
     return restore
 
 
-def trace_case(spec: DeviceSpec, case: Case) -> Tuple[Trace, int]:
+def trace_case(spec: DeviceSpec, case: Case) -> tuple[Trace, int]:
     """Trace one call of attn-core for ``case`` after a warm-up call.
 
     Returns ``(trace, workspace_bytes)``: the steady-state call's trace and the bytes of reusable
