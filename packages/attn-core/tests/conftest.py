@@ -1,0 +1,54 @@
+"""Shared test support for attn-core: NaN poisoning, per-dtype tolerances, a CUDA skip.
+
+The float64 reference lives in ``attn_core.testing`` (shared with engine-patch and the HIL
+suites); this file only holds pytest plumbing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+# Per-dtype tolerances against the float64 reference. fp16: probabilities are rounded to fp16
+# before P.V (as in vLLM) and the output once more; the worst error seen over this suite's
+# cases was 1.6e-3 on outputs of magnitude ~1. bf16 has 8 mantissa bits (2^-8 = 3.9e-3).
+TOLERANCES = {
+    torch.float16: {"atol": 2.5e-3, "rtol": 5e-3},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 3e-2},
+    torch.float32: {"atol": 2e-5, "rtol": 2e-5},
+}
+
+DECODE_ENV = (
+    "ATTN_CORE_DECODE_PARTITION_SIZE",
+    "ATTN_CORE_DECODE_SINGLE_TILE_MAX",
+    "ATTN_CORE_DECODE_STREAM_TOKENS",
+    "ATTN_CORE_DECODE_TIER",
+    "ATTN_CORE_DECODE_SUBSCRIPTION",
+    "ATTN_CORE_CHECKS",
+    "ATTN_CORE_DEVICE",
+)
+
+requires_cuda = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)"
+)
+
+
+def poisoned_like(t: torch.Tensor) -> torch.Tensor:
+    """A tensor shaped like ``t`` full of NaN: any element a kernel fails to write shows up."""
+    return torch.full_like(t, math.nan)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """``actual`` (any dtype/device) against a float64 reference, with ``dtype``'s tolerance."""
+    assert torch.isfinite(actual).all(), "output has NaN/inf (unwritten or poisoned elements)"
+    torch.testing.assert_close(actual.double().cpu(), expected.double(), **TOLERANCES[dtype])
+
+
+@pytest.fixture(autouse=True)
+def clean_decode_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """Every test starts without decode overrides; tests set the ones they exercise."""
+    for name in DECODE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch

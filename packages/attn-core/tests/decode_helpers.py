@@ -1,0 +1,66 @@
+"""Calling paged_decode on a PagedCase with a NaN-poisoned ``out``, and its reference."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from conftest import poisoned_like
+
+from attn_core import paged_decode
+from attn_core.testing import PagedCase, reference_decode
+from attn_core.workspace import Workspace
+
+
+def run_decode(
+    case: PagedCase,
+    max_seq_len: Optional[int] = None,
+    *,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    workspace: Optional[Workspace] = None,
+) -> torch.Tensor:
+    out = poisoned_like(case.query)
+    result = paged_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        max_seq_len or case.max_seq_len,
+        scale,
+        alibi_slopes=alibi_slopes,
+        kv_cache_dtype=case.kv_cache_dtype,
+        k_scale=case.k_scale,
+        v_scale=case.v_scale,
+        out=out,
+        workspace=workspace or Workspace(),
+    )
+    assert result is out
+    return out
+
+
+def reference(
+    case: PagedCase,
+    *,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
+    return reference_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        scale,
+        alibi_slopes,
+        case.kv_cache_dtype,
+        case.k_scale,
+        case.v_scale,
+    )
+
+
+def slopes_for(num_heads: int, device: str = "cpu") -> torch.Tensor:
+    """ALiBi slopes as models define them: 2^(-8 (i+1) / num_heads)."""
+    i = torch.arange(num_heads, dtype=torch.float32)
+    return torch.pow(2.0, -8.0 * (i + 1) / num_heads).to(device)
