@@ -332,14 +332,14 @@ def _execute(
 def _token_indices(
     plan: DecodePlan, block_tables: torch.Tensor, seq_lens: torch.Tensor, start: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(block ids, offsets, valid)``, each ``[S, C]``; invalid slots point at token 0."""
+    """``(block ids, offsets, masked)``, each ``[S, C]``; masked slots point at token 0."""
     bs = plan.block_size
     pos = torch.arange(start, start + plan.chunk_tokens, device=seq_lens.device)
-    valid = pos[None, :] < seq_lens[:, None]
-    tok = torch.where(valid, pos[None, :], 0)
+    masked = pos[None, :] >= seq_lens[:, None]
+    tok = pos.masked_fill(masked, 0)
     col = (tok // bs).clamp_(max=block_tables.shape[1] - 1)
     blocks = block_tables.gather(1, col).long()
-    return blocks, tok % bs, valid
+    return blocks, tok % bs, masked
 
 
 def _gather_keys(
@@ -430,7 +430,7 @@ def _chunk(
     kv_heads = rows // num_seqs
     c, p, ps = plan.chunk_tokens, plan.num_partitions, plan.partition_size
     dtype, device = qg.dtype, qg.device
-    blocks, offsets, valid = _token_indices(plan, block_tables, seq_lens, start)
+    blocks, offsets, masked = _token_indices(plan, block_tables, seq_lens, start)
 
     # scores [rows, G, C] fp32
     keys = _gather_keys(ws, key_cache, blocks, offsets, layout).view(rows, c, head_size)
@@ -446,7 +446,7 @@ def _chunk(
     if slopes is not None:
         rel = torch.arange(start, start + c, device=device)[None, :] - seq_lens[:, None] + 1
         scores4.add_(slopes * rel.view(1, num_seqs, 1, c).float())
-    scores4.masked_fill_(~valid.view(1, num_seqs, 1, c), -math.inf)
+    scores4.masked_fill_(masked.view(1, num_seqs, 1, c), -math.inf)
 
     # per-partition softmax statistics; probabilities unnormalised
     parts = scores.view(rows, group, p, ps)

@@ -16,7 +16,7 @@ import torch
 
 def safe_max(m: torch.Tensor) -> torch.Tensor:
     """``m`` with ``-inf`` replaced by 0, so ``exp(s - m)`` of an empty row is 0, not NaN."""
-    return torch.where(m == -math.inf, torch.zeros((), dtype=m.dtype, device=m.device), m)
+    return m.masked_fill(m == -math.inf, 0.0)
 
 
 def merge_partitions(

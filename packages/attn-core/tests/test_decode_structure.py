@@ -1,0 +1,152 @@
+"""How decode runs, not what it returns: fixed op counts, no host syncs, no K/V repetition to
+query heads, workspace reuse, and the streaming mode's bounded workspace.
+
+Ops are observed with a TorchDispatchMode (every aten call with its outputs), on the CPU.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from decode_helpers import run_decode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attn_core import paged_decode
+from attn_core.testing import make_paged_case
+from attn_core.workspace import Workspace
+
+# Ops that read device values on the host or produce data-dependent shapes.
+SYNCING_OPS = {
+    "_local_scalar_dense",
+    "item",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "_unique2",
+    "repeat_interleave",
+}
+
+
+# Metadata-only ops: no kernel launch on a device.
+VIEW_OPS = {
+    "view",
+    "_unsafe_view",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "transpose",
+    "t",
+    "permute",
+    "expand",
+    "as_strided",
+    "alias",
+    "detach",
+    "empty",
+    "empty_strided",
+    "lift_fresh",
+}
+
+
+class OpRecorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+        self.largest_output = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name not in VIEW_OPS:
+            self.ops[name] += 1
+        outs = result if isinstance(result, (tuple, list)) else (result,)
+        for t in outs:
+            if isinstance(t, torch.Tensor):
+                self.largest_output = max(self.largest_output, t.numel())
+        return result
+
+
+def record(case, max_seq_len=None) -> OpRecorder:
+    """The ops of one paged_decode call alone (inputs and ``out`` prepared outside)."""
+    max_seq_len = max_seq_len or case.max_seq_len
+    out = torch.empty_like(case.query)
+    ws = Workspace()
+    rec = OpRecorder()
+    with rec:
+        paged_decode(
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            case.block_tables,
+            case.seq_lens,
+            max_seq_len,
+            out=out,
+            workspace=ws,
+        )
+    return rec
+
+
+@pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
+def test_op_count_does_not_grow_with_context_or_batch(tier: str, clean_decode_env) -> None:
+    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
+    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "32")
+    small = record(make_paged_case((70,), 8, 2, 64, 16, torch.float16))
+    big = record(make_paged_case((900, 33, 1, 517, 64, 64, 2), 8, 2, 64, 16, torch.float16))
+    assert sum(small.ops.values()) == sum(big.ops.values())
+    assert small.ops == big.ops
+    # "a fixed, small number of batched ops": every op that would launch a kernel
+    assert sum(big.ops.values()) <= 40, big.ops
+
+
+def test_no_host_sync_or_data_dependent_shapes() -> None:
+    case = make_paged_case((1, 40, 300), 24, 4, 128, 16, torch.float16)
+    rec = record(case, max_seq_len=1000)
+    assert not SYNCING_OPS & set(rec.ops), rec.ops
+
+
+@pytest.mark.parametrize("heads", ((24, 4), (8, 1)))
+def test_kv_never_expanded_to_query_heads(heads: tuple[int, int]) -> None:
+    """No tensor as large as K or V repeated to every query head is ever created."""
+    num_heads, num_kv_heads = heads
+    lens = (400, 123)
+    case = make_paged_case(lens, num_heads, num_kv_heads, 128, 16, torch.float16)
+    rec = record(case)
+    gathered = num_kv_heads * len(lens) * 400 * 128  # kv heads x seqs x slots x head
+    # workspace buffers carry 1/8 growth slack (attn_core.workspace.GROWTH_SLACK)
+    assert rec.largest_output <= gathered * 9 // 8
+    assert rec.largest_output < num_heads * len(lens) * max(lens) * 128
+
+
+def test_steady_state_allocates_nothing_new() -> None:
+    ws = Workspace()
+    case = make_paged_case((30, 200, 7), 8, 2, 64, 16, torch.float16)
+    run_decode(case, workspace=ws)
+    first = ws.allocations
+    assert first > 0
+    for _ in range(3):
+        run_decode(case, workspace=ws)
+    assert ws.allocations == first
+    # vLLM's eager max_seq_len grows a token per step; the buffers' slack absorbs it
+    run_decode(case, max_seq_len=case.max_seq_len + 16, workspace=ws)
+    assert ws.allocations == first
+
+
+def test_streaming_workspace_does_not_grow_with_context(clean_decode_env) -> None:
+    clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "256")
+    held = []
+    for length in (1000, 5000):
+        ws = Workspace()
+        case = make_paged_case((length,), 8, 2, 64, 16, torch.float16)
+        run_decode(case, workspace=ws)
+        held.append(ws.nbytes)
+    assert held[0] == held[1]
+
+
+def test_streaming_loops_over_chunks_only(clean_decode_env) -> None:
+    """Streaming is the one mode allowed to loop: its op count grows with chunks, by design."""
+    clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "256")
+    one = record(make_paged_case((200,), 8, 2, 64, 16, torch.float16))
+    four = record(make_paged_case((1000,), 8, 2, 64, 16, torch.float16))
+    assert sum(four.ops.values()) > sum(one.ops.values())
