@@ -1,0 +1,146 @@
+"""paged_prefix_prefill (torch backend) against the float64 reference over the supported matrix.
+
+Mixed batches hold a sequence with no context, 1-token queries and lengths one either side of
+the tile and block sizes; block tables are random permutations; every output starts as NaN.
+Small forced tiles (query 8, key 16) make short sequences cross many tile edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import assert_close
+from prefill_helpers import reference, run_prefill
+
+from attn_core import plan_prefill
+from attn_core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
+from attn_core.prefill_case import make_prefill_case
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+GQA = ((24, 4), (16, 2), (8, 1), (8, 8))
+# (context, new tokens): no context, 1-token queries, tile/block edges +-1, primes.
+MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
+
+
+def small_tiles(case, **overrides):
+    """A torch plan with query tile 8 and key tile 16 for ``case``."""
+    q, kvh = case.query, case.key.shape[1]
+    return plan_prefill(
+        q.shape[1],
+        kvh,
+        q.shape[2],
+        q.dtype,
+        case.max_query_len,
+        backend="torch",
+        query_tile=8,
+        key_tile=16,
+        **overrides,
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_size", SUPPORTED_HEAD_SIZES)
+def test_head_sizes_and_dtypes(head_size: int, dtype: torch.dtype) -> None:
+    case = make_prefill_case(MIXED, 4, 2, head_size, 16, dtype, seed=head_size)
+    assert_close(run_prefill(case, small_tiles(case)), reference(case), dtype)
+
+
+@pytest.mark.parametrize("heads", GQA, ids=lambda h: f"{h[0]}q{h[1]}kv")
+@pytest.mark.parametrize("block_size", SUPPORTED_BLOCK_SIZES)
+def test_gqa_ratios_and_block_sizes(heads: tuple[int, int], block_size: int) -> None:
+    case = make_prefill_case(MIXED, *heads, 64, block_size, torch.float32, seed=block_size)
+    assert_close(run_prefill(case, small_tiles(case)), reference(case), torch.float32)
+
+
+@pytest.mark.parametrize("window", (0, 16, 64, 2048))
+@pytest.mark.parametrize("alibi", (False, True), ids=("no-alibi", "alibi"))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_sliding_window_and_alibi(window: int, alibi: bool, dtype: torch.dtype) -> None:
+    seqs = ((0, 70), (150, 40), (20, 1), (300, 9))
+    case = make_prefill_case(
+        seqs, 8, 2, 64, 16, dtype, alibi=alibi, sliding_window=window, seed=window
+    )
+    assert_close(run_prefill(case, small_tiles(case)), reference(case), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kv_cache_dtype", ("fp8", "fp8_e4m3", "fp8_e5m2"))
+def test_fp8_caches(kv_cache_dtype: str, dtype: torch.dtype) -> None:
+    case = make_prefill_case(
+        MIXED, 8, 2, 128, 16, dtype, kv_cache_dtype=kv_cache_dtype, k_scale=0.25, v_scale=3.0
+    )
+    assert_close(run_prefill(case, small_tiles(case)), reference(case), dtype)
+
+
+def test_default_plan_matches_small_tiles() -> None:
+    """The planned (large) tiles and forced small ones agree: tiling changes no result."""
+    case = make_prefill_case(MIXED, 24, 4, 256, 16, torch.float32, seed=7)
+    big = run_prefill(case)
+    small = run_prefill(case, small_tiles(case))
+    assert_close(big, reference(case), torch.float32)
+    torch.testing.assert_close(big, small, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("window", (0, 40))
+def test_streaming_matches_whole_context(window: int) -> None:
+    """Streaming gathers 32-token context chunks per query tile; results equal the whole path."""
+    case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float32, sliding_window=window, seed=11)
+    plan = dataclasses.replace(small_tiles(case), stream_chunk=32)
+    assert_close(run_prefill(case, plan), reference(case), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+def test_half_precision_scores(dtype: torch.dtype) -> None:
+    """The device path keeps scores in fp16/bf16 (fp32 softmax state); check it on the CPU."""
+    case = make_prefill_case(MIXED, 8, 2, 128, 16, dtype, alibi=True, seed=13)
+    plan = small_tiles(case, score_dtype=dtype)
+    assert plan.score_dtype == dtype
+    got = run_prefill(case, plan)
+    # Scores rounded to 2 bytes before exp: the prefill tolerance of FlashInfer's tests.
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), reference(case), atol=2e-2, rtol=2e-2)
+
+
+def test_batch_equals_single_sequences() -> None:
+    case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float32, seed=17)
+    batched = run_prefill(case)
+    starts = case.query_start_loc.tolist()
+    for s in range(len(MIXED)):
+        q0, q1 = starts[s], starts[s + 1]
+        one = dataclasses.replace(
+            case,
+            query=case.query[q0:q1],
+            key=case.key[q0:q1],
+            value=case.value[q0:q1],
+            block_tables=case.block_tables[s : s + 1],
+            query_start_loc=torch.tensor([0, q1 - q0], dtype=torch.int32),
+            seq_lens=case.seq_lens[s : s + 1],
+            context_lens=case.context_lens[s : s + 1],
+        )
+        torch.testing.assert_close(run_prefill(one), batched[q0:q1], atol=1e-6, rtol=1e-6)
+
+
+def test_empty_query_sequence_and_explicit_scale() -> None:
+    """A sequence with context but no new tokens contributes nothing; scale is honoured."""
+    case = make_prefill_case(((30, 5), (40, 0), (0, 3)), 4, 4, 64, 16, torch.float32, seed=19)
+    out = torch.full_like(case.query, float("nan"))
+    from attn_core import paged_prefix_prefill
+
+    paged_prefix_prefill(*case.args()[:-1], case.max_query_len, 0.3, out=out)
+    from attn_core.testing import reference_prefix_prefill
+
+    kw = case.reference_kwargs()
+    kw["query"], kw["key"], kw["value"] = case.query[:5], case.key[:5], case.value[:5]
+    kw["block_tables"], kw["context_lens"] = case.block_tables[:1], case.context_lens[:1]
+    kw["query_start_loc"] = torch.tensor([0, 5])
+    assert_close(out[:5], reference_prefix_prefill(**kw, scale=0.3), torch.float32)
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.long
+def test_long_context_100k_with_2k_chunk() -> None:
+    """One sequence, 100K cached tokens + a 2K chunk, on the CPU (minutes with the reference)."""
+    case = make_prefill_case(((100_000, 2_048),), 4, 1, 128, 16, torch.float32, seed=23)
+    assert_close(run_prefill(case), reference(case), torch.float32)
