@@ -69,14 +69,15 @@ class CaseResult:
         return max((d.smem for d in self.designs if d.chosen), default=0)
 
     @property
-    def all_designs_fit(self) -> bool:
-        return all(d.fits for d in self.designs)
+    def plan_fits(self) -> bool:
+        """Every launch of the chosen plan fits the budget (other tiers are informational)."""
+        return all(d.fits for d in self.designs if d.chosen)
 
     def to_json(self) -> dict:
         out = asdict(self)
         out["transient_bytes"] = self.transient_bytes
         out["smem_max"] = self.smem_max
-        out["all_designs_fit"] = self.all_designs_fit
+        out["plan_fits"] = self.plan_fits
         return out
 
 

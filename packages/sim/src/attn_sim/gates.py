@@ -1,0 +1,188 @@
+"""Gates CI runs on every push: shared memory, launches, syncs, transient memory, time.
+
+Per profile in ``gates.toml``:
+
+1. ``shared_memory``: every design attn-core's plans choose over a grid of batches x contexts
+   (decode) and query lengths x contexts (prefill) fits one block's budget and can launch.
+2. ``launches`` / ``plan_launches`` / ``syncs``: per traced decode step.
+3. ``transient``: peak new allocations + reusable workspace of a step against the memory bound.
+4. ``time``: predicted step time against ``baseline.json`` plus the tolerance (a case with no
+   baseline fails too: ``update-baseline`` is the explicit way to accept new numbers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional
+
+from tabulate import tabulate
+
+from attn_core.device_spec import DeviceSpec
+from attn_sim.config import decode_threshold
+from attn_sim.designs import evaluate, from_steps
+from attn_sim.simulate import CaseResult, simulate
+from attn_sim.workloads import Case, plan_for
+
+
+@dataclass(frozen=True)
+class Violation:
+    profile: str
+    gate: str
+    case: str
+    value: float
+    limit: float
+    detail: str = ""
+
+    @property
+    def over_by(self) -> float:
+        return self.value - self.limit
+
+    @property
+    def over_pct(self) -> float:
+        return 100.0 * self.over_by / self.limit if self.limit else float("inf")
+
+
+@dataclass
+class GateReport:
+    checks: int = 0
+    violations: list[Violation] = field(default_factory=list)
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def plan_grid(gates: dict) -> list[Case]:
+    """The cases whose plans must all fit: geometric contexts x batches, and prefill chunks."""
+    g = gates["plan"]
+    contexts, i = [], 0
+    while True:
+        ctx = round(g["context_min"] * 2 ** (i / g["steps_per_octave"]))
+        if ctx > g["context_max"]:
+            break
+        if not contexts or ctx != contexts[-1]:
+            contexts.append(ctx)
+        i += 1
+    cases = [Case("decode", b, c) for b in g["batches"] for c in contexts]
+    for q in g.get("prefill_query_lens", []):
+        cases += [Case("prefill", 1, c, query_len=q) for c in contexts[:: g["steps_per_octave"]]]
+        cases = [c for c in cases if c.path == "decode" or c.context >= c.query_len]
+    return cases
+
+
+def gated_cases(gates: dict) -> list[Case]:
+    cases = [Case("decode", b, c) for b, c in gates["decode"]["cases"]]
+    cases += [Case("prefill", b, c, query_len=q) for b, q, c in gates["prefill"]["cases"]]
+    return cases
+
+
+def check_plans(spec: DeviceSpec, gates: dict, planner: Callable, report: GateReport) -> None:
+    for case in plan_grid(gates):
+        plan = planner(spec, case)
+        for design in from_steps(plan.steps):
+            report.checks += 1
+            judged = evaluate(spec, design)
+            if judged.fits:
+                continue
+            over_budget = design.smem > spec.shared_mem_per_block
+            report.violations.append(
+                Violation(
+                    profile=spec.name,
+                    gate="shared_memory" if over_budget else "occupancy",
+                    case=f"{case.label()} q{case.query_len} {design.name}",
+                    value=design.smem if over_budget else 0,
+                    limit=spec.shared_mem_per_block if over_budget else 1,
+                    detail=f"limited by {judged.occupancy.limiter}",
+                )
+            )
+
+
+def check_result(
+    spec: DeviceSpec, gates: dict, r: CaseResult, baseline: dict, report: GateReport
+) -> None:
+    def gate(name: str, value: float, limit: float, detail: str = "") -> None:
+        report.checks += 1
+        if value > limit:
+            report.violations.append(Violation(spec.name, name, r.label, value, limit, detail))
+
+    if r.path == "decode":
+        gate("launches", r.launches, gates["decode"]["max_launches"], "torch launches per step")
+        gate("plan_launches", r.plan_launches, gates["decode"]["max_plan_launches"])
+        gate("syncs", r.syncs, gates["decode"]["max_syncs"], "host reads per step")
+        ratio = decode_threshold(gates, spec.name.split("+")[0], "transient_kv_ratio")
+        floor = gates["decode"]["transient_floor_bytes"]
+        gate("transient", r.transient_bytes, ratio * r.kv_bytes + floor, f"{ratio} x K+V + floor")
+    else:
+        gate("syncs", r.syncs, gates["prefill"]["max_syncs"], "host reads per call")
+        over = gates["prefill"]["transient_over_kv_bytes"]
+        gate("transient", r.transient_bytes, r.kv_bytes + over, "K+V + prefill budget")
+    if r.cache_fits_device:
+        gate("device_memory", r.kv_bytes + r.transient_bytes, spec.memory_bytes, "K+V + transient")
+    known = baseline.get("profiles", {}).get(spec.name, {}).get(r.label)
+    if known is None:
+        report.checks += 1
+        report.violations.append(
+            Violation(spec.name, "time", r.label, r.time_s, 0.0, "no baseline: update-baseline")
+        )
+        return
+    tol = gates["time"]["tolerance"]
+    detail = f"baseline {known['time_s']:.3e} s + {tol:.0%}"
+    gate("time", r.time_s, known["time_s"] * (1 + tol), detail)
+
+
+def run_gates(
+    specs: list[DeviceSpec],
+    gates: dict,
+    baseline: dict,
+    *,
+    planner: Optional[Callable] = None,
+    tracer: Optional[Callable] = None,
+) -> GateReport:
+    """Every gate on every profile; ``planner``/``tracer`` default to attn-core's real code."""
+    planner = planner or plan_for
+    report = GateReport()
+    for spec in specs:
+        check_plans(spec, gates, planner, report)
+        for case in gated_cases(gates):
+            r = simulate(spec, case, planner=planner, tracer=tracer)
+            report.results.append(r)
+            check_result(spec, gates, r, baseline, report)
+    return report
+
+
+def baseline_from(results: list[CaseResult], previous: Optional[dict] = None) -> dict:
+    """A baseline holding these results' predicted times (other profiles kept as they were)."""
+    base = {"profiles": dict((previous or {}).get("profiles", {}))}
+    for r in results:
+        entry = base["profiles"].setdefault(r.profile, {})
+        entry[r.label] = {"time_s": r.time_s, "launches": r.launches}
+    return base
+
+
+def format_violations(report: GateReport) -> str:
+    if report.ok:
+        return f"all {report.checks} gate checks passed"
+    rows = [
+        (
+            v.profile,
+            v.gate,
+            v.case,
+            _num(v.value),
+            _num(v.limit),
+            _num(v.over_by),
+            f"{v.over_pct:.1f}%",
+            v.detail,
+        )
+        for v in report.violations
+    ]
+    head = ("profile", "gate", "case", "value", "limit", "over by", "over %", "detail")
+    table = tabulate(rows, headers=head, tablefmt="github")
+    return f"{len(report.violations)} of {report.checks} gate checks FAILED\n{table}"
+
+
+def _num(x: float) -> str:
+    if isinstance(x, float) and abs(x) < 1:
+        return f"{x:.3e}"
+    return f"{int(round(x)):,}"
