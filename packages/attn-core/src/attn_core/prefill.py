@@ -261,14 +261,15 @@ def _spans(
             f"query_start_loc must run from 0 to num_tokens={num_tokens}, "
             f"got {starts[0]} .. {starts[-1]}"
         )
-    spans = []
     for i in range(n):
-        qlen = starts[i + 1] - starts[i]
-        if qlen < 0:
+        if starts[i + 1] < starts[i]:
             raise ValueError(
                 f"query_start_loc must be non-decreasing, got {starts[i]} then {starts[i + 1]} "
                 f"at index {i}"
             )
+    spans = []
+    for i in range(n):
+        qlen = starts[i + 1] - starts[i]
         if qlen > max_query_len:
             raise ValueError(
                 f"max_query_len must be >= every query length, got {max_query_len} but "

