@@ -1,0 +1,162 @@
+"""``python -m attn_sim {report,gates,update-baseline,calibrate,sweep,occupancy}``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from tabulate import tabulate
+
+from attn_sim import config
+from attn_sim.profiles import load_profile
+
+
+def _report(args) -> int:
+    from attn_sim import report
+
+    spec = load_profile(args.profile)
+    built = report.build(spec)
+    paths = report.write(built, Path(args.out))
+    print(report.markdown(built))
+    print(f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s")
+    return 0
+
+
+def _gate_specs(args, gates: dict) -> list:
+    names = args.profiles.split(",") if args.profiles else gates["profiles"]
+    return [load_profile(n) for n in names]
+
+
+def _gates(args) -> int:
+    from attn_sim.gates import format_violations, run_gates
+
+    gates = config.load_gates(args.gates)
+    baseline = config.load_baseline(args.baseline)
+    report = run_gates(_gate_specs(args, gates), gates, baseline)
+    text = format_violations(report)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "ok": report.ok,
+            "checks": report.checks,
+            "violations": [v.__dict__ for v in report.violations],
+            "results": [r.to_json() for r in report.results],
+        }
+        (out / "gates.json").write_text(json.dumps(payload, indent=1, default=str))
+        (out / "gates.txt").write_text(text + "\n")
+    return 0 if report.ok else 1
+
+
+def _update_baseline(args) -> int:
+    from attn_sim.gates import baseline_from, gated_cases
+    from attn_sim.simulate import simulate
+
+    gates = config.load_gates(args.gates)
+    results = [simulate(s, c) for s in _gate_specs(args, gates) for c in gated_cases(gates)]
+    previous = config.load_baseline(args.baseline)
+    path = config.save_baseline(baseline_from(results, previous), args.baseline)
+    rows = [(r.profile, r.label, f"{r.time_s * 1e3:.4f}") for r in results]
+    print(tabulate(rows, headers=("profile", "case", "time_ms"), tablefmt="github"))
+    print(f"wrote {path}")
+    return 0
+
+
+def _calibrate(args) -> int:
+    from attn_sim import calibrate
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = calibrate.run(load_profile(args.profile), Path(args.measurements), out, args.variant)
+    print(tabulate(result["rows"], headers="keys", tablefmt="github", floatfmt=".3f"))
+    fields = [(k, result["before"][k], v) for k, v in result["fields"].items()]
+    print(tabulate(fields, headers=("constant", "before", "calibrated"), tablefmt="github"))
+    print(json.dumps(result["summary"], indent=1))
+    print(f"wrote {result['profile']} and {out / 'calibration.json'}")
+    return 0
+
+
+def _sweep(args) -> int:
+    from attn_sim.sweep import sweep_design, sweep_plan
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {}
+    for name in args.profile.split(","):
+        spec = load_profile(name)
+        plan_rows, design_rows = sweep_plan(spec), sweep_design(spec)
+        payload[spec.name] = {"plan": plan_rows, "design": design_rows}
+        print(f"## {spec.name}: attn-core decode plan constants (traced, relative to defaults)")
+        print(tabulate(plan_rows, headers="keys", tablefmt="github"))
+        print(f"## {spec.name}: GQA kernel design at 100K, batch 1 (analytic)")
+        print(tabulate(design_rows, headers="keys", tablefmt="github"))
+    (out / "sweep.json").write_text(json.dumps(payload, indent=1, default=str))
+    print(f"wrote {out / 'sweep.json'}")
+    return 0
+
+
+def _occupancy(args) -> int:
+    from attn_sim.occupancy import blocks_per_sm, waves
+
+    spec = load_profile(args.profile)
+    occ = blocks_per_sm(spec, args.threads, args.registers, args.smem)
+    rows = [(k, v) for k, v in occ.limits.items()]
+    print(tabulate(rows, headers=("limit", "blocks/SM"), tablefmt="github"))
+    print(f"{spec.name}: {occ.blocks_per_sm} blocks/SM, limited by {occ.limiter}")
+    if args.blocks and occ.blocks_per_sm:
+        w = waves(spec, args.blocks, occ.blocks_per_sm)
+        print(f"{args.blocks} blocks: {w.waves} waves, tail {w.tail_utilisation:.0%} busy")
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attn_sim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("report", help="tables, plot and JSON for one profile")
+    p.add_argument("--profile", default="bi-v100", help="built-in name or calibrated JSON")
+    p.add_argument("--out", default="sim-report")
+    p.set_defaults(func=_report)
+
+    for name, func, text in (
+        ("gates", _gates, "check every gate; exit 1 with a table of what failed"),
+        ("update-baseline", _update_baseline, "rewrite baseline.json from today's predictions"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--profiles", help="comma-separated; default: gates.toml's list")
+        p.add_argument("--gates", type=Path, default=None, help="thresholds file")
+        p.add_argument("--baseline", type=Path, default=None, help="baseline file")
+        if name == "gates":
+            p.add_argument("--out", default="sim-report")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("calibrate", help="fit bandwidth, rates, launch overhead to measurements")
+    p.add_argument("measurements", help="decode bench / HIL long-context JSON")
+    p.add_argument("--profile", default="h200")
+    p.add_argument("--out", default="sim-report/calibration")
+    p.add_argument("--variant", default=None, help="keep records whose variant contains this")
+    p.set_defaults(func=_calibrate)
+
+    p = sub.add_parser("sweep", help="plan constants minimising predicted time")
+    p.add_argument("--profile", default="bi-v100,bi-v100-smem48k,h200")
+    p.add_argument("--out", default="sim-report")
+    p.set_defaults(func=_sweep)
+
+    p = sub.add_parser("occupancy", help="blocks per SM of one kernel on a profile")
+    p.add_argument("--profile", default="bi-v100")
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--registers", type=int, default=32)
+    p.add_argument("--smem", type=int, default=0, help="static + dynamic bytes per block")
+    p.add_argument("--blocks", type=int, default=0, help="grid size, to count waves")
+    p.set_defaults(func=_occupancy)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

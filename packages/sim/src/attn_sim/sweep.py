@@ -1,0 +1,116 @@
+"""``python -m attn_sim sweep``: plan constants that minimise predicted time, per profile.
+
+Two sweeps:
+
+- attn-core's decode plan, traced: each of ``ATTN_CORE_DECODE_PARTITION_SIZE``,
+  ``ATTN_CORE_DECODE_SUBSCRIPTION`` and ``ATTN_CORE_DECODE_SINGLE_TILE_MAX`` is varied alone
+  (the others at attn-core's defaults) over decode cases at 8K-256K, batches 1/8/64; score = the
+  geometric mean of predicted step time relative to the defaults. A value whose chosen plan
+  does not fit shared memory is ruled out.
+- the GQA-gridded kernel design, analytic: partition size x K/V tile tokens, the fastest design
+  that fits the profile's shared-memory budget (what a device kernel should be built with).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Iterator
+from typing import Optional
+
+from attn_core.device_spec import DeviceSpec
+from attn_sim.cost import design_cost
+from attn_sim.designs import QWEN36, evaluate, gqa_partitioned
+from attn_sim.simulate import simulate
+from attn_sim.workloads import Case
+
+K = 1024
+SWEEP_CASES = [Case("decode", b, c) for b in (1, 8) for c in (8 * K, 32 * K, 100 * K, 256 * K)]
+SWEEP_CASES.append(Case("decode", 64, 8 * K))
+CANDIDATES: dict[str, list[Optional[int]]] = {
+    "ATTN_CORE_DECODE_PARTITION_SIZE": [None, 256, 512, 1024, 2048, 4096],
+    "ATTN_CORE_DECODE_SUBSCRIPTION": [None, 1, 2, 4, 8],
+    "ATTN_CORE_DECODE_SINGLE_TILE_MAX": [None, 512, 1024, 2048, 4096],
+}
+DESIGN_PARTITIONS = (256, 512, 1024, 2048, 4096)
+DESIGN_TILES = (8, 16, 32, 64)
+
+
+@contextlib.contextmanager
+def env(name: str, value: Optional[int]) -> Iterator[None]:
+    old = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def sweep_plan(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[dict]:
+    """One row per (constant, value): relative time, fits, and whether it is the best."""
+    cases = cases or SWEEP_CASES
+    default = [simulate(spec, c).time_s for c in cases]
+    rows = []
+    for name, values in CANDIDATES.items():
+        group = []
+        for value in values:
+            with env(name, value):
+                try:
+                    results = [simulate(spec, c) for c in cases]
+                except ValueError as err:  # attn-core refused the value for some case
+                    group.append({"constant": name, "value": value, "error": str(err)[:80]})
+                    continue
+            rel = _geomean([r.time_s / d for r, d in zip(results, default, strict=True)])
+            at_100k = [r.time_s for r in results if r.label == "decode b1 ctx102400"]
+            group.append(
+                {
+                    "constant": name,
+                    "value": "default" if value is None else value,
+                    "relative_time": round(rel, 4),
+                    "fits": all(r.plan_fits for r in results),
+                    "time_ms_b1_100k": round(at_100k[0] * 1e3, 3) if at_100k else None,
+                }
+            )
+        ok = [g for g in group if g.get("fits")]
+        best = min(ok, key=lambda g: g["relative_time"]) if ok else None
+        for g in group:
+            g["best"] = g is best
+        rows += group
+    return rows
+
+
+def sweep_design(spec: DeviceSpec, num_seqs: int = 1, context: int = 100 * K) -> list[dict]:
+    rows = []
+    for ps in DESIGN_PARTITIONS:
+        for tile in DESIGN_TILES:
+            designs = gqa_partitioned(
+                spec, QWEN36, num_seqs, context, partition_size=ps, tile_tokens=tile
+            )
+            fits = all(evaluate(spec, d).fits for d in designs)
+            t = sum(design_cost(spec, d).time_s for d in designs) if fits else None
+            rows.append(
+                {
+                    "partition": ps,
+                    "tile_tokens": tile,
+                    "smem": designs[0].smem,
+                    "blocks": designs[0].blocks,
+                    "fits": fits,
+                    "time_us": round(t * 1e6, 1) if t else None,
+                }
+            )
+    ok = [r for r in rows if r["fits"]]
+    best = min(ok, key=lambda r: r["time_us"]) if ok else None
+    for r in rows:
+        r["best"] = r is best
+    return rows
