@@ -1,0 +1,100 @@
+"""Calibration recovers known constants from synthetic measurements; both file formats parse."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attn_sim import calibrate
+from attn_sim.cli import main
+from attn_sim.profiles import CALIBRATABLE, load_profile
+from attn_sim.workloads import Case
+
+H200 = load_profile("h200")
+TRUE = {
+    "hbm_bandwidth": 3.1e12,  # what a torch path achieves, not the 4.8 TB/s datasheet
+    "fp16_flops": 400e12,
+    "fp32_flops": 40e12,
+    "launch_overhead_s": 7e-6,
+}
+CASES = [Case("decode", b, c) for b in (1, 4, 16) for c in (1024, 4096, 16384)]
+
+
+def synthetic():
+    """Times from TRUE constants with +-4 % deterministic scatter."""
+    out = []
+    for i, case in enumerate(CASES):
+        t = calibrate.predict(calibrate.launches_of(H200, case), TRUE)
+        out.append((case, t * (1.04 if i % 3 == 0 else 0.97 if i % 3 == 1 else 1.0)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return calibrate.calibrate(H200, synthetic(), "synthetic")
+
+
+def test_fit_recovers_bandwidth_and_launch_overhead(fitted):
+    spec, rows, prov = fitted
+    assert spec.hbm_bandwidth == pytest.approx(TRUE["hbm_bandwidth"], rel=0.2)
+    assert spec.launch_overhead_s == pytest.approx(TRUE["launch_overhead_s"], rel=0.2)
+    assert spec.name == "h200+calibrated"
+    assert all("calibrated from synthetic" in prov[k] for k in CALIBRATABLE)
+
+
+def test_validation_half_within_tolerance_and_better_than_uncalibrated(fitted):
+    _, rows, _ = fitted
+    val = [r for r in rows if r["split"] == "validate"]
+    assert len(val) == len(CASES) // 2
+    assert max(abs(r["calibrated_err_pct"]) for r in val) < 10
+    worst_before = max(abs(r["uncalibrated_err_pct"]) for r in rows)
+    assert worst_before > 25  # datasheet constants are far off a torch path
+
+
+def test_parse_hil_and_bench_records():
+    hil = [
+        {
+            "kind": "decode",
+            "num_seqs": 1,
+            "context_len": 32768,
+            "query_len": 1,
+            "num_heads": 16,
+            "num_kv_heads": 2,
+            "head_size": 256,
+            "block_size": 16,
+            "dtype": "float16",
+            "median_s": 0.002,
+        },
+        {"kind": "decode", "context_len": 262144, "skipped": "does not fit"},
+    ]
+    bench = {
+        "rows": [
+            {"variant": "attn_core", "batch": 8, "context": 8192, "median_ms": 1.5},
+            {"variant": "repeat_interleave", "batch": 8, "context": 8192, "median_ms": 9.0},
+            {"case": {"path": "decode", "num_seqs": 2, "context": 1000}, "measured_s": 1e-3},
+        ]
+    }
+    ((c1, t1),) = calibrate.parse_measurements(hil)
+    assert (c1.shape.num_heads, c1.shape.num_kv_heads, c1.context, t1) == (16, 2, 32768, 0.002)
+    parsed = calibrate.parse_measurements(bench)
+    assert [(c.num_seqs, c.context, t) for c, t in parsed] == [(2, 1000, 1e-3), (8, 8192, 1.5e-3)]
+
+
+def test_too_few_cases_is_an_error():
+    with pytest.raises(ValueError, match="measurements"):
+        calibrate.calibrate(H200, synthetic()[:1], "x")
+
+
+def test_cli_writes_a_profile_that_loads(tmp_path):
+    records = [
+        {"case": {"path": c.path, "num_seqs": c.num_seqs, "context": c.context}, "measured_s": t}
+        for c, t in synthetic()[:4]
+    ]
+    src = tmp_path / "m.json"
+    src.write_text(json.dumps(records))
+    assert main(["calibrate", str(src), "--profile", "h200", "--out", str(tmp_path)]) == 0
+    spec = load_profile(str(tmp_path / "calibrated_profile.json"))
+    assert spec.name == "h200+calibrated" and spec.sm_count == H200.sm_count
+    assert spec.hbm_bandwidth != H200.hbm_bandwidth
+    assert "calibrated" in spec.provenance["hbm_bandwidth"]

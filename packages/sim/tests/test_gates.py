@@ -1,0 +1,155 @@
+"""Gates pass on the real code with its own baseline, and fail on deliberately bad plans."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import attn_core
+from attn_sim import config
+from attn_sim.cli import main
+from attn_sim.gates import baseline_from, format_violations, run_gates
+from attn_sim.profiles import load_profile
+from attn_sim.workloads import plan_for
+
+BI = load_profile("bi-v100")
+
+
+def small_gates() -> dict:
+    gates = config.load_gates()
+    gates["profiles"] = ["bi-v100"]
+    gates["decode"]["cases"] = [[1, 8192], [4, 2048]]
+    gates["prefill"]["cases"] = []
+    gates["plan"].update(
+        batches=[1, 4],
+        context_min=1024,
+        context_max=65536,
+        steps_per_octave=1,
+        prefill_query_lens=[],
+    )
+    return gates
+
+
+@pytest.fixture(scope="module")
+def good():
+    gates = small_gates()
+    first = run_gates([BI], gates, {"profiles": {}})
+    return gates, baseline_from(first.results)
+
+
+def test_real_code_passes_with_its_own_baseline(good):
+    gates, baseline = good
+    report = run_gates([BI], gates, baseline)
+    assert report.ok, format_violations(report)
+    assert report.checks > 20
+
+
+def test_missing_baseline_fails():
+    report = run_gates([BI], small_gates(), {"profiles": {}})
+    assert {v.gate for v in report.violations} == {"time"}
+    assert "update-baseline" in format_violations(report)
+
+
+def test_overflowing_shared_memory_fails(good):
+    gates, baseline = good
+
+    def bad_planner(spec, case, tier=None):
+        plan = plan_for(spec, case, tier)
+        steps = tuple(
+            dataclasses.replace(s, shared_mem_bytes=spec.shared_mem_per_block + 256)
+            if s.name == "partition"
+            else s
+            for s in plan.steps
+        )
+        return dataclasses.replace(plan, steps=steps)
+
+    report = run_gates([BI], gates, baseline, planner=bad_planner)
+    smem = [v for v in report.violations if v.gate == "shared_memory"]
+    assert smem and all(v.over_by == 256 for v in smem)
+    table = format_violations(report)
+    assert "FAILED" in table and "shared_memory" in table and "256" in table
+
+
+def test_plan_with_extra_launches_fails(good):
+    gates, baseline = good
+
+    def bad_planner(spec, case, tier=None):
+        plan = plan_for(spec, case, tier)
+        return dataclasses.replace(plan, steps=plan.steps + plan.steps[-1:] * 3)
+
+    report = run_gates([BI], gates, baseline, planner=bad_planner)
+    assert any(v.gate == "plan_launches" for v in report.violations)
+
+
+def test_code_that_adds_launches_fails(good, monkeypatch):
+    gates, baseline = good
+    real = attn_core.paged_decode
+
+    def slower(*args, **kwargs):
+        out = real(*args, **kwargs)
+        for _ in range(12):  # a regression: a dozen extra elementwise passes
+            out = out * 1.0
+        return out
+
+    monkeypatch.setattr(attn_core, "paged_decode", slower)
+    report = run_gates([BI], gates, baseline)
+    gates_hit = {v.gate for v in report.violations}
+    assert "launches" in gates_hit and "time" in gates_hit
+
+
+def test_host_sync_fails(good, monkeypatch):
+    gates, baseline = good
+    real = attn_core.paged_decode
+
+    def syncing(query, key_cache, value_cache, block_tables, seq_lens, *args, **kwargs):
+        int(seq_lens.max())  # a host read: breaks CUDA-graph capture
+        return real(query, key_cache, value_cache, block_tables, seq_lens, *args, **kwargs)
+
+    monkeypatch.setattr(attn_core, "paged_decode", syncing)
+    report = run_gates([BI], gates, baseline)
+    assert any(v.gate == "syncs" for v in report.violations)
+
+
+def test_cli_exit_codes(tmp_path, good):
+    gates, baseline = good
+    toml = tmp_path / "gates.toml"
+    toml.write_text(_to_toml(gates))
+    base = tmp_path / "baseline.json"
+    base.write_text(json.dumps(baseline))
+    args = ["gates", "--gates", str(toml), "--baseline", str(base), "--out", str(tmp_path)]
+    assert main(args) == 0
+    slower = json.loads(base.read_text())
+    for entry in slower["profiles"]["bi-v100"].values():
+        entry["time_s"] *= 0.5  # baseline twice as fast: today's code is a regression
+    base.write_text(json.dumps(slower))
+    assert main(args) == 1
+    written = json.loads((tmp_path / "gates.json").read_text())
+    assert not written["ok"] and {v["gate"] for v in written["violations"]} == {"time"}
+
+
+def _to_toml(gates: dict) -> str:
+    """Just enough TOML for the gates dict (tables of scalars and lists)."""
+
+    def value(v):
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"profiles = {value(gates['profiles'])}"]
+    for table in ("decode", "prefill", "plan", "time"):
+        lines.append(f"[{table}]")
+        for k, v in gates[table].items():
+            if isinstance(v, dict):
+                continue
+            lines.append(f"{k} = {value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_seq_lens_are_int32_on_meta():
+    # the tracer feeds attn-core meta tensors; its dtype checks must see the real dtypes
+    from attn_sim.workloads import Case, decode_inputs
+
+    args, _, shadows = decode_inputs(Case("decode", 2, 100))
+    assert args[4].dtype == torch.int32 and args[4].device.type == "meta"
+    assert shadows[args[4]].tolist() == [100, 100]
