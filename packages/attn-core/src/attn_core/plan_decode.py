@@ -163,6 +163,34 @@ def _largest_partition(spec: DeviceSpec, group: int, head_size: int, elem: int, 
     return max(bs, (free // (4 * group)) // bs * bs)
 
 
+def _even_share(
+    spec: DeviceSpec,
+    span: int,
+    rows: int,
+    group: int,
+    head_size: int,
+    elem: int,
+    block_size: int,
+    largest: int,
+    subscription: int,
+    threads: int,
+) -> tuple[int, int]:
+    """``(partition_size, partitions wanted)`` so ``rows x partitions`` fills the device.
+
+    Occupancy depends on the partition's shared memory, which depends on the partition size,
+    so the size is settled by two rounds (the second never moves it by more than the first).
+    """
+    ps = _round_up(MIN_PARTITION, block_size)
+    wanted = 1
+    for _ in range(2):
+        smem = _smem_bytes(spec, group, head_size, elem, ps)
+        occupancy = max(1, blocks_per_sm(spec, threads, smem, REGISTERS_PER_THREAD))
+        wanted = max(1, -(-occupancy * spec.sm_count * subscription // rows))
+        ps = _round_up(-(-span // wanted), block_size)
+        ps = min(max(ps, _round_up(MIN_PARTITION, block_size)), max(largest, block_size))
+    return ps, wanted
+
+
 def plan_decode(
     num_seqs: int,
     num_heads: int,
@@ -232,36 +260,29 @@ def plan_decode(
 
     threads = _threads(spec)
     padded = _round_up(context, block_size)
+    streaming = stream is not None
+    # tokens one launch covers: the context, or one streamed chunk of it
+    span = min(padded, max(block_size, stream // block_size * block_size)) if stream else padded
+    rows = num_seqs * num_kv_heads
+    ps, wanted = _even_share(
+        spec, span, rows, group, head_size, elem, block_size, largest, subscription, threads
+    )
     if forced_ps is not None:
         ps = forced_ps
-    else:
-        smem = _smem_bytes(spec, group, head_size, elem, MIN_PARTITION)
-        occupancy = max(1, blocks_per_sm(spec, threads, smem, REGISTERS_PER_THREAD))
-        target = occupancy * spec.sm_count * subscription
-        wanted = max(1, -(-target // (num_seqs * num_kv_heads)))
-        ps = _round_up(-(-padded // wanted), block_size)
-        ps = min(max(ps, _round_up(MIN_PARTITION, block_size)), max(largest, block_size))
 
     if tier is None:
-        if padded <= tile_max:
+        if span <= tile_max:
             tier = "single_tile"
-        elif padded <= ps:
-            tier = "one_pass"
+        elif span <= ps or (forced_ps is None and wanted == 1):
+            tier = "one_pass"  # the batch alone fills the device
         else:
             tier = "partitioned"
 
-    streaming = stream is not None
-    if streaming:
-        chunk = max(block_size, stream // block_size * block_size)
-        if tier == "partitioned":
-            chunk = max(ps, chunk // ps * ps)
-        chunk = min(chunk, _round_up(padded, block_size))
-    else:
-        chunk = padded
     if tier == "partitioned":
-        chunk = _round_up(chunk, ps)
+        chunk = _round_up(span, ps)
         num_partitions = chunk // ps
     else:
+        chunk = span
         ps = chunk
         num_partitions = 1
     num_chunks = -(-padded // chunk)

@@ -1,0 +1,148 @@
+"""plan_decode: tier choice, even-share partitions per device, overrides, grids, workspace."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attn_core import DecodePlan, get_device_spec, plan_decode
+from attn_core.plan_decode import MIN_PARTITION, SUBSCRIPTION, blocks_per_sm
+
+QWEN = {"num_heads": 24, "num_kv_heads": 4, "head_size": 256, "block_size": 16}
+
+
+def qwen(num_seqs: int, tokens: int, device: str = "bi-v100", **kw) -> DecodePlan:
+    return plan_decode(
+        num_seqs, max_seq_len=tokens, device_spec=get_device_spec(device), **QWEN, **kw
+    )
+
+
+def test_plan_is_frozen() -> None:
+    plan = qwen(1, 1000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.tier = "one_pass"  # type: ignore[misc]
+
+
+def test_tiers_follow_context_and_batch() -> None:
+    assert qwen(1, 100).tier == "single_tile"
+    assert qwen(1, 100_000).tier == "partitioned"
+    # a batch that already fills the device needs no split of long sequences
+    assert qwen(512, 1500).tier == "one_pass"
+
+
+@pytest.mark.parametrize("device", ("bi-v100", "h200", "a100"))
+def test_even_share_partition_count(device: str) -> None:
+    """Partitions x (seqs x kv heads) reach occupancy x SMs x subscription when context allows."""
+    spec = get_device_spec(device)
+    plan = qwen(1, 100_000, device)
+    phase1 = plan.steps[0]
+    assert phase1.name == "partition"
+    occupancy = blocks_per_sm(spec, phase1.threads_per_block, phase1.shared_mem_bytes, 64)
+    target = occupancy * spec.sm_count * SUBSCRIPTION
+    assert phase1.num_blocks >= target * 0.8 or plan.partition_size == MIN_PARTITION
+    # not vLLM's fixed 512 tokens: the partition size depends on the device
+    assert plan.partition_size % 16 == 0
+
+
+def test_devices_differ_and_batch_shrinks_partitions_count() -> None:
+    bi = qwen(1, 100_000, "bi-v100")
+    h200 = qwen(1, 100_000, "h200")
+    assert h200.num_partitions > bi.num_partitions
+    assert qwen(8, 100_000, "h200").num_partitions < h200.num_partitions
+
+
+@pytest.mark.parametrize("device", ("bi-v100", "bi-v100-smem48k", "h200"))
+@pytest.mark.parametrize("tokens", (1, 17, 512, 8192, 100_000, 262_144))
+@pytest.mark.parametrize("num_seqs", (1, 8, 64))
+def test_steps_fit_the_device(device: str, tokens: int, num_seqs: int) -> None:
+    spec = get_device_spec(device)
+    plan = qwen(num_seqs, tokens, device)
+    assert plan.num_partitions * plan.partition_size == plan.chunk_tokens
+    assert plan.chunk_tokens >= tokens and plan.chunk_tokens - tokens < max(plan.partition_size, 16)
+    for step in plan.steps:
+        assert step.grid[:2] == (num_seqs, 4)
+        assert step.shared_mem_bytes <= spec.shared_mem_per_block, step
+        assert step.threads_per_block <= spec.max_threads_per_block
+    # launches per step do not grow with context or batch
+    assert len(plan.steps) == {"single_tile": 1, "one_pass": 1, "partitioned": 2}[plan.tier]
+
+
+def test_grid_is_on_kv_heads() -> None:
+    plan = qwen(1, 100_000, "bi-v100")
+    assert plan.steps[0].grid == (1, 4, plan.num_partitions)
+    assert plan.steps[1].grid == (1, 4, 1)
+
+
+def test_table_capacity_caps_context() -> None:
+    plan = plan_decode(2, 8, 2, 64, 16, max_seq_len=10_000, max_blocks_per_seq=4)
+    assert plan.context_tokens == 64 and plan.chunk_tokens == 64
+
+
+def test_env_overrides(clean_decode_env) -> None:
+    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "48")
+    plan = qwen(1, 5000)
+    assert plan.tier == "partitioned" and plan.partition_size == 48
+    assert plan.num_partitions == 105 and plan.chunk_tokens == 5040
+    clean_decode_env.setenv("ATTN_CORE_DECODE_SINGLE_TILE_MAX", "8192")
+    assert qwen(1, 5000).tier == "single_tile"
+    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", "one_pass")
+    assert qwen(1, 5000).tier == "one_pass"
+    clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "1000")
+    streamed = qwen(1, 5000)
+    assert streamed.streaming and streamed.chunk_tokens == 992 and streamed.num_chunks == 6
+
+
+def test_arguments_override_env(clean_decode_env) -> None:
+    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "48")
+    assert qwen(1, 100_000, partition_size=512).partition_size == 512
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("ATTN_CORE_DECODE_PARTITION_SIZE", "40", "partition_size must be a multiple of block"),
+        ("ATTN_CORE_DECODE_PARTITION_SIZE", "abc", "ATTN_CORE_DECODE_PARTITION_SIZE must be"),
+        ("ATTN_CORE_DECODE_STREAM_TOKENS", "0", "ATTN_CORE_DECODE_STREAM_TOKENS must be"),
+        ("ATTN_CORE_DECODE_TIER", "fast", "tier must be one of"),
+    ],
+)
+def test_bad_overrides_raise(name: str, value: str, match: str, clean_decode_env) -> None:
+    clean_decode_env.setenv(name, value)
+    with pytest.raises(ValueError, match=match):
+        qwen(1, 1000)
+
+
+def test_bad_sizes_raise() -> None:
+    with pytest.raises(ValueError, match="num_heads must be divisible by num_kv_heads"):
+        plan_decode(1, 6, 4, 64, 16, 100)
+    with pytest.raises(ValueError, match="max_seq_len must be a positive int, got 0"):
+        plan_decode(1, 8, 4, 64, 16, 0)
+
+
+def test_streaming_bounds_workspace() -> None:
+    plain = [qwen(1, n).workspace_bytes for n in (8192, 100_000)]
+    streamed = [qwen(1, n, stream_tokens=4096) for n in (8192, 100_000, 262_144)]
+    assert plain[1] > plain[0]
+    assert len({p.workspace_bytes for p in streamed}) == 1
+    assert streamed[1].streaming and streamed[1].num_chunks == -(-100_000 // 4096)
+    assert streamed[1].workspace_bytes < plain[1] / 10
+
+
+def test_workspace_within_budget_at_100k() -> None:
+    """The issue's bound: transient memory at most 1.25x the gathered K+V (fp16, 24/4, 256)."""
+    plan = plan_decode(
+        1,
+        24,
+        4,
+        256,
+        16,
+        100_000,
+        dtype=torch.float16,
+        scores_fp32_from_bmm=True,
+        device_spec=get_device_spec("h200"),
+    )
+    gathered_kv = 2 * 4 * 100_000 * 256 * 2
+    assert plan.workspace_bytes <= 1.25 * gathered_kv
+    assert plan.kv_bytes == gathered_kv
