@@ -1,0 +1,253 @@
+"""``engine-patch status``: what is active in this process, what attn-core would plan, and
+whether the numbers are right on this device.
+
+The report is a plain dict (``--json`` prints it); :func:`render` turns it into tabulate
+tables. Exit codes (:func:`exit_code`): 0 all well; 1 a self-test failed; 2 vLLM is present but
+the patch is not active in this process; 3 on Iluvatar a setting asks for Triton attention.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Optional
+
+import torch
+from tabulate import tabulate
+
+import attn_core
+from engine_patch import routing, triton_guard
+from engine_patch.qwen3_5_moe import vllm_architecture_support
+from engine_patch.registration import implementation_of, is_active, register, vllm_importable
+from engine_patch.selftest import run_self_test
+from engine_patch.settings import ModelShape
+from engine_patch.state import STATE
+
+CONTEXTS = (1024, 8192, 32768, 102400)
+EXIT_OK, EXIT_SELF_TEST, EXIT_INACTIVE, EXIT_TRITON = 0, 1, 2, 3
+SYMBOLS = (
+    ("vllm.attention.ops.paged_attn", "PagedAttention.forward_decode"),
+    ("vllm.attention.ops.paged_attn", "PagedAttention.forward_prefix"),
+    ("vllm._custom_ops", "paged_attention_v1"),
+    ("vllm._custom_ops", "paged_attention_v2"),
+    ("vllm._custom_ops", "reshape_and_cache"),
+)
+
+
+def load_plugins() -> Optional[str]:
+    """Load plugins the way vLLM does (``VLLM_PLUGINS`` applies); None, or why not."""
+    if not vllm_importable():
+        return None
+    try:
+        from vllm.plugins import load_general_plugins
+    except ImportError as exc:
+        return f"vllm.plugins is not importable: {exc}"
+    load_general_plugins()
+    return None
+
+
+def _symbols() -> list[dict[str, str]]:
+    rows = []
+    for module_name, path in SYMBOLS:
+        try:
+            owner: Any = importlib.import_module(module_name)
+        except ImportError:
+            rows.append({"symbol": f"{module_name}.{path}", "implementation": "vllm absent"})
+            continue
+        *parents, attr = path.split(".")
+        for part in parents:
+            owner = getattr(owner, part)
+        rows.append(
+            {"symbol": f"{module_name}.{path}", "implementation": implementation_of(owner, attr)}
+        )
+    return rows
+
+
+def _decode_plans(shape: ModelShape, device: torch.device, num_seqs: int, contexts) -> list:
+    rows = []
+    for context in contexts:
+        route = routing.decode_route(
+            num_seqs,
+            shape.num_heads,
+            shape.num_kv_heads,
+            shape.head_size,
+            shape.block_size,
+            context,
+            shape.torch_dtype,
+            device,
+        )
+        plan = route.plan
+        rows.append(
+            {
+                "context": context,
+                "route": route.impl,
+                "tier": plan.tier if plan else "vLLM V1 kernel",
+                "partitions": plan.num_partitions if plan else 1,
+                "partition_size": plan.partition_size if plan else context,
+                "grid": [list(s.grid) for s in plan.steps] if plan else None,
+                "workspace_bytes": plan.workspace_bytes if plan else 0,
+                "device_profile": plan.device_spec.name if plan else None,
+                "reason": route.reason,
+            }
+        )
+    return rows
+
+
+def _prefill_plans(shape: ModelShape, device: torch.device, contexts, chunk: int) -> list:
+    rows = []
+    for context in contexts:
+        plan = attn_core.plan_prefill(
+            shape.num_heads,
+            shape.num_kv_heads,
+            shape.head_size,
+            shape.torch_dtype,
+            min(chunk, context),
+            max_context_len=context,
+            device=device,
+        )
+        rows.append(
+            {
+                "context": context,
+                "chunk": min(chunk, context),
+                "backend": plan.backend,
+                "query_tile": plan.query_tile,
+                "key_tile": plan.key_tile,
+                "stream_chunk": plan.stream_chunk,
+                "workspace_bytes": plan.workspace_bytes,
+                "reason": plan.backend_reason,
+            }
+        )
+    return rows
+
+
+def collect(
+    shape: ModelShape,
+    device: torch.device,
+    *,
+    num_seqs: int = 1,
+    contexts=CONTEXTS,
+    prefill_chunk: int = 8192,
+    self_test: bool = True,
+    architectures: Optional[list[str]] = None,
+) -> dict[str, Any]:
+    """Build the whole report (loads plugins through vLLM first, as a worker would)."""
+    load_error = load_plugins()
+    if not vllm_importable():
+        register()  # no vLLM: still register the config type and detect the platform
+    present = vllm_importable()
+    active = is_active()
+    report: dict[str, Any] = {
+        "vllm": {
+            "present": present,
+            "version": STATE.vllm_version,
+            "flavour": STATE.flavour,
+            "error": load_error or STATE.vllm_error,
+        },
+        "platform": None
+        if STATE.platform is None
+        else {
+            "label": STATE.platform.label,
+            "iluvatar": STATE.platform.is_iluvatar,
+            "reasons": list(STATE.platform.reasons),
+        },
+        "patch_active": active,
+        "register_calls": STATE.register_calls,
+        "registration_errors": list(STATE.errors),
+        "symbols": _symbols() if present else [],
+        "native_ops": [
+            {
+                "op": n.name,
+                "flavour": n.flavour,
+                "present": n.present,
+                "works": n.works,
+                "detail": n.failure or n.detail,
+            }
+            for n in STATE.natives.values()
+        ],
+        "triton_guard": {
+            "installed": list(STATE.triton_guard),
+            "refused": list(STATE.triton_refused)
+            or (
+                triton_guard.refused_settings()
+                if STATE.platform and STATE.platform.is_iluvatar
+                else []
+            ),
+        },
+        "qwen3_5_moe": {
+            "config": STATE.config_registration,
+            "vllm_model": vllm_architecture_support(architectures) if present else "vllm absent",
+        },
+        "model_shape": {
+            "num_heads": shape.num_heads,
+            "num_kv_heads": shape.num_kv_heads,
+            "head_size": shape.head_size,
+            "dtype": shape.dtype,
+            "block_size": shape.block_size,
+            "num_seqs": num_seqs,
+        },
+        "device": str(device),
+        "decode_plans": _decode_plans(shape, device, num_seqs, contexts),
+        "prefill_plans": _prefill_plans(shape, device, contexts, prefill_chunk),
+        "self_test": [c.to_dict() for c in run_self_test(shape, device)] if self_test else [],
+    }
+    report["exit_code"] = exit_code(report)
+    return report
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    if report["triton_guard"]["refused"]:
+        return EXIT_TRITON
+    if report["vllm"]["present"] and not report["patch_active"]:
+        return EXIT_INACTIVE
+    if any(not c["passed"] for c in report["self_test"]):
+        return EXIT_SELF_TEST
+    return EXIT_OK
+
+
+def render(report: dict[str, Any]) -> str:
+    """Human-readable tables; the verdict last."""
+    vllm = report["vllm"]
+    platform = report["platform"] or {}
+    head = [
+        ["vLLM", f"{vllm['version']} ({vllm['flavour']})" if vllm["present"] else "not importable"],
+        ["platform", platform.get("label", "?")],
+        ["iluvatar because", "; ".join(platform.get("reasons", [])) or "-"],
+        ["patch active in this process", report["patch_active"]],
+        ["register() calls", report["register_calls"]],
+        ["qwen3_5_moe config", report["qwen3_5_moe"]["config"]],
+        ["qwen3_5_moe in vLLM", report["qwen3_5_moe"]["vllm_model"]],
+        ["triton guard", ", ".join(report["triton_guard"]["installed"]) or "not needed"],
+        ["refused settings", ", ".join(report["triton_guard"]["refused"]) or "-"],
+    ]
+    if vllm["error"] or report["registration_errors"]:
+        head.append(
+            ["errors", "; ".join(filter(None, [vllm["error"], *report["registration_errors"]]))]
+        )
+    parts = [tabulate(head, tablefmt="plain")]
+    if report["symbols"]:
+        parts.append(tabulate(report["symbols"], headers="keys", tablefmt="simple"))
+    if report["native_ops"]:
+        parts.append(tabulate(report["native_ops"], headers="keys", tablefmt="simple"))
+    shape = report["model_shape"]
+    parts.append(
+        f"decode plans on {report['device']} for {shape['num_heads']}/{shape['num_kv_heads']} "
+        f"heads, head {shape['head_size']}, {shape['dtype']}, block {shape['block_size']}, "
+        f"{shape['num_seqs']} sequence(s):"
+    )
+    cols = ("context", "route", "tier", "partitions", "partition_size", "workspace_bytes", "reason")
+    parts.append(tabulate([[r[c] for c in cols] for r in report["decode_plans"]], headers=cols))
+    cols = ("context", "chunk", "backend", "query_tile", "key_tile", "stream_chunk")
+    parts.append(tabulate([[r[c] for c in cols] for r in report["prefill_plans"]], headers=cols))
+    if report["self_test"]:
+        cols = ("name", "path", "dtype", "max_error", "tolerance", "passed", "detail")
+        rows = [[c[k] for k in cols] for c in report["self_test"]]
+        parts.append(tabulate(rows, headers=cols, floatfmt=".2e"))
+    verdict = {
+        EXIT_OK: "OK",
+        EXIT_SELF_TEST: "FAIL: a self-test did not match the reference",
+        EXIT_INACTIVE: "FAIL: vLLM is present but the engine-patch plugin is not active "
+        "(is engine-patch installed, and does VLLM_PLUGINS include engine_patch?)",
+        EXIT_TRITON: "FAIL: a setting asks for Triton attention on Iluvatar: "
+        + triton_guard.EXPLANATION,
+    }[report["exit_code"]]
+    parts.append(f"status: {verdict} (exit {report['exit_code']})")
+    return "\n\n".join(parts)
