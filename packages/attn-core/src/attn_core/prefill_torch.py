@@ -122,9 +122,14 @@ class _Workspace:
         self._q = torch.empty(rows * self.hs, dtype=sd, device=dev)
         self._pv = torch.empty(rows * self.hs, dtype=sd, device=dev)
         self._acc = torch.empty(rows * self.hs, dtype=torch.float32, device=dev)
+        # The running max is a max of score values, so it is exact in the score dtype; keeping
+        # it there makes the big in-place subtract a same-dtype (vectorised) kernel.
         self._tile_max = torch.empty(rows, dtype=sd, device=dev)
+        self._m, self._m_new = (
+            torch.empty(rows, dtype=sd, device=dev),
+            torch.empty_like(self._tile_max),
+        )
         f32 = {"dtype": torch.float32, "device": dev}
-        self._m, self._m_new = torch.empty(rows, **f32), torch.empty(rows, **f32)
         self._l, self._l_tile = torch.empty(rows, **f32), torch.empty(rows, **f32)
         self._alpha = torch.empty(rows, **f32)
         self._slopes = None
@@ -144,7 +149,8 @@ class _Workspace:
             out=self.q.view(self.kvh, self.group, t, self.hs),
         )
         self.acc = self._acc[: n * self.hs].view(self.kvh, self.rows, self.hs).zero_()
-        self.m = self._m[:n].view(self.kvh, self.rows).fill_(torch.finfo(torch.float32).min)
+        # Finite start: a row that has seen only masked keys gets exp(-inf - min) = 0, no NaN.
+        self.m = self._m[:n].view(self.kvh, self.rows).fill_(torch.finfo(self._m.dtype).min)
         self.m_new = self._m_new[:n].view(self.kvh, self.rows)
         self.l = self._l[:n].view(self.kvh, self.rows).zero_()
 
@@ -168,14 +174,14 @@ class _Workspace:
         torch.bmm(self.q, keys.transpose(1, 2), out=s)
         s4 = s.view(self.kvh, self.group, self.t, n)
         if self._slopes is not None:
-            s4.add_(self._alibi(lo, n))
+            s4.add_(self._alibi(lo, n).to(s.dtype))
         if needs_mask:
             s4.masked_fill_(self._mask(lo, n), -math.inf)
         tile_max = self._tile_max[:count].view(self.kvh, self.rows)
         torch.amax(s, dim=-1, out=tile_max)
         torch.maximum(self.m, tile_max, out=self.m_new)
         alpha = self._alpha[:count].view(self.kvh, self.rows)
-        torch.sub(self.m, self.m_new, out=alpha).exp_()
+        alpha.copy_(self.m).sub_(self.m_new).exp_()  # in fp32: max differences stay exact
         s.sub_(self.m_new.unsqueeze(-1)).exp_()  # probabilities, in place in the score tile
         l_tile = self._l_tile[:count].view(self.kvh, self.rows)
         torch.sum(s, dim=-1, dtype=torch.float32, out=l_tile)
