@@ -1,0 +1,58 @@
+"""Device profiles: every constant has provenance, selection follows ATTN_CORE_DEVICE."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attn_core import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
+
+NUMERIC_FIELDS = [
+    f.name for f in dataclasses.fields(DeviceSpec) if f.name not in ("name", "provenance")
+]
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_SPECS))
+def test_every_constant_has_provenance(name: str) -> None:
+    spec = get_device_spec(name)
+    for field in NUMERIC_FIELDS:
+        prov = spec.provenance.get(field, "")
+        assert prov.split(":")[0] in ("datasheet", "measured", "assumed", "override"), (
+            f"{name}.{field}: {prov!r}"
+        )
+        assert getattr(spec, field) >= 0, f"{name}.{field}"
+
+
+def test_bi_v100_is_what_the_design_says() -> None:
+    spec = get_device_spec("bi-v100")
+    assert (spec.sm_count, spec.warp_size) == (16, 64)
+    assert spec.shared_mem_per_block == 32 * 1024
+    assert get_device_spec("bi-v100-smem48k").shared_mem_per_block == 48 * 1024
+    assert spec.max_warps_per_sm == spec.max_threads_per_sm // 64
+
+
+def test_with_overrides_marks_provenance() -> None:
+    spec = get_device_spec("h200").with_overrides(sm_count=100)
+    assert spec.sm_count == 100 and spec.provenance["sm_count"] == "override"
+    assert get_device_spec("h200").sm_count == 132  # the profile itself is untouched
+
+
+def test_unknown_profile_lists_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"device profile must be one of \[.*'h200'.*\], got 'x'"):
+        get_device_spec("x")
+
+
+def test_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ATTN_CORE_DEVICE", raising=False)
+    assert detect_device_spec(torch.device("cpu")).name == "bi-v100"
+    monkeypatch.setenv("ATTN_CORE_DEVICE", "a100")
+    assert detect_device_spec(torch.device("cpu")).name == "a100"
+    monkeypatch.setenv("ATTN_CORE_DEVICE", "nope")
+    with pytest.raises(ValueError, match="device profile must be one of"):
+        detect_device_spec()
+
+
+def test_profiles_are_hashable_for_plan_caches() -> None:
+    assert len({get_device_spec(n) for n in DEVICE_SPECS}) == len(DEVICE_SPECS)
