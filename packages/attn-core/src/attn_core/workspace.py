@@ -47,7 +47,9 @@ class Workspace:
                 self._graph_seen = True
             if buf is not None and self._graph_seen:
                 self._retired.append(buf)
-            buf = torch.empty(numel + numel // GROWTH_SLACK, dtype=dtype, device=device)
+            # exact on first use (the transient-memory budget counts it); slack once growing
+            capacity = numel if buf is None else numel + numel // GROWTH_SLACK
+            buf = torch.empty(capacity, dtype=dtype, device=device)
             self._buffers[key] = buf
             self.allocations += 1
         return buf[:numel].view(shape)
