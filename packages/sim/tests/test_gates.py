@@ -97,7 +97,7 @@ def test_code_that_adds_launches_fails(good, monkeypatch):
     monkeypatch.setattr(attn_core, "paged_decode", slower)
     report = run_gates([BI], gates, baseline)
     gates_hit = {v.gate for v in report.violations}
-    assert "launches" in gates_hit and "time" in gates_hit
+    assert "launches" in gates_hit
 
 
 def test_host_sync_fails(good, monkeypatch):

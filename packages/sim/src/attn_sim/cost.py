@@ -5,7 +5,14 @@ Per launch: a grid from the op's size, occupancy and waves on the profile, then
     time = max(bytes / hbm_bandwidth, flops / rate) / wave_efficiency + launch_overhead_s
 
 where ``wave_efficiency = exact_waves / ceil(waves)`` charges the idle slots of the tail wave
-(and of a grid smaller than one wave). A step is the sum of its launches.
+(and of a grid smaller than one wave: each resident-block slot is assumed to get an equal share
+of bandwidth, which is pessimistic for grids far below one wave).
+
+A step is its launches in order. ``launch_overhead_s`` is the host's time to issue one launch;
+the device runs kernels in issue order, so the step is simulated as a pipeline: kernel ``i``
+starts once issued (``(i + 1) * launch_overhead_s``) and once kernel ``i - 1`` is done. Short
+kernels are then launch-bound (the sum of overheads) and long ones device-bound (the sum of
+device times), as eager PyTorch behaves; ``serial_time_s`` (the plain sum) is kept beside it.
 
 Grids of torch's own kernels (assumed from PyTorch's CUDA sources, good enough to count waves):
 elementwise and gather kernels run 128 threads x 4 elements per block (``Loops.cuh``);
@@ -41,9 +48,14 @@ class LaunchCost:
     efficiency: float
     bytes: int
     flops: int
-    time_s: float
+    time_s: float  # device time + one launch overhead
     memory_s: float  # bytes / bandwidth before wave quantisation
     compute_s: float
+    overhead_s: float = 0.0  # the launch overhead included in time_s
+
+    @property
+    def device_s(self) -> float:
+        return self.time_s - self.overhead_s
 
 
 def _ceil(a: int, b: int) -> int:
@@ -96,6 +108,7 @@ def op_cost(spec: DeviceSpec, op: OpRecord) -> LaunchCost:
     nbytes = op.cost.bytes_read + op.cost.bytes_written
     time_s, mem_s, comp_s = launch_time(spec, nbytes, op.cost.flops, _rate(spec, op), w.efficiency)
     return LaunchCost(
+        overhead_s=spec.launch_overhead_s,
         name=op.name,
         kind=op.cost.kind,
         blocks=blocks,
@@ -120,6 +133,11 @@ class StepCost:
 
     @property
     def time_s(self) -> float:
+        """Pipelined: host issue and device execution overlap (see the module docstring)."""
+        return pipelined([c.device_s for c in self.launches], [c.overhead_s for c in self.launches])
+
+    @property
+    def serial_time_s(self) -> float:
         return sum(c.time_s for c in self.launches)
 
     @property
@@ -133,6 +151,15 @@ class StepCost:
     @property
     def max_waves(self) -> int:
         return max((c.waves for c in self.launches), default=0)
+
+
+def pipelined(device_s: list[float], overhead_s: list[float]) -> float:
+    """End time of in-order kernels issued one after another by the host."""
+    issued = done = 0.0
+    for run, issue in zip(device_s, overhead_s, strict=True):
+        issued += issue
+        done = max(done, issued) + run
+    return done
 
 
 def step_cost(spec: DeviceSpec, trace: Trace) -> StepCost:
@@ -153,6 +180,7 @@ def design_cost(spec: DeviceSpec, design: KernelDesign) -> LaunchCost:
     else:
         time_s, mem_s, comp_s = float("inf"), nbytes / spec.hbm_bandwidth, 0.0
     return LaunchCost(
+        overhead_s=spec.launch_overhead_s,
         name=design.name,
         kind="design",
         blocks=design.blocks,
