@@ -1,0 +1,224 @@
+"""The vendor fork's conventions, against a stand-in vLLM with the fork's signatures.
+
+The stand-in's V1 works (and records its calls), its V2 raises ``NotImplementedError`` and its
+``reshape_and_cache`` is a stub, as on BI-V100.
+"""
+
+import fake_vllm
+import pytest
+import torch
+from conftest import DECODE_TOL, assert_close
+
+from attn_core.testing import make_paged_case, reference_decode
+from engine_patch import is_active, register, routing
+from engine_patch.platform import PLATFORM_ENV
+from engine_patch.settings import FORCE_ENV, V1_LIMIT_ENV
+
+
+@pytest.fixture
+def vendor(monkeypatch, clean_state):
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    monkeypatch.delenv(V1_LIMIT_ENV, raising=False)
+    monkeypatch.setenv("ATTN_CORE_DEVICE", "bi-v100")
+    mods = fake_vllm.install(monkeypatch)
+    routing._spec_for.cache_clear()
+    yield mods
+    routing._spec_for.cache_clear()
+
+
+def _case(seq_lens, dtype=torch.float16, heads=24, kv_heads=4, head_size=256):
+    return make_paged_case(seq_lens, heads, kv_heads, head_size, 16, dtype, seed=7)
+
+
+def _mapping(heads, kv_heads):
+    return torch.arange(heads, dtype=torch.int32) // (heads // kv_heads)
+
+
+def test_flavour_and_what_is_kept(vendor):
+    state = register()
+    assert state.flavour == "vendor" and is_active()
+    assert state.natives["paged_attention_v1"].works
+    assert not state.natives["reshape_and_cache"].present  # a stub is not kept
+    patches = state.patches
+    assert patches["vllm._custom_ops.paged_attention_v1"].implementation.startswith("native")
+    assert patches["vllm._custom_ops.reshape_and_cache"].implementation == (
+        "attn-core (vendor_reshape_and_cache)"
+    )
+
+
+def test_forward_decode_keeps_native_v1_within_its_reach(vendor):
+    register()
+    paged = vendor["vllm.attention.ops.paged_attn"].PagedAttention
+    case = _case([1, 37, 300])
+    out = paged.forward_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        300,
+        "auto",
+        _mapping(24, 4),
+        256**-0.5,
+        None,
+    )
+    assert fake_vllm.CALLS == ["native_v1"]
+    want = reference_decode(
+        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
+    )
+    assert_close(out, want, DECODE_TOL[torch.float16])
+
+
+def test_forward_decode_beyond_v1_reach_uses_attn_core(vendor, monkeypatch):
+    monkeypatch.setenv(V1_LIMIT_ENV, "64")  # keep the case small: V1 reach 64 tokens
+    register()
+    paged = vendor["vllm.attention.ops.paged_attn"].PagedAttention
+    case = _case([65, 9], heads=16, kv_heads=2)
+    out = paged.forward_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        65,
+        "auto",
+        _mapping(16, 2),
+        256**-0.5,
+        None,
+    )
+    assert fake_vllm.CALLS == []
+    want = reference_decode(
+        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
+    )
+    assert_close(out, want, DECODE_TOL[torch.float16])
+
+
+def test_v2_that_raises_is_replaced_after_the_first_call(vendor):
+    state = register()
+    ops = vendor["vllm._custom_ops"]
+    case = _case([70, 5], dtype=torch.float32)
+    want = reference_decode(
+        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
+    )
+    for _ in range(2):
+        out = torch.full_like(case.query, float("nan"))
+        scratch = torch.empty(0)
+        ops.paged_attention_v2(
+            out,
+            scratch,
+            scratch,
+            scratch,
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            _mapping(24, 4),
+            256**-0.5,
+            case.block_tables,
+            case.seq_lens,
+            16,
+            70,
+            None,
+            "auto",
+        )
+        assert_close(out, want, DECODE_TOL[torch.float32])
+    assert fake_vllm.CALLS == ["native_v2"]  # tried once, then attn-core only
+    assert "NotImplementedError" in state.natives["paged_attention_v2"].failure
+
+
+def test_force_replaces_a_working_native_op(vendor, monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "1")
+    state = register()
+    ops = vendor["vllm._custom_ops"]
+    assert state.patches["vllm._custom_ops.paged_attention_v1"].reason == f"{FORCE_ENV}=1"
+    case = _case([33, 1], dtype=torch.bfloat16)
+    out = torch.full_like(case.query, float("nan"))
+    ops.paged_attention_v1(
+        out,
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        _mapping(24, 4),
+        256**-0.5,
+        case.block_tables,
+        case.seq_lens,
+        16,
+        33,
+        None,
+        "auto",
+    )
+    assert fake_vllm.CALLS == []
+    want = reference_decode(
+        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
+    )
+    assert_close(out, want, DECODE_TOL[torch.bfloat16])
+    impl, reason, _ = routing.choose(16, 16, 256, 2, torch.device("cpu"))
+    assert impl == routing.ATTN_CORE and FORCE_ENV in reason
+
+
+def test_vendor_checks_name_the_argument(vendor, monkeypatch):
+    monkeypatch.setenv(FORCE_ENV, "1")
+    register()
+    ops = vendor["vllm._custom_ops"]
+    case = _case([5])
+    out = torch.empty_like(case.query)
+    with pytest.raises(ValueError, match=r"head_mapping must have shape \[24\]"):
+        ops.paged_attention_v1(
+            out,
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            _mapping(12, 4),
+            1.0,
+            case.block_tables,
+            case.seq_lens,
+            16,
+            5,
+            None,
+            "auto",
+        )
+    with pytest.raises(ValueError, match=r"block_size must equal value_cache.shape\[3\] \(16\)"):
+        ops.paged_attention_v1(
+            out,
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            _mapping(24, 4),
+            1.0,
+            case.block_tables,
+            case.seq_lens,
+            32,
+            5,
+            None,
+            "auto",
+        )
+
+
+def test_vendor_reshape_and_cache_writes_the_slots(vendor):
+    register()
+    ops = vendor["vllm._custom_ops"]
+    case = _case([40])
+    key = torch.randn(3, 4, 256).half()
+    value = torch.randn(3, 4, 256).half()
+    block = int(case.block_tables[0, 1])
+    slots = torch.tensor([block * 16 + 0, block * 16 + 5, -1])
+    ops.reshape_and_cache(key, value, case.key_cache, case.value_cache, slots, "auto")
+    got_k = case.key_cache[block, :, :, 5, :].reshape(4, 256)
+    assert torch.equal(got_k, key[1])
+    assert torch.equal(case.value_cache[block, :, :, 0], value[0])
+
+
+def test_unknown_convention_refused_at_registration(monkeypatch, clean_state):
+    import types
+
+    ops = types.ModuleType("vllm._custom_ops")
+
+    def paged_attention_v1(out, query, key_cache, value_cache, kv_map, scale):
+        pass
+
+    ops.paged_attention_v1 = paged_attention_v1
+    fake_vllm.install(monkeypatch, ops=ops)
+    with pytest.raises(ValueError, match="kv_map"):
+        register()
+    assert not is_active()
+    assert clean_state.errors and "UnknownSignatureError" in clean_state.errors[0]
