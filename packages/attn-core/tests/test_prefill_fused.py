@@ -85,6 +85,30 @@ def test_raising_fused_backend_is_rejected(fake_sdpa) -> None:
     assert any("no kernel image" in v for v in report.values())
 
 
+def _cpu_flash(q, k, v, causal, scale):
+    """torch's CPU flash kernel: same layouts and log-sum-exp as the CUDA op."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, causal, scale=scale
+    )
+
+
+@pytest.mark.skipif(
+    not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"),
+    reason="this torch has no CPU flash-attention op",
+)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("shape", ((24, 4, 256), (8, 1, 80), (8, 8, 64)), ids=str)
+def test_sdpa_layouts_with_cpu_flash(fake_sdpa, monkeypatch, shape, dtype) -> None:
+    """The real sdpa attend (query folding, K/V expansion, lse reshapes) on torch's CPU kernel."""
+    fake_sdpa(prefill_backends._sdpa_attend)
+    monkeypatch.setattr(prefill_backends, "_flash_with_lse", _cpu_flash)
+    heads, kvh, hs = shape
+    case = make_prefill_case(MIXED, heads, kvh, hs, 16, dtype, seed=hs)
+    plan = plan_prefill(heads, kvh, hs, dtype, case.max_query_len, backend="sdpa")
+    plan = dataclasses.replace(plan, query_tile=16, stream_chunk=48)
+    assert_close(run_prefill(case, plan), reference(case), dtype)
+
+
 # --- on a CUDA device ----------------------------------------------------------------------
 
 CUDA_DTYPES = (torch.float16, torch.bfloat16)

@@ -301,14 +301,16 @@ def _tile_steps(
 ) -> tuple[KernelStep, ...]:
     """One tile update as launches: two batched GEMMs and the elementwise softmax update.
 
-    GEMM grids use 128x128 output tiles (the common tensor-core CTA tile); elementwise grids
-    one thread per 4 elements at the device's max block size.
+    GEMM grids use 128x128 output tiles (the common tensor-core CTA tile) staging up to 32 KiB
+    of operands in shared memory (less where the device's per-block budget is smaller);
+    elementwise grids one thread per 4 elements at the device's max block size.
     """
     rows = group * tq
     threads = spec.max_threads_per_block
+    smem = min(32 * 1024, spec.shared_mem_per_block - spec.shared_mem_reserved_per_block)
 
     def gemm(name: str, m: int, n: int) -> KernelStep:
-        return KernelStep(name, (_ceil_div(m, 128), _ceil_div(n, 128), kv_heads), 256, 32 * 1024)
+        return KernelStep(name, (_ceil_div(m, 128), _ceil_div(n, 128), kv_heads), 256, smem)
 
     def elementwise(name: str, n: int) -> KernelStep:
         return KernelStep(name, (_ceil_div(n, threads * 4), 1, 1), threads, 0)

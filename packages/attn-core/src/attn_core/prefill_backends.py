@@ -86,11 +86,18 @@ def _sdpa_attend(
         # read once per KV head with no copy and no GQA support needed from the kernel.
         qh = q.view(t, kvh, group, hs).permute(1, 2, 0, 3).reshape(1, kvh, group * t, hs)
         kh, vh = k.unsqueeze(0), v.unsqueeze(0)
-    res = torch.ops.aten._scaled_dot_product_flash_attention(
-        qh.contiguous(), kh, vh, 0.0, causal, False, scale=scale
-    )
-    out, lse = res[0], res[1]
+    out, lse = _flash_with_lse(qh.contiguous(), kh, vh, causal, scale)
     return out.reshape(heads, t, hs).float(), lse.reshape(heads, t).float()
+
+
+def _flash_with_lse(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[1, H, L, D]`` inputs -> (out ``[1, H, Lq, D]``, natural-log lse ``[1, H, Lq]``)."""
+    res = torch.ops.aten._scaled_dot_product_flash_attention(
+        q, k, v, 0.0, causal, False, scale=scale
+    )
+    return res[0], res[1]
 
 
 # --- the vendor's flash-attn library (BI-V100) ---------------------------------------------
