@@ -1,0 +1,373 @@
+"""Paged decode benchmark: attn_core.paged_decode beside the old way and SDPA, one device run.
+
+Shape: Qwen3.6's full-attention layer (24 query heads, 4 KV heads, head 256, fp16, block 16) at
+8K / 32K / 100K context with batch 1 and 8, and batch 64 x 8K. Per row: median time, achieved
+K+V bandwidth and its ratio to the measured device-to-device copy bandwidth, transient peak
+memory (fresh workspace) and steady-state peak, kernel launches per step (torch.profiler), max
+error against a reference (float64 on the CPU for small rows, fp32 on the device for large).
+
+Variants of attn-core (forced partition sizes, one_pass, streaming) and two gather-only
+microbenchmarks (token-level ``index`` as decode uses, block-level ``index_select``) run in the
+same process, so one GPU run shows which layout and partition size to keep.
+
+    python3 bench/decode_bench.py [--out results] [--quick] [--device cuda]
+
+``--quick`` runs tiny sizes (works on a CPU in seconds). Prints a table last; full results go
+to ``OUT/decode_bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _timing  # noqa: E402
+
+from attn_core import paged_decode  # noqa: E402
+from attn_core.cache_layout import validate_caches  # noqa: E402
+from attn_core.decode import plan_for  # noqa: E402
+from attn_core.testing import reference_decode  # noqa: E402
+from attn_core.workspace import Workspace  # noqa: E402
+
+HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
+FULL_SHAPES = [(1, 8192), (8, 8192), (1, 32768), (8, 32768), (1, 100_000), (8, 100_000), (64, 8192)]
+QUICK_SHAPES = [(1, 256), (2, 1000), (4, 300)]
+# float64 reference on the CPU costs ~0.4 s per 1M (token x head) pairs; above this the row is
+# checked against an fp32 reference on the device instead.
+FLOAT64_MAX_TOKENS = 70_000
+
+
+@contextlib.contextmanager
+def env(**values: Optional[str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Case:
+    """Contiguous K/V ``[B, KVH, T, D]`` and the same tokens scattered into a paged cache."""
+
+    def __init__(self, batch: int, tokens: int, device: torch.device, seed: int = 0) -> None:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        dtype = torch.float16
+        x = 16 // 2
+        nblk = -(-tokens // BLOCK)
+        padded = nblk * BLOCK
+        self.batch, self.tokens = batch, tokens
+        self.query = torch.randn(batch, HEADS, HEAD, generator=g).to(dtype).to(device)
+        self.k = torch.randn(batch, KV_HEADS, padded, HEAD, generator=g).to(dtype).to(device)
+        self.v = torch.randn(batch, KV_HEADS, padded, HEAD, generator=g).to(dtype).to(device)
+        num_blocks = batch * nblk + 7
+        perm = torch.randperm(num_blocks, generator=g)[: batch * nblk]
+        self.block_tables = perm.view(batch, nblk).to(torch.int32).to(device)
+        self.key_cache = torch.empty(
+            num_blocks, KV_HEADS, HEAD // x, BLOCK, x, dtype=dtype, device=device
+        )
+        self.value_cache = torch.empty(
+            num_blocks, KV_HEADS, HEAD, BLOCK, dtype=dtype, device=device
+        )
+        ids = self.block_tables.flatten().long()
+        kb = self.k.view(batch, KV_HEADS, nblk, BLOCK, HEAD // x, x).permute(0, 2, 1, 4, 3, 5)
+        self.key_cache[ids] = kb.reshape(batch * nblk, KV_HEADS, HEAD // x, BLOCK, x)
+        vb = self.v.view(batch, KV_HEADS, nblk, BLOCK, HEAD).permute(0, 2, 1, 4, 3)
+        self.value_cache[ids] = vb.reshape(batch * nblk, KV_HEADS, HEAD, BLOCK)
+        self.seq_lens = torch.full((batch,), tokens, dtype=torch.int32, device=device)
+        self.k, self.v = self.k[:, :, :tokens], self.v[:, :, :tokens]
+
+    @property
+    def kv_bytes(self) -> int:
+        return 2 * self.batch * KV_HEADS * self.tokens * HEAD * 2
+
+    def decode(self, ws: Workspace, out: torch.Tensor) -> torch.Tensor:
+        return paged_decode(
+            self.query,
+            self.key_cache,
+            self.value_cache,
+            self.block_tables,
+            self.seq_lens,
+            self.tokens,
+            out=out,
+            workspace=ws,
+        )
+
+
+# ------------------------------------------------------------------------------- baselines
+def old_way(c: Case) -> torch.Tensor:
+    """Gather whole blocks, repeat K/V to every query head, matmul (what issue 2 replaces)."""
+    kg = c.key_cache[c.block_tables.long()]  # [B, nblk, KVH, D/x, BS, x]
+    k = kg.permute(0, 2, 1, 4, 3, 5).reshape(c.batch, KV_HEADS, -1, HEAD)[:, :, : c.tokens]
+    vg = c.value_cache[c.block_tables.long()]  # [B, nblk, KVH, D, BS]
+    v = vg.permute(0, 2, 1, 4, 3).reshape(c.batch, KV_HEADS, -1, HEAD)[:, :, : c.tokens]
+    k = k.repeat_interleave(HEADS // KV_HEADS, dim=1)
+    v = v.repeat_interleave(HEADS // KV_HEADS, dim=1)
+    s = torch.matmul(c.query.unsqueeze(2), k.transpose(-1, -2)).float() * HEAD**-0.5
+    p = torch.softmax(s, dim=-1).to(v.dtype)
+    return torch.matmul(p, v).squeeze(2)
+
+
+def sdpa_fn(c: Case) -> tuple[Callable[[], torch.Tensor], str]:
+    """torch SDPA on already-contiguous K/V (no paging): the floor a fused kernel reaches."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q = c.query.unsqueeze(2)
+    try:
+        sdpa(q[:1, :, :, :], c.k[:1, :, :16], c.v[:1, :, :16], enable_gqa=True)
+        return (lambda: sdpa(q, c.k, c.v, enable_gqa=True).squeeze(2)), "sdpa gqa"
+    except (TypeError, RuntimeError):
+        k = c.k.repeat_interleave(HEADS // KV_HEADS, 1)  # prepared outside the timed call
+        v = c.v.repeat_interleave(HEADS // KV_HEADS, 1)
+        return (lambda: sdpa(q, k, v).squeeze(2)), "sdpa (K/V pre-expanded)"
+
+
+def gather_token_index(c: Case) -> Callable[[], object]:
+    """Only the K and V gathers decode does (token-level ``index``, keys as int64 vectors)."""
+    pos = torch.arange(c.tokens, device=c.query.device)
+    blocks = c.block_tables.long().gather(1, (pos // BLOCK).expand(c.batch, -1))
+    offs = (pos % BLOCK).expand(c.batch, -1)
+    ksrc = c.key_cache.view(torch.int64).permute(1, 0, 3, 2, 4)
+    vsrc = c.value_cache.permute(1, 0, 3, 2)
+    return lambda: (ksrc[:, blocks, offs], vsrc[:, blocks, offs])
+
+
+def gather_block_index_select(c: Case) -> Callable[[], object]:
+    """Block-level ``index_select`` into token-major layouts (no masking): a layout candidate."""
+    ids = c.block_tables.flatten().long()
+    ksrc = c.key_cache.view(torch.int64).permute(1, 0, 3, 2, 4)  # [KVH, NB, BS, D/x, 2]
+    vsrc = c.value_cache.permute(1, 0, 3, 2)  # [KVH, NB, BS, D]
+    return lambda: (ksrc.index_select(1, ids), vsrc.index_select(1, ids))
+
+
+# ------------------------------------------------------------------------------ references
+def reference_fp32(c: Case) -> torch.Tensor:
+    """Dense fp32 attention on the contiguous K/V, on the device: ``[B, H, D]``."""
+    group = HEADS // KV_HEADS
+    q = c.query.float().view(c.batch, KV_HEADS, group, HEAD)
+    s = torch.matmul(q, c.k.float().transpose(-1, -2)) * HEAD**-0.5
+    out = torch.matmul(torch.softmax(s, -1), c.v.float())
+    return out.reshape(c.batch, HEADS, HEAD)
+
+
+def max_error(c: Case, got: torch.Tensor) -> tuple[float, str]:
+    if c.batch * c.tokens <= FLOAT64_MAX_TOKENS:
+        ref = reference_decode(c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens)
+        return float((got.double().cpu() - ref).abs().max()), "float64"
+    return float((got.float() - reference_fp32(c)).abs().max()), "fp32 device"
+
+
+# -------------------------------------------------------------------------------------- run
+def measure(
+    name: str,
+    c: Case,
+    fn: Callable[[], Any],
+    device: torch.device,
+    copy_bw: float,
+    iters: int,
+    *,
+    check: Optional[Callable[[], Any]] = None,
+    fresh: Optional[Callable[[], Any]] = None,
+) -> dict[str, Any]:
+    """Time ``fn``; ``fresh`` is the same call on an empty workspace, for the transient peak."""
+    peak = _timing.transient_peak_bytes(fresh or fn, device)
+    t = _timing.median_time_s(fn, device, warmup=3, iters=iters)
+    steady = _timing.transient_peak_bytes(fn, device)
+    row: dict[str, Any] = {
+        "variant": name,
+        "batch": c.batch,
+        "context": c.tokens,
+        "ms": t * 1e3,
+        "kv_GBps": c.kv_bytes / t / 1e9,
+        "vs_copy": c.kv_bytes / t / copy_bw,
+        "peak_MB": None if peak is None else peak / 1e6,
+        "steady_MB": None if steady is None else steady / 1e6,
+        "peak_vs_kv": None if peak is None else peak / c.kv_bytes,
+        "launches": _timing.kernel_launches(fn, device),
+    }
+    if check is not None:
+        row["max_err"], row["reference"] = max_error(c, check())
+    return row
+
+
+def plan_row(c: Case) -> dict[str, Any]:
+    layout = validate_caches(
+        c.key_cache, c.value_cache, "auto", compute_dtype=c.query.dtype, device=c.query.device
+    )
+    plan = plan_for(c.query, layout, c.block_tables.shape[1], c.tokens)
+    return {
+        "tier": plan.tier,
+        "partition_size": plan.partition_size,
+        "num_partitions": plan.num_partitions,
+        "num_chunks": plan.num_chunks,
+        "workspace_MB": plan.workspace_bytes / 1e6,
+        "scores_fp32_from_bmm": plan.scores_fp32_from_bmm,
+        "device_spec": plan.device_spec.name,
+        "steps": [
+            {
+                "name": s.name,
+                "grid": s.grid,
+                "threads": s.threads_per_block,
+                "smem": s.shared_mem_bytes,
+            }
+            for s in plan.steps[:3]
+        ],
+    }
+
+
+def variants(quick: bool) -> list[tuple[str, dict[str, Optional[str]]]]:
+    sizes = ("64", "128") if quick else ("256", "512", "1024", "2048")
+    out: list[tuple[str, dict[str, Optional[str]]]] = [("attn_core plan", {})]
+    out += [
+        (
+            f"attn_core ps={s}",
+            {"ATTN_CORE_DECODE_TIER": "partitioned", "ATTN_CORE_DECODE_PARTITION_SIZE": s},
+        )
+        for s in sizes
+    ]
+    out.append(("attn_core one_pass", {"ATTN_CORE_DECODE_TIER": "one_pass"}))
+    stream = "128" if quick else "8192"
+    out.append((f"attn_core stream={stream}", {"ATTN_CORE_DECODE_STREAM_TOKENS": stream}))
+    return out
+
+
+def bench_shape(
+    batch: int, tokens: int, device: torch.device, copy_bw: float, iters: int, quick: bool
+) -> list[dict[str, Any]]:
+    c = Case(batch, tokens, device)
+    rows: list[dict[str, Any]] = []
+    out = torch.empty_like(c.query)
+    for name, overrides in variants(quick):
+        if "stream" in name and tokens <= int(overrides["ATTN_CORE_DECODE_STREAM_TOKENS"] or 0):
+            continue
+        with env(**overrides):
+            ws = Workspace()
+            row = measure(
+                name,
+                c,
+                lambda ws=ws: c.decode(ws, out),
+                device,
+                copy_bw,
+                iters,
+                check=lambda ws=ws: c.decode(ws, torch.full_like(c.query, math.nan)),
+                fresh=lambda: c.decode(Workspace(), out),
+            )
+            row.update(plan_row(c))
+        rows.append(row)
+        _release(device)
+    rows.append(
+        measure(
+            "old: gather+repeat+matmul",
+            c,
+            lambda: old_way(c),
+            device,
+            copy_bw,
+            iters,
+            check=lambda: old_way(c),
+        )
+    )
+    _release(device)
+    fn, label = sdpa_fn(c)
+    rows.append(measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))
+    rows.append(
+        measure("gather only: token index", c, gather_token_index(c), device, copy_bw, iters)
+    )
+    rows.append(
+        measure(
+            "gather only: block index_select",
+            c,
+            gather_block_index_select(c),
+            device,
+            copy_bw,
+            iters,
+        )
+    )
+    _release(device)
+    return rows
+
+
+def _release(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+COLUMNS = [
+    "variant",
+    "batch",
+    "context",
+    "ms",
+    "kv_GBps",
+    "vs_copy",
+    "peak_MB",
+    "peak_vs_kv",
+    "launches",
+    "max_err",
+    "tier",
+    "partition_size",
+    "num_partitions",
+]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="results", help="directory for decode_bench.json")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (CPU-friendly)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--iters", type=int, default=None, help="timed iterations per variant")
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    iters = args.iters or (3 if args.quick else 20)
+    copy_bw = _timing.copy_bandwidth(device, (1 << 24) if args.quick else (1 << 30))
+    info = _timing.device_info(device)
+    info["copy_GBps"] = copy_bw / 1e9
+    info["fp16_TFLOPs"] = (
+        _timing.matmul_flops(device, torch.float16, 256 if args.quick else 8192, iters=3) / 1e12
+    )
+    rows: list[dict[str, Any]] = []
+    for batch, tokens in shapes:
+        rows += bench_shape(batch, tokens, device, copy_bw, iters, args.quick)
+        _release(device)  # the shape's caches are garbage now
+    targets = {"1x100000": 0.35, "8x100000": 2.8, "64x8192": 2.5}
+    path = _timing.write_results(
+        args.out,
+        "decode_bench.json",
+        {
+            "device": info,
+            "shape": {
+                "heads": HEADS,
+                "kv_heads": KV_HEADS,
+                "head_size": HEAD,
+                "block_size": BLOCK,
+                "dtype": "float16",
+            },
+            "targets_ms_h200": targets,
+            "rows": rows,
+        },
+    )
+    print(
+        f"device: {info.get('name')}  copy {copy_bw / 1e9:.0f} GB/s (read+write)  "
+        f"fp16 matmul {info['fp16_TFLOPs']:.0f} TFLOP/s  torch {torch.__version__}"
+    )
+    print(f"results: {path}")
+    _timing.print_table(rows, COLUMNS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
