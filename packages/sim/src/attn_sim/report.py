@@ -24,7 +24,15 @@ from tabulate import tabulate
 
 from attn_core.device_spec import DeviceSpec
 from attn_sim.cost import design_cost
-from attn_sim.designs import QWEN36, design_families, evaluate, from_steps
+from attn_sim.designs import (
+    QWEN36,
+    design_families,
+    evaluate,
+    from_steps,
+    gqa_partitioned,
+    vllm_v1,
+    vllm_v2,
+)
 from attn_sim.simulate import CaseResult, simulate
 from attn_sim.workloads import Case, plan_for
 
@@ -88,6 +96,48 @@ def design_rows(spec: DeviceSpec, num_seqs: int = 1) -> list[dict]:
     return rows
 
 
+def longest_fitting_context(spec: DeviceSpec, build, limit: int = 1 << 24) -> int:
+    """Largest context (a multiple of the block size) whose designs all fit; 0 if none."""
+    bs = QWEN36.block_size
+
+    def ok(ctx: int) -> bool:
+        return all(evaluate(spec, d).fits for d in build(spec, ctx))
+
+    if not ok(bs):
+        return 0
+    lo, hi = 1, limit // bs  # in blocks: ok(lo) holds
+    if ok(hi * bs):
+        return hi * bs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid * bs) else (lo, mid)
+    return lo * bs
+
+
+def budget_rows(spec: DeviceSpec) -> list[dict]:
+    """Per design family: the longest context at batch 1 whose launches fit the budget."""
+    builders = {
+        "vllm_v1": lambda sp, c: [vllm_v1(sp, QWEN36, 1, c)],
+        "vllm_v2": lambda sp, c: vllm_v2(sp, QWEN36, 1, c),
+        "gqa_partitioned (tile 32)": lambda sp, c: gqa_partitioned(sp, QWEN36, 1, c),
+        "gqa_partitioned (tile 16)": lambda sp, c: gqa_partitioned(
+            sp, QWEN36, 1, c, tile_tokens=16
+        ),
+        "attn-core plan": lambda sp, c: from_steps(plan_for(sp, Case("decode", 1, c)).steps),
+    }
+    rows = []
+    for name, build in builders.items():
+        longest = longest_fitting_context(spec, build)
+        rows.append(
+            {
+                "design": name,
+                "budget_bytes": spec.shared_mem_per_block,
+                "longest_fitting_context": longest if longest < 1 << 24 else ">= 16M",
+            }
+        )
+    return rows
+
+
 def traced_cases() -> list[Case]:
     cases = [Case("decode", b, c) for c in DECODE_CONTEXTS for b in DECODE_BATCHES]
     cases += [Case("prefill", b, c, query_len=PREFILL_CHUNK) for b, c in PREFILL_CASES]
@@ -122,6 +172,7 @@ def build(spec: DeviceSpec) -> dict:
         "shape": dataclasses.asdict(QWEN36),
         "assumptions": assumptions(spec),
         "designs": design_rows(spec),
+        "budget": budget_rows(spec),
         "results": [r.to_json() for r in results],
         "decode": [result_row(r) for r in results if r.path == "decode"],
         "prefill": [result_row(r) for r in results if r.path == "prefill"],
@@ -140,6 +191,9 @@ def markdown(report: dict) -> str:
         "",
         "## Assumptions",
         tabulate(report["assumptions"], headers="keys", tablefmt="github"),
+        "",
+        "## Shared-memory budget: longest context that fits (batch 1)",
+        tabulate(report["budget"], headers="keys", tablefmt="github"),
         "",
         "## Kernel designs (batch 1)",
         tabulate(report["designs"], headers="keys", tablefmt="github"),
