@@ -11,10 +11,10 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import assert_close, requires_cuda
 from prefill_helpers import reference, run_prefill
 
-from attn_core import plan_prefill
+from attn_core import paged_prefix_prefill, plan_prefill
 from attn_core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
 from attn_core.prefill_case import make_prefill_case
 
@@ -91,6 +91,48 @@ def test_streaming_matches_whole_context(window: int) -> None:
     assert_close(run_prefill(case, plan), reference(case), torch.float32)
 
 
+def test_small_budget_streams_and_shrinks_tiles() -> None:
+    """A 64 KiB budget: the plan streams the context and shrinks both tiles; results hold."""
+    case = make_prefill_case(((600, 90), (0, 5), (333, 1)), 8, 2, 64, 16, torch.float32, seed=29)
+    plan = plan_prefill(
+        8, 2, 64, torch.float32, case.max_query_len, max_context_len=600, budget_bytes=64 << 10
+    )
+    assert plan.workspace_bytes <= 64 << 10
+    assert 0 < plan.stream_chunk < 600 and plan.key_tile < 4096
+    assert_close(run_prefill(case, plan), reference(case), torch.float32)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_cuda_transient_memory_within_budget() -> None:
+    """Peak memory above the inputs and ``out``: the budget + the gathered context + the chunk's
+    own K/V copy (both outside the budget by definition), at 32K context and an 8K chunk."""
+    budget = 256 << 20
+    case = make_prefill_case(((32768, 8192),), 24, 4, 256, 16, torch.float16, device="cuda")
+    plan = plan_prefill(
+        24,
+        4,
+        256,
+        torch.float16,
+        8192,
+        max_context_len=32768,
+        device=torch.device("cuda"),
+        backend="torch",
+        budget_bytes=budget,
+    )
+    out = torch.empty_like(case.query)
+    paged_prefix_prefill(*case.args(), out=out, plan=plan)  # warm up
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    paged_prefix_prefill(*case.args(), out=out, plan=plan)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    per_token_kv = 2 * 4 * 256 * 2
+    allowed = budget + (32768 + 8192) * per_token_kv + (1 << 20)
+    assert peak <= allowed, (peak, allowed)
+
+
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
 def test_half_precision_scores(dtype: torch.dtype) -> None:
     """The device path keeps scores in fp16/bf16 (fp32 softmax state); check it on the CPU."""
@@ -126,8 +168,6 @@ def test_empty_query_sequence_and_explicit_scale() -> None:
     """A sequence with context but no new tokens contributes nothing; scale is honoured."""
     case = make_prefill_case(((30, 5), (40, 0), (0, 3)), 4, 4, 64, 16, torch.float32, seed=19)
     out = torch.full_like(case.query, float("nan"))
-    from attn_core import paged_prefix_prefill
-
     paged_prefix_prefill(*case.args()[:-1], case.max_query_len, 0.3, out=out)
     from attn_core.testing import reference_prefix_prefill
 

@@ -188,7 +188,8 @@ class _TileSizing:
         scores = rows * tk * self.score_bytes
         state = rows * (self.head_size + _STATE_FLOATS_EXTRA) * 4
         query_and_pv = 2 * rows * self.head_size * self.elem
-        return scores + state + query_and_pv + rows * self.score_bytes  # + tile row max
+        masks = 3 * tq * tk  # bool temporaries of a causal / window mask (shared by all heads)
+        return scores + state + query_and_pv + masks + rows * self.score_bytes  # + tile row max
 
     def fused_bytes(self, tq: int) -> int:
         """Fused path: fp32 merged output + one part's fp32 output and the kernel's own output,
