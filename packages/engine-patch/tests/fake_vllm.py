@@ -92,6 +92,12 @@ class VendorPagedAttention:
     """Fork-style: ``head_mapping``/``context_lens`` names, V1 only (V2 is missing there)."""
 
     @staticmethod
+    def write_to_paged_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype):
+        sys.modules["vllm._custom_ops"].reshape_and_cache(
+            key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype
+        )
+
+    @staticmethod
     def forward_decode(
         query,
         key_cache,

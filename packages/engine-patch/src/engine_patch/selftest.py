@@ -10,6 +10,7 @@ block tables with GQA.
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,6 +26,7 @@ from attn_core.testing import (
     tokens_from_cache,
 )
 from engine_patch import routing
+from engine_patch.hooks import DECODE_PARAMS, PREFIX_PARAMS
 from engine_patch.registration import is_active
 from engine_patch.settings import ModelShape
 
@@ -66,6 +68,18 @@ def _paged_attention() -> Optional[Any]:
     return sys.modules["vllm.attention.ops.paged_attn"].PagedAttention
 
 
+def _call_by_name(fn: Callable, params: dict, values: dict[str, Any]) -> Any:
+    """Call ``fn`` (vLLM's or the fork's convention) with canonical values by parameter name."""
+    names = inspect.signature(fn).parameters
+    kwargs = {}
+    for canonical, value in values.items():
+        for name in params[canonical]:
+            if name in names:
+                kwargs[name] = value(name) if callable(value) else value
+                break
+    return fn(**kwargs)
+
+
 def _compare(
     name: str, path: str, got: torch.Tensor, want: torch.Tensor, tol: tuple[float, float]
 ) -> Check:
@@ -104,20 +118,24 @@ def _decode(shape: ModelShape, device: torch.device, seq_lens: list[int]) -> Che
     paged = _paged_attention()
     if paged is not None:
         path = "vllm PagedAttention.forward_decode"
-        got = paged.forward_decode(
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            case.block_tables,
-            case.seq_lens,
-            max_len,
-            "auto",
-            shape.num_kv_heads,
-            scale,
-            None,
-            1.0,
-            1.0,
-        )
+        num_kv = shape.num_kv_heads
+        group = shape.num_heads // num_kv
+        mapping = torch.arange(shape.num_heads, dtype=torch.int32, device=device) // group
+        values = {
+            "query": case.query,
+            "key_cache": case.key_cache,
+            "value_cache": case.value_cache,
+            "block_tables": case.block_tables,
+            "seq_lens": case.seq_lens,
+            "max_seq_len": max_len,
+            "kv_cache_dtype": "auto",
+            "kv_heads": lambda name: mapping if name == "head_mapping" else num_kv,
+            "scale": scale,
+            "alibi_slopes": None,
+            "k_scale": 1.0,
+            "v_scale": 1.0,
+        }
+        got = _call_by_name(paged.forward_decode, DECODE_PARAMS, values)
     else:
         path = "attn_core.paged_decode"
         got = torch.full_like(case.query, float("nan"))
@@ -179,7 +197,17 @@ def _prefix(shape: ModelShape, device: torch.device) -> list[Check]:
     def write() -> Check:
         if paged is not None:
             path = "vllm PagedAttention.write_to_paged_cache"
-            paged.write_to_paged_cache(key, value, kc, vc, slot_mapping, "auto", 1.0, 1.0)
+            values = {
+                "key": key,
+                "value": value,
+                "key_cache": kc,
+                "value_cache": vc,
+                "slot_mapping": slot_mapping,
+                "kv_cache_dtype": "auto",
+                "k_scale": 1.0,
+                "v_scale": 1.0,
+            }
+            _call_by_name(paged.write_to_paged_cache, {k: (k,) for k in values}, values)
         else:
             path = "attn_core.write_to_paged_cache"
             attn_core.write_to_paged_cache(key, value, kc, vc, slot_mapping)
@@ -203,23 +231,24 @@ def _prefix(shape: ModelShape, device: torch.device) -> list[Check]:
     def prefix() -> Check:
         if paged is not None:
             path = "vllm PagedAttention.forward_prefix"
-            got = paged.forward_prefix(
-                query,
-                key,
-                value,
-                "auto",
-                kc,
-                vc,
-                bt,
-                query_start_loc,
-                seq_lens,
-                ctx,
-                max(query_lens),
-                None,
-                None,
-                1.0,
-                1.0,
-            )
+            values = {
+                "query": query,
+                "key": key,
+                "value": value,
+                "kv_cache_dtype": "auto",
+                "key_cache": kc,
+                "value_cache": vc,
+                "block_tables": bt,
+                "query_start_loc": query_start_loc,
+                "seq_lens": seq_lens,
+                "context_lens": ctx,
+                "max_query_len": max(query_lens),
+                "alibi_slopes": None,
+                "sliding_window": None,
+                "k_scale": 1.0,
+                "v_scale": 1.0,
+            }
+            got = _call_by_name(paged.forward_prefix, PREFIX_PARAMS, values)
         else:
             path = "attn_core.paged_prefix_prefill"
             got = torch.full_like(query, float("nan"))
