@@ -184,3 +184,18 @@ def test_long_context_100k_with_2k_chunk() -> None:
     """One sequence, 100K cached tokens + a 2K chunk, on the CPU (minutes with the reference)."""
     case = make_prefill_case(((100_000, 2_048),), 4, 1, 128, 16, torch.float32, seed=23)
     assert_close(run_prefill(case), reference(case), torch.float32)
+
+
+def test_qkv_views_of_a_packed_projection() -> None:
+    """vLLM passes query/key/value as strided views of one qkv projection output."""
+    case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float16, seed=31)
+    n = case.query.shape[0]
+    qkv = torch.cat(
+        [case.query.reshape(n, -1), case.key.reshape(n, -1), case.value.reshape(n, -1)], dim=1
+    )
+    q, k, v = qkv.split([8 * 64, 2 * 64, 2 * 64], dim=1)
+    views = dataclasses.replace(
+        case, query=q.view(n, 8, 64), key=k.view(n, 2, 64), value=v.view(n, 2, 64)
+    )
+    assert not views.key.is_contiguous()
+    assert_close(run_prefill(views, small_tiles(views)), reference(case), torch.float16)
