@@ -22,7 +22,9 @@ from attn_core.device_spec import DeviceSpec
 from attn_sim.config import decode_threshold
 from attn_sim.designs import evaluate, from_steps
 from attn_sim.simulate import CaseResult, simulate
-from attn_sim.workloads import Case, plan_for
+from attn_sim.workloads import Case, env_var, plan_for
+
+STREAM_ENV = "ATTN_CORE_DECODE_STREAM_TOKENS"
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,18 @@ def gated_cases(gates: dict) -> list[Case]:
 
 
 def check_plans(spec: DeviceSpec, gates: dict, planner: Callable, report: GateReport) -> None:
-    for case in plan_grid(gates):
+    """The plan grid as planned by default, then under each streaming chunk size."""
+    _check_plan_grid(spec, planner, report, plan_grid(gates))
+    decode = [c for c in plan_grid(gates) if c.path == "decode"]
+    for tokens in gates["plan"].get("decode_stream_tokens", []):
+        with env_var(STREAM_ENV, tokens):
+            _check_plan_grid(spec, planner, report, decode, f" stream{tokens}")
+
+
+def _check_plan_grid(
+    spec: DeviceSpec, planner: Callable, report: GateReport, cases: list, suffix: str = ""
+) -> None:
+    for case in cases:
         plan = planner(spec, case)
         for design in from_steps(plan.steps):
             report.checks += 1
@@ -91,7 +104,7 @@ def check_plans(spec: DeviceSpec, gates: dict, planner: Callable, report: GateRe
                 Violation(
                     profile=spec.name,
                     gate="shared_memory" if over_budget else "occupancy",
-                    case=f"{case.label()} q{case.query_len} {design.name}",
+                    case=f"{case.label()} q{case.query_len}{suffix} {design.name}",
                     value=design.smem if over_budget else 0,
                     limit=spec.shared_mem_per_block if over_budget else 1,
                     detail=f"limited by {judged.occupancy.limiter}",

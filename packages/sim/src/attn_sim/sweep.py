@@ -13,17 +13,14 @@ Two sweeps:
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-from collections.abc import Iterator
 from typing import Optional
 
 from attn_core.device_spec import DeviceSpec
 from attn_sim.cost import design_cost
 from attn_sim.designs import QWEN36, evaluate, gqa_partitioned
 from attn_sim.simulate import simulate
-from attn_sim.workloads import Case
+from attn_sim.workloads import Case, env_var
 
 K = 1024
 SWEEP_CASES = [Case("decode", b, c) for b in (1, 8) for c in (8 * K, 32 * K, 100 * K, 256 * K)]
@@ -35,22 +32,6 @@ CANDIDATES: dict[str, list[Optional[int]]] = {
 }
 DESIGN_PARTITIONS = (256, 512, 1024, 2048, 4096)
 DESIGN_TILES = (8, 16, 32, 64)
-
-
-@contextlib.contextmanager
-def env(name: str, value: Optional[int]) -> Iterator[None]:
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = str(value)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 def _geomean(xs: list[float]) -> float:
@@ -65,7 +46,7 @@ def sweep_plan(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[dic
     for name, values in CANDIDATES.items():
         group = []
         for value in values:
-            with env(name, value):
+            with env_var(name, value):
                 try:
                     results = [simulate(spec, c) for c in cases]
                 except ValueError as err:  # attn-core refused the value for some case

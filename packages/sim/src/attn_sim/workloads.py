@@ -124,6 +124,23 @@ def profile_env(spec: DeviceSpec) -> Iterator[None]:
             os.environ["ATTN_CORE_DEVICE"] = old
 
 
+@contextlib.contextmanager
+def env_var(name: str, value: Optional[object]) -> Iterator[None]:
+    """Set (or with ``None`` unset) one environment variable for the duration."""
+    old = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
 def base_name(spec: DeviceSpec) -> str:
     """The built-in profile a (possibly calibrated, ``name+calibrated``) profile derives from."""
     return spec.name.split("+")[0]
