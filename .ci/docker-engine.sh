@@ -12,7 +12,7 @@
 #      caches it as a tarball outside the repo ($HIL_CACHE) and `docker import`s it as
 #      $HIL_BASE_IMAGE. Containers run with network none, so nothing else comes from outside.
 #   4. fills a wheels directory ($HIL_CACHE/wheels) with the CPU torch wheel and the pure-Python
-#      wheels the suites need (pytest, pytest-timeout, tabulate and torch's dependencies), which
+#      wheels the suites need (pytest, pytest-timeout, tabulate, hypothesis, torch's deps), which
 #      the HIL runner copies into the image's build context (HIL_WHEELS).
 # Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_CACHE, HIL_BASE_IMAGE, HIL_TORCH_WHEEL, DEBIAN_MIRROR.
 set -euo pipefail
@@ -97,8 +97,9 @@ fi
 
 # 4. wheels for the image build context (nothing is downloaded inside containers)
 WHEELS="$CACHE/wheels"
+WANT="$(basename "$TORCH_WHEEL") pytest pytest-timeout tabulate hypothesis"
 mkdir -p "$WHEELS"
-if [ -f "$WHEELS/.complete" ]; then
+if [ -f "$WHEELS/.complete" ] && [ "$(cat "$WHEELS/.complete")" = "$WANT" ]; then
     say "wheels already in $WHEELS"
 else
     say "collecting wheels into $WHEELS"
@@ -106,8 +107,8 @@ else
     python3 -m pip download --quiet --dest "$WHEELS" \
         --only-binary=:all: --python-version 3.11 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform any \
-        "$WHEELS/$(basename "$TORCH_WHEEL")" pytest pytest-timeout tabulate
-    touch "$WHEELS/.complete"
+        "$WHEELS/$(basename "$TORCH_WHEEL")" pytest pytest-timeout tabulate hypothesis
+    echo "$WANT" >"$WHEELS/.complete"
 fi
 
 say "done; use:"

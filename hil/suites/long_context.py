@@ -337,7 +337,7 @@ def table(records: list) -> str:
                     r["dtype"],
                     f"{r['rel_error']:.2e}",
                     f"{r['median_s'] * 1e3:.3f}",
-                    f"{r['bandwidth_bytes_per_s'] / 1e9:.1f}",
+                    f"{r['bandwidth_bytes_per_s'] / 1e9:.2f}",
                     peak,
                     "ok" if r["rel_error"] <= r["tolerance"] else "FAIL",
                 ]

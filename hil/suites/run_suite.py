@@ -41,6 +41,12 @@ def write_junit(path: Path, suite: str, case: str, outcome: str, message: str = 
     )
 
 
+def reports_problems(junit: Path) -> bool:
+    """Whether a JUnit report holds a failure or error (so a non-zero exit is explained)."""
+    text = junit.read_text(errors="replace")
+    return "<failure" in text or "<error" in text
+
+
 def run_with_timeout(argv, cwd: Path, env: dict, timeout_s):
     """(returncode, timed_out): the step runs in its own process group, killed whole on timeout."""
     proc = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)
@@ -122,7 +128,7 @@ def run_command_step(step: dict, out: Path, payload: Path, env: dict) -> tuple:
             write_junit(junit, step["name"], "command", "skipped", f"{argv[0]} asked to skip")
         return "skipped", rc
     if step.get("junit") and junit.exists():
-        if rc != 0:
+        if rc != 0 and not reports_problems(junit):
             err = out / f"{step['name']}-exit.xml"
             write_junit(err, step["name"], "command-exit", "failure", describe_rc(rc))
         return ("passed" if rc == 0 else "failed"), rc

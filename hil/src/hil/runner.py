@@ -70,7 +70,14 @@ def make_executor(target: Target, ctx: RunContext):
     from hil.executor_docker import DockerExecutor, connect
     from hil.image import BuildFailed, ensure_image
 
-    say = lambda text: ctx.console.line(f"{target.name}/image", text)  # noqa: E731
+    build_log = ctx.out / target.name / "build.log"
+    build_log.parent.mkdir(parents=True, exist_ok=True)
+
+    def say(text: str) -> None:
+        ctx.console.line(f"{target.name}/image", text)
+        with open(build_log, "a") as f:
+            f.write(text + "\n")
+
     try:
         client = connect(target)
     except ConnectionError as exc:
@@ -89,7 +96,7 @@ def make_executor(target: Target, ctx: RunContext):
             target.build_timeout_s,
         )
     except BuildFailed as exc:
-        return None, f"image build failed: {exc}"
+        return None, f"image build failed (log: {build_log}): {exc}"
     except ConnectionError as exc:
         return None, str(exc)
     return DockerExecutor(client, image, target, ctx.repo, ctx.console), None
