@@ -70,6 +70,21 @@ def test_merging_is_associative(params) -> None:
     torch.testing.assert_close(normalise(running[0], running[2]), normalise(at_once[0], at_once[2]))
 
 
+@settings(max_examples=100, deadline=None)
+@given(row)
+def test_normalised_partials_merge_the_same(params) -> None:
+    """Partials already divided by their own sums (vLLM V2's tmp_out) merge to the same row."""
+    n, cuts, spread, seed = params
+    g = torch.Generator().manual_seed(seed)
+    scores = (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) * spread
+    values = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    o, m, sums = (t.float() for t in partition_triples(scores, values, cuts))
+    hat = torch.where(sums[..., None] > 0, o / sums.clamp(min=1e-30)[..., None], 0.0)
+    out, _, total = merge_partitions(hat.half(), m, sums, normalised=True)
+    expected = torch.softmax(scores, 0) @ values
+    torch.testing.assert_close(normalise(out, total)[0, 0].double(), expected, atol=3e-3, rtol=0)
+
+
 def test_empty_partitions_contribute_nothing() -> None:
     o = torch.tensor([[[[2.0, 4.0]], [[0.0, 0.0]]]])  # [1, 2, 1, 2]: second partition empty
     m = torch.tensor([[[1.5], [-math.inf]]])

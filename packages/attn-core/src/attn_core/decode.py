@@ -35,10 +35,19 @@ from attn_core.cache_layout import (
     COMPUTE_DTYPES,
     CacheLayout,
     check_block_tables,
-    fp8_dtype,
     validate_caches,
 )
 from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
+from attn_core.decode_gather import (
+    block_indices,
+    gather_keys_blocks,
+    gather_keys_tokens,
+    gather_values_dmajor,
+    gather_values_tokens,
+    slot_indices,
+    to_compute,
+    token_indices,
+)
 from attn_core.device_spec import DeviceSpec, detect_device_spec
 from attn_core.lse_merge import merge_partitions, merge_two, normalise, safe_max
 from attn_core.plan_decode import DecodePlan, plan_decode
@@ -222,6 +231,7 @@ def plan_for(
             "ATTN_CORE_DECODE_STREAM_TOKENS",
             "ATTN_CORE_DECODE_TIER",
             "ATTN_CORE_DECODE_SUBSCRIPTION",
+            "ATTN_CORE_DECODE_GATHER",
         )
     )
     num_seqs, num_heads, _ = query.shape
@@ -329,86 +339,6 @@ def _execute(
     )
 
 
-def _token_indices(
-    plan: DecodePlan, block_tables: torch.Tensor, seq_lens: torch.Tensor, start: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(block ids, offsets, masked)``, each ``[S, C]``; masked slots point at token 0."""
-    bs = plan.block_size
-    pos = torch.arange(start, start + plan.chunk_tokens, device=seq_lens.device)
-    masked = pos[None, :] >= seq_lens[:, None]
-    tok = pos.masked_fill(masked, 0)
-    col = (tok // bs).clamp_(max=block_tables.shape[1] - 1)
-    blocks = block_tables.gather(1, col).long()
-    return blocks, tok % bs, masked
-
-
-def _gather_keys(
-    ws: Workspace,
-    key_cache: torch.Tensor,
-    blocks: torch.Tensor,
-    offsets: torch.Tensor,
-    layout: CacheLayout,
-) -> torch.Tensor:
-    """Keys ``[kv_heads, S, C, D]`` in the storage dtype, one gather of 16-byte vectors."""
-    s, c = blocks.shape
-    if key_cache.stride(-1) == 1 and key_cache.storage_offset() * key_cache.element_size() % 8 == 0:
-        src = key_cache.view(torch.int64).permute(1, 0, 3, 2, 4)  # [KVH, NB, BS, D/x, 16B/8]
-        dst = ws.take(
-            "k",
-            (layout.num_kv_heads, s, c, layout.head_size // layout.x, 2),
-            torch.int64,
-            key_cache.device,
-        )
-    else:
-        src = key_cache.permute(1, 0, 3, 2, 4)  # [KVH, NB, BS, D/x, x]
-        dst = ws.take(
-            "k",
-            (layout.num_kv_heads, s, c, layout.head_size // layout.x, layout.x),
-            key_cache.dtype,
-            key_cache.device,
-        )
-    torch.ops.aten.index.Tensor_out(src, [None, blocks, offsets], out=dst)
-    return dst.view(key_cache.dtype).view(layout.num_kv_heads, s, c, layout.head_size)
-
-
-def _gather_values(
-    ws: Workspace,
-    value_cache: torch.Tensor,
-    blocks: torch.Tensor,
-    offsets: torch.Tensor,
-    layout: CacheLayout,
-) -> torch.Tensor:
-    """Values ``[kv_heads, S, C, D]`` in the storage dtype, one gather."""
-    s, c = blocks.shape
-    src = value_cache.permute(1, 0, 3, 2)  # [KVH, NB, BS, D]
-    dst = ws.take(
-        "v", (layout.num_kv_heads, s, c, layout.head_size), value_cache.dtype, value_cache.device
-    )
-    torch.ops.aten.index.Tensor_out(src, [None, blocks, offsets], out=dst)
-    return dst
-
-
-def _to_compute(
-    ws: Workspace,
-    name: str,
-    stored: torch.Tensor,
-    layout: CacheLayout,
-    scale: float,
-    dtype: torch.dtype,
-) -> torch.Tensor:
-    """``stored`` as ``dtype`` (fp8 dequantised by ``scale``); no copy when it already is."""
-    if not layout.is_fp8 and stored.dtype == dtype:
-        return stored
-    dst = ws.take(name, tuple(stored.shape), dtype, stored.device)
-    if layout.is_fp8:
-        dst.copy_(stored.view(fp8_dtype(layout.kv_cache_dtype)))
-        if scale != 1.0:
-            dst.mul_(scale)
-    else:
-        dst.copy_(stored)
-    return dst
-
-
 def _chunk(
     plan: DecodePlan,
     ws: Workspace,
@@ -428,17 +358,23 @@ def _chunk(
     rows, group, head_size = qg.shape
     num_seqs = seq_lens.shape[0]
     kv_heads = rows // num_seqs
-    c, p, ps = plan.chunk_tokens, plan.num_partitions, plan.partition_size
+    c, p, ps, bs = plan.chunk_tokens, plan.num_partitions, plan.partition_size, plan.block_size
     dtype, device = qg.dtype, qg.device
-    blocks, offsets, masked = _token_indices(plan, block_tables, seq_lens, start)
+    if plan.gather == "block":
+        ids = block_indices(bs, c, block_tables, seq_lens, start)
+        keys = gather_keys_blocks(ws, key_cache, ids, layout)
+        masked = torch.arange(start, start + c, device=device)[None, :] >= seq_lens[:, None]
+    else:
+        blocks, offsets, masked = token_indices(bs, c, block_tables, seq_lens, start)
+        keys = gather_keys_tokens(ws, key_cache, blocks, offsets, layout)
 
     # scores [rows, G, C] fp32
-    keys = _gather_keys(ws, key_cache, blocks, offsets, layout).view(rows, c, head_size)
+    keys = keys.view(rows, c, head_size)
     if plan.scores_fp32_from_bmm and dtype != torch.float32:
-        keys = _to_compute(ws, "k_c", keys, layout, k_scale, dtype)
+        keys = to_compute(ws, "k_c", keys, layout, k_scale, dtype)
         scores = torch.bmm(qg, keys.transpose(1, 2), out_dtype=torch.float32)
     else:
-        keys = _to_compute(ws, "k_c", keys, layout, k_scale, torch.float32)
+        keys = to_compute(ws, "k_c", keys, layout, k_scale, torch.float32)
         scores = ws.take("scores", (rows, group, c), torch.float32, device)
         torch.bmm(qg.to(torch.float32), keys.transpose(1, 2), out=scores)
     scores4 = scores.view(kv_heads, num_seqs, group, c)
@@ -448,7 +384,7 @@ def _chunk(
         scores4.add_(slopes * rel.view(1, num_seqs, 1, c).float())
     scores4.masked_fill_(masked.view(1, num_seqs, 1, c), -math.inf)
 
-    # per-partition softmax statistics; probabilities unnormalised
+    # per-partition softmax statistics
     parts = scores.view(rows, group, p, ps)
     maxes = parts.amax(-1)  # [rows, G, P]
     parts.sub_(safe_max(maxes).unsqueeze(-1)).exp_()
@@ -459,11 +395,61 @@ def _chunk(
     probs = ws.take("probs", (rows, p, group, ps), dtype, device)
     probs.copy_(parts.transpose(1, 2))
 
-    values = _gather_values(ws, value_cache, blocks, offsets, layout)
-    values = _to_compute(ws, "v_c", values, layout, v_scale, dtype)
-    partial = torch.bmm(probs.view(rows * p, group, ps), values.view(rows * p, ps, head_size))
-    # back to the unnormalised triple the merge takes, in fp32
-    partial = partial.view(rows, p, group, head_size).float() * sums.transpose(1, 2).unsqueeze(-1)
-    if p == 1:
-        return partial[:, 0], maxes[..., 0], sums[..., 0]
-    return merge_partitions(partial, maxes.transpose(1, 2), sums.transpose(1, 2))
+    # partial outputs [rows, P, G, D], normalised per partition
+    if plan.gather == "block":
+        partial = _values_by_blocks(
+            plan, ws, probs, value_cache, block_tables, seq_lens, ids, sums, layout, v_scale, start
+        )
+    else:
+        values = gather_values_tokens(ws, value_cache, blocks, offsets, layout)
+        values = to_compute(ws, "v_c", values, layout, v_scale, dtype)
+        partial = torch.bmm(probs.view(rows * p, group, ps), values.view(rows * p, ps, head_size))
+        partial = partial.view(rows, p, group, head_size)
+    if p == 1:  # back to the unnormalised triple, in fp32
+        return partial[:, 0] * sums[..., 0].unsqueeze(-1), maxes[..., 0], sums[..., 0]
+    return merge_partitions(partial, maxes.transpose(1, 2), sums.transpose(1, 2), normalised=True)
+
+
+def _values_by_blocks(
+    plan: DecodePlan,
+    ws: Workspace,
+    probs: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    ids: torch.Tensor,
+    sums: torch.Tensor,
+    layout: CacheLayout,
+    v_scale: float,
+    start: int,
+) -> torch.Tensor:
+    """``P . V`` per partition from D-major values: ``[rows, P, G, D]`` in the compute dtype.
+
+    Masked slots were read from the cache as they are (possibly inf/NaN), so partitions with no
+    real token are zeroed and each sequence's boundary partition is recomputed from clean
+    token-level values.
+    """
+    rows, p, group, ps = probs.shape
+    num_seqs = seq_lens.shape[0]
+    kv_heads, head_size, c = rows // num_seqs, layout.head_size, plan.chunk_tokens
+    vd = gather_values_dmajor(ws, value_cache, ids, layout)  # [D, KVH, S, C]
+    vd = to_compute(ws, "v_c", vd, layout, v_scale, probs.dtype)
+    # row b = (kv head, seq, partition) starts at b * ps; D is the slowest axis
+    vt = vd.as_strided((rows * p, head_size, ps), (ps, rows * c, 1))
+    partial = torch.bmm(probs.view(rows * p, group, ps), vt.transpose(1, 2))
+    partial = partial.view(rows, p, group, head_size)
+    empty = (sums.transpose(1, 2) == 0).unsqueeze(-1)  # [rows, P, G, 1]
+    partial = partial.masked_fill(empty, 0.0)
+
+    edge = ((seq_lens - (1 + start)) // ps).clamp_(0, p - 1)  # [S], int32
+    pos = edge[:, None] * ps + torch.arange(start, start + ps, device=edge.device)[None, :]
+    blocks, offsets, _ = slot_indices(plan.block_size, pos, block_tables, seq_lens)
+    values = gather_values_tokens(ws, value_cache, blocks, offsets, layout, name="v_edge")
+    values = to_compute(ws, "v_edge_c", values, layout, v_scale, probs.dtype)
+    seqs = torch.arange(num_seqs, device=edge.device)
+    edge_probs = probs.view(kv_heads, num_seqs, p, group, ps)[:, seqs, edge]  # [KVH, S, G, ps]
+    fixed = torch.bmm(edge_probs.reshape(rows, group, ps), values.view(rows, ps, head_size))
+    partial.view(kv_heads, num_seqs, p, group, head_size)[:, seqs, edge] = fixed.view(
+        kv_heads, num_seqs, group, head_size
+    )
+    return partial

@@ -20,21 +20,30 @@ def safe_max(m: torch.Tensor) -> torch.Tensor:
 
 
 def merge_partitions(
-    out: torch.Tensor, maxes: torch.Tensor, sums: torch.Tensor, dim: int = 1
+    out: torch.Tensor,
+    maxes: torch.Tensor,
+    sums: torch.Tensor,
+    dim: int = 1,
+    *,
+    normalised: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Merge partitions along ``dim``.
 
     Args:
-        out: ``[N, P, G, D]`` unnormalised partial outputs (any float dtype).
+        out: ``[N, P, G, D]`` partial outputs (any float dtype): unnormalised, or with
+            ``normalised=True`` already divided by their own ``sums`` (vLLM V2's ``tmp_out``).
         maxes: ``[N, P, G]`` fp32 partition maxima (``-inf`` for empty partitions).
         sums: ``[N, P, G]`` fp32 exp-sums relative to ``maxes``.
     Returns:
-        ``(out [N, G, D], max [N, G], sum [N, G])`` in fp32, the merged triple.
+        ``(out [N, G, D], max [N, G], sum [N, G])`` in fp32, the merged triple (unnormalised).
     """
     merged_max = maxes.amax(dim)
     weights = torch.exp(maxes - safe_max(merged_max).unsqueeze(dim))  # [N, P, G]
-    merged_sum = (weights * sums).sum(dim)
-    merged_out = (out.float() * weights.unsqueeze(-1)).sum(dim)
+    weighted_sums = weights * sums
+    merged_sum = weighted_sums.sum(dim)
+    out_weights = weighted_sums if normalised else weights
+    # fp16/bf16 partials promote to fp32 in the product
+    merged_out = (out * out_weights.unsqueeze(-1)).sum(dim)
     return merged_out, merged_max, merged_sum
 
 

@@ -29,6 +29,10 @@ Environment overrides (read on every plan; invalid values raise ``ValueError``):
 - ``ATTN_CORE_DECODE_STREAM_TOKENS``: turn streaming on with this many tokens per chunk.
 - ``ATTN_CORE_DECODE_TIER``: force ``single_tile`` / ``one_pass`` / ``partitioned``.
 - ``ATTN_CORE_DECODE_SUBSCRIPTION``: the even-share subscription factor.
+- ``ATTN_CORE_DECODE_GATHER``: ``token`` or ``block`` (see :mod:`attn_core.decode_gather`);
+  default ``block`` for the partitioned tier (whole-block 8-byte reads, values D-major) and
+  ``token`` otherwise (block mode recomputes one boundary partition per sequence, which for a
+  single-partition tier would read V twice).
 - ``ATTN_CORE_DEVICE``: the device profile (see :mod:`attn_core.device_spec`).
 """
 
@@ -44,6 +48,7 @@ from attn_core.device_spec import DeviceSpec, detect_device_spec, get_device_spe
 from attn_core.plan_types import KernelStep
 
 TIERS = ("single_tile", "one_pass", "partitioned")
+GATHERS = ("token", "block")
 
 # Even-share oversubscription: 2 waves' worth of blocks lets the tail wave of uneven partitions
 # overlap the next (CUB uses a subscription factor for the same reason). Assumed, not yet swept.
@@ -73,6 +78,7 @@ class DecodePlan:
         chunk_tokens: tokens processed per chunk (``num_partitions * partition_size``).
         num_chunks: chunks (1 unless streaming).
         streaming: whether the executor loops over chunks.
+        gather: how K/V leave the cache, ``"token"`` or ``"block"``.
         scores_fp32_from_bmm: the device's bmm writes fp32 scores from fp16/bf16 inputs; if not,
             keys are upcast to fp32 before the score product (exact fp32 scores either way).
         workspace_bytes: bytes of scratch one step needs (reused across calls).
@@ -94,6 +100,7 @@ class DecodePlan:
     chunk_tokens: int
     num_chunks: int
     streaming: bool
+    gather: str
     compute_dtype: torch.dtype
     cache_element_size: int
     scores_fp32_from_bmm: bool
@@ -208,6 +215,7 @@ def plan_decode(
     single_tile_max: Optional[int] = None,
     stream_tokens: Optional[int] = None,
     tier: Optional[str] = None,
+    gather: Optional[str] = None,
     scores_fp32_from_bmm: bool = False,
 ) -> DecodePlan:
     """Plan one decode step. Arguments override the environment, which overrides the profile.
@@ -286,6 +294,11 @@ def plan_decode(
         ps = chunk
         num_partitions = 1
     num_chunks = -(-padded // chunk)
+    gather = gather or os.environ.get("ATTN_CORE_DECODE_GATHER") or None
+    if gather is None:
+        gather = "block" if tier == "partitioned" else "token"
+    if gather not in GATHERS:
+        raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
 
     steps = _steps(
         spec,
@@ -312,6 +325,7 @@ def plan_decode(
         tier,
         scores_fp32_from_bmm,
         streaming,
+        gather,
     )
     return DecodePlan(
         tier=tier,
@@ -327,6 +341,7 @@ def plan_decode(
         chunk_tokens=chunk,
         num_chunks=num_chunks,
         streaming=streaming,
+        gather=gather,
         compute_dtype=dtype,
         cache_element_size=cache_elem,
         scores_fp32_from_bmm=scores_fp32_from_bmm,
@@ -408,6 +423,7 @@ def _workspace_bytes(
     tier: str,
     scores_fp32_from_bmm: bool,
     streaming: bool,
+    gather: str,
 ) -> int:
     """Scratch bytes of one chunk, matching the buffers :mod:`attn_core.decode` takes."""
     b = num_seqs * num_kv_heads
@@ -423,4 +439,7 @@ def _workspace_bytes(
     total += b * num_partitions * group * (head_size + 2) * 4  # partial outputs, max, sum
     if streaming:
         total += b * group * (head_size + 2) * 4  # running output, max, sum
+    if gather == "block":
+        edge = b * (chunk // num_partitions) * head_size
+        total += edge * (cache_elem + (elem if cache_elem != elem else 0))  # boundary values
     return total
