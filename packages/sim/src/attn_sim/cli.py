@@ -81,7 +81,7 @@ def _calibrate(args) -> int:
 
 
 def _sweep(args) -> int:
-    from attn_sim.sweep import sweep_design, sweep_plan
+    from attn_sim.sweep import sweep_design, sweep_plan, sweep_prefill
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,11 +89,14 @@ def _sweep(args) -> int:
     for name in args.profile.split(","):
         spec = load_profile(name)
         plan_rows, design_rows = sweep_plan(spec), sweep_design(spec)
-        payload[spec.name] = {"plan": plan_rows, "design": design_rows}
+        prefill_rows = sweep_prefill(spec)
+        payload[spec.name] = {"plan": plan_rows, "design": design_rows, "prefill": prefill_rows}
         print(f"## {spec.name}: attn-core decode plan constants (traced, relative to defaults)")
         print(tabulate(plan_rows, headers="keys", tablefmt="github"))
         print(f"## {spec.name}: GQA kernel design at 100K, batch 1 (analytic)")
         print(tabulate(design_rows, headers="keys", tablefmt="github"))
+        print(f"## {spec.name}: attn-core prefill tiles (traced, 2K chunk at 32K/100K)")
+        print(tabulate(prefill_rows, headers="keys", tablefmt="github"))
     (out / "sweep.json").write_text(json.dumps(payload, indent=1, default=str))
     print(f"wrote {out / 'sweep.json'}")
     return 0

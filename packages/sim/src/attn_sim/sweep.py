@@ -1,6 +1,6 @@
 """``python -m attn_sim sweep``: plan constants that minimise predicted time, per profile.
 
-Two sweeps:
+Three sweeps:
 
 - attn-core's decode plan, traced: each of ``ATTN_CORE_DECODE_PARTITION_SIZE``,
   ``ATTN_CORE_DECODE_SUBSCRIPTION`` and ``ATTN_CORE_DECODE_SINGLE_TILE_MAX`` is varied alone
@@ -92,6 +92,64 @@ def sweep_design(spec: DeviceSpec, num_seqs: int = 1, context: int = 100 * K) ->
             )
     ok = [r for r in rows if r["fits"]]
     best = min(ok, key=lambda r: r["time_us"]) if ok else None
+    for r in rows:
+        r["best"] = r is best
+    return rows
+
+
+PREFILL_CASES = [Case("prefill", 1, c, query_len=2048) for c in (32 * K, 100 * K)]
+PREFILL_KEY_TILES = (1024, 2048, 4096, 8192, 16384)
+PREFILL_QUERY_TILES = (None, 512, 1024)  # None: the plan's own (largest under the budget)
+
+
+def sweep_prefill(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[dict]:
+    """attn-core's torch prefill with forced (query tile, key tile), traced.
+
+    The tiles are injected into the plan ``paged_prefix_prefill`` makes (``query_tile`` /
+    ``key_tile`` arguments of ``plan_prefill``); a pair is ruled out if any case's transient
+    memory exceeds K+V plus the prefill budget (``gates.toml``) or a launch does not fit.
+    """
+    from unittest import mock
+
+    from attn_core import prefill as prefill_module
+    from attn_sim.config import load_gates
+
+    cases = cases or PREFILL_CASES
+    over = load_gates()["prefill"]["transient_over_kv_bytes"]
+    real_plan = prefill_module.plan_prefill
+    default = [simulate(spec, c).time_s for c in cases]
+    rows = []
+    for key_tile in PREFILL_KEY_TILES:
+        for query_tile in PREFILL_QUERY_TILES:
+            forced = {"key_tile": key_tile}
+            if query_tile is not None:
+                forced["query_tile"] = query_tile
+
+            def planner(*args, _forced=forced, **kwargs):
+                return real_plan(*args, **{**kwargs, **_forced})
+
+            try:
+                with mock.patch.object(prefill_module, "plan_prefill", planner):
+                    results = [simulate(spec, c) for c in cases]
+            except ValueError as err:  # the plan refused the pair (over its budget)
+                rows.append(
+                    {"key_tile": key_tile, "query_tile": query_tile, "error": str(err)[:60]}
+                )
+                continue
+            ok = all(r.plan_fits and r.transient_bytes <= r.kv_bytes + over for r in results)
+            rel = _geomean([r.time_s / d for r, d in zip(results, default, strict=True)])
+            rows.append(
+                {
+                    "key_tile": key_tile,
+                    "query_tile": query_tile or "plan",
+                    "relative_time": round(rel, 4),
+                    "launches": max(r.launches for r in results),
+                    "transient_MB": round(max(r.transient_bytes for r in results) / 1e6, 1),
+                    "fits": ok,
+                }
+            )
+    ok_rows = [r for r in rows if r.get("fits")]
+    best = min(ok_rows, key=lambda r: r["relative_time"]) if ok_rows else None
     for r in rows:
         r["best"] = r is best
     return rows
