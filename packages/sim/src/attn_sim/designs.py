@@ -18,7 +18,11 @@ Sources of the numbers:
   group's query and a tile of fp32 scores; reduce on ``(num_seqs, num_kv_heads)``.
 - A single-pass variant: the same partition blocks publish ``(max, sum, partial out)`` and merge
   their predecessors' through decoupled look-back (CUB's single-pass scan: each block reads the
-  aggregates of earlier partitions, waiting on flags, instead of a second kernel).
+  aggregates of earlier partitions, waiting on flags, instead of a second kernel). Blocks must
+  take partition ids from an atomic ticket (not ``blockIdx``) so a waiting block's
+  predecessors are already resident: no deadlock whatever the scheduler's order. The model
+  charges its extra traffic (aggregate + inclusive prefix written, predecessors read) but no
+  latency for the look-back chain, which overlaps the partitions still computing.
 
 Registers are not known for kernels nobody compiled for the device: they are assumptions
 (``REGISTERS_ATTENTION`` / ``REGISTERS_REDUCE``), and ``bench/occupancy_check.py`` measures the
