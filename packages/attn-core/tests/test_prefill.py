@@ -12,6 +12,8 @@ import dataclasses
 import pytest
 import torch
 from conftest import assert_close, requires_cuda
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prefill_helpers import reference, run_prefill
 
 from attn_core import paged_prefix_prefill, plan_prefill
@@ -203,3 +205,30 @@ def test_qkv_views_of_a_packed_projection() -> None:
     )
     assert not views.key.is_contiguous()
     assert_close(run_prefill(views, small_tiles(views)), reference(case), torch.float16)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seqs=st.lists(st.tuples(st.integers(0, 90), st.integers(0, 40)), min_size=1, max_size=4),
+    query_tile=st.integers(1, 48),
+    key_tile=st.integers(1, 64),
+    stream_chunk=st.sampled_from([0, 16, 33]),
+    window=st.sampled_from([0, 1, 7, 50]),
+)
+def test_random_batches_and_tiles(seqs, query_tile, key_tile, stream_chunk, window) -> None:
+    """Any batch (empty queries included), any tile sizes and window: the reference's answer."""
+    if all(q == 0 for _, q in seqs):
+        seqs = [*seqs, (3, 2)]
+    case = make_prefill_case(seqs, 4, 2, 64, 8, torch.float32, sliding_window=window, seed=1)
+    plan = plan_prefill(
+        4,
+        2,
+        64,
+        torch.float32,
+        case.max_query_len,
+        backend="torch",
+        query_tile=query_tile,
+        key_tile=key_tile,
+    )
+    plan = dataclasses.replace(plan, stream_chunk=stream_chunk)
+    assert_close(run_prefill(case, plan), reference(case), torch.float32)
