@@ -34,6 +34,14 @@ import _timing  # noqa: E402
 from attn_core import paged_decode  # noqa: E402
 from attn_core.cache_layout import validate_caches  # noqa: E402
 from attn_core.decode import plan_for  # noqa: E402
+from attn_core.decode_gather import (  # noqa: E402
+    block_indices,
+    gather_keys_blocks,
+    gather_keys_tokens,
+    gather_values_dmajor,
+    gather_values_tokens,
+    token_indices,
+)
 from attn_core.testing import reference_decode  # noqa: E402
 from attn_core.workspace import Workspace  # noqa: E402
 
@@ -137,22 +145,45 @@ def sdpa_fn(c: Case) -> tuple[Callable[[], torch.Tensor], str]:
         return (lambda: sdpa(q, k, v).squeeze(2)), "sdpa (K/V pre-expanded)"
 
 
-def gather_token_index(c: Case) -> Callable[[], object]:
-    """Only the K and V gathers decode does (token-level ``index``, keys as int64 vectors)."""
-    pos = torch.arange(c.tokens, device=c.query.device)
-    blocks = c.block_tables.long().gather(1, (pos // BLOCK).expand(c.batch, -1))
-    offs = (pos % BLOCK).expand(c.batch, -1)
-    ksrc = c.key_cache.view(torch.int64).permute(1, 0, 3, 2, 4)
-    vsrc = c.value_cache.permute(1, 0, 3, 2)
-    return lambda: (ksrc[:, blocks, offs], vsrc[:, blocks, offs])
+def gather_fn(c: Case, mode: str) -> Callable[[], object]:
+    """Only the K and V gathers decode does in ``mode`` ("token" or "block"), whole context."""
+    layout = validate_caches(
+        c.key_cache, c.value_cache, "auto", compute_dtype=c.query.dtype, device=c.query.device
+    )
+    ws = Workspace()
+    if mode == "token":
+        blocks, offs, _ = token_indices(BLOCK, c.tokens, c.block_tables, c.seq_lens, 0)
+        return lambda: (
+            gather_keys_tokens(ws, c.key_cache, blocks, offs, layout),
+            gather_values_tokens(ws, c.value_cache, blocks, offs, layout),
+        )
+    ids = block_indices(BLOCK, -(-c.tokens // BLOCK) * BLOCK, c.block_tables, c.seq_lens, 0)
+    return lambda: (
+        gather_keys_blocks(ws, c.key_cache, ids, layout),
+        gather_values_dmajor(ws, c.value_cache, ids, layout),
+    )
 
 
-def gather_block_index_select(c: Case) -> Callable[[], object]:
-    """Block-level ``index_select`` into token-major layouts (no masking): a layout candidate."""
-    ids = c.block_tables.flatten().long()
-    ksrc = c.key_cache.view(torch.int64).permute(1, 0, 3, 2, 4)  # [KVH, NB, BS, D/x, 2]
-    vsrc = c.value_cache.permute(1, 0, 3, 2)  # [KVH, NB, BS, D]
-    return lambda: (ksrc.index_select(1, ids), vsrc.index_select(1, ids))
+def graph_replay_fn(c: Case) -> Optional[Callable[[], object]]:
+    """The default plan captured in a CUDA graph: device time without Python dispatch."""
+    if c.query.device.type != "cuda":
+        return None
+    ws, out = Workspace(), torch.empty_like(c.query)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            c.decode(ws, out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c.decode(ws, out)
+
+    def replay() -> torch.Tensor:
+        graph.replay()
+        return out
+
+    return replay
 
 
 # ------------------------------------------------------------------------------ references
@@ -240,6 +271,8 @@ def variants(quick: bool) -> list[tuple[str, dict[str, Optional[str]]]]:
         )
         for s in sizes
     ]
+    out.append(("attn_core plan, gather=token", {"ATTN_CORE_DECODE_GATHER": "token"}))
+    out.append(("attn_core plan, gather=block", {"ATTN_CORE_DECODE_GATHER": "block"}))
     out.append(("attn_core one_pass", {"ATTN_CORE_DECODE_TIER": "one_pass"}))
     stream = "128" if quick else "8192"
     out.append((f"attn_core stream={stream}", {"ATTN_CORE_DECODE_STREAM_TOKENS": stream}))
@@ -284,19 +317,13 @@ def bench_shape(
     _release(device)
     fn, label = sdpa_fn(c)
     rows.append(measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))
-    rows.append(
-        measure("gather only: token index", c, gather_token_index(c), device, copy_bw, iters)
-    )
-    rows.append(
-        measure(
-            "gather only: block index_select",
-            c,
-            gather_block_index_select(c),
-            device,
-            copy_bw,
-            iters,
+    replay = graph_replay_fn(c)
+    if replay is not None:
+        rows.append(
+            measure("attn_core plan, CUDA graph", c, replay, device, copy_bw, iters, check=replay)
         )
-    )
+    for mode in ("token", "block"):
+        rows.append(measure(f"gather only: {mode}", c, gather_fn(c, mode), device, copy_bw, iters))
     _release(device)
     return rows
 
