@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from attn_sim.op_rules import OpCost, op_cost
 
@@ -85,11 +86,12 @@ def _storage_key(t: torch.Tensor) -> Optional[int]:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, trace: Trace, shadows: dict[int, torch.Tensor]):
+    def __init__(self, trace: Trace):
         super().__init__()
         self.trace = trace
-        self.shadows = shadows  # id(meta tensor) -> CPU tensor
-        self._keep: dict[int, torch.Tensor] = {}  # meta tensors with shadows, kept for id safety
+        # meta tensor -> its CPU shadow, held weakly so a shadowed tensor is freed (and its
+        # bytes leave the live count) like any other
+        self.shadows = WeakTensorKeyDictionary()
         self.live = 0
 
     # shadows -------------------------------------------------------------------------------
@@ -97,17 +99,16 @@ class _Recorder(TorchDispatchMode):
         if isinstance(value, torch.Tensor):
             if value.device.type != "meta":
                 return value
-            return self.shadows.get(id(value))
+            return self.shadows.get(value)
         return value
 
     def _all_shadowed(self, args, kwargs) -> bool:
         flat, _ = tree_flatten((args, kwargs))
         metas = [v for v in flat if isinstance(v, torch.Tensor) and v.device.type == "meta"]
-        return bool(metas) and all(id(v) in self.shadows for v in metas)
+        return bool(metas) and all(v in self.shadows for v in metas)
 
     def add_shadow(self, meta: torch.Tensor, cpu: torch.Tensor) -> None:
-        self.shadows[id(meta)] = cpu
-        self._keep[id(meta)] = meta
+        self.shadows[meta] = cpu
 
     # dispatch ------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -229,8 +230,7 @@ def trace(
             may read (lengths, offsets). Values must match the meta tensor's shape and dtype.
     """
     record = Trace()
-    by_id: dict[int, torch.Tensor] = {}
-    recorder = _Recorder(record, by_id)
+    recorder = _Recorder(record)
     for meta, cpu in (shadows or {}).items():
         if meta.shape != cpu.shape or meta.dtype != cpu.dtype:
             raise ValueError(
