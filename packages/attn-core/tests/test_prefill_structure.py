@@ -1,0 +1,70 @@
+"""How the torch backend executes: buffers allocated once per call (never per key tile), K/V
+never expanded per query head, and no host reads beyond the one of the packed lengths."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attn_core import paged_prefix_prefill, plan_prefill
+from attn_core.prefill_case import make_prefill_case
+
+
+class _Ops(TorchDispatchMode):
+    """Records every aten op; ``allocating`` counts ops that return fresh tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: Counter = Counter()
+        self.allocating = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.names[func.overloadpacket.__name__] += 1
+        if not (func._schema.is_mutable or func.is_view):
+            self.allocating += 1
+        return func(*args, **kwargs)
+
+
+def _trace(ctx: int, key_tile: int = 32) -> _Ops:
+    case = make_prefill_case(((ctx, 24),), 8, 2, 64, 16, torch.float16, seed=ctx)
+    plan = plan_prefill(
+        8, 2, 64, torch.float16, 24, backend="torch", query_tile=32, key_tile=key_tile
+    )
+    out = torch.empty_like(case.query)
+    ops = _Ops()
+    with ops:
+        paged_prefix_prefill(*case.args(), out=out, plan=plan)
+    return ops
+
+
+def test_allocations_do_not_grow_with_key_tiles() -> None:
+    """1 context tile vs 9: the same number of allocating ops (gathers are per sequence)."""
+    one, many = _trace(32), _trace(32 * 9)
+    assert many.names["bmm"] - one.names["bmm"] == 2 * 8  # QK and PV per extra key tile
+    assert many.allocating == one.allocating
+
+
+def test_no_per_head_kv_expansion() -> None:
+    ops = _trace(100)
+    for name in ("repeat_interleave", "repeat", "expand_copy"):
+        assert ops.names[name] == 0, name
+
+
+def test_one_host_read_per_call(monkeypatch) -> None:
+    """Only the packed lengths come to the host: one ``tolist`` and no other value read."""
+    reads: Counter = Counter()
+    for name in ("tolist", "item", "__bool__", "__int__", "__float__", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            reads[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    case = make_prefill_case(((100, 24), (0, 9), (37, 1)), 8, 2, 64, 16, torch.float16)
+    reads.clear()  # building the case may read values; the call is what is measured
+    paged_prefix_prefill(*case.args(), out=torch.empty_like(case.query))
+    assert reads == Counter({"tolist": 1}), reads
