@@ -365,7 +365,7 @@ def _steps(
     threads: int,
 ) -> tuple[KernelStep, ...]:
     """Device launches of one step; each chunk of a streamed step repeats them."""
-    q_smem = group * head_size * elem
+    one: tuple[KernelStep, ...]
     if tier == "single_tile":
         smem = _smem_bytes(spec, group, head_size, elem, ps)
         one = (
@@ -383,8 +383,9 @@ def _steps(
         )
     else:
         smem = _smem_bytes(spec, group, head_size, elem, ps)
+        # the reduce kernel walks partitions in tiles of one per thread: max and sum per head
         reduce_smem = _round_up(
-            2 * 4 * group * num_partitions + q_smem * 0 + REDUCE_SCRATCH_BYTES,
+            2 * 4 * group * min(num_partitions, threads) + REDUCE_SCRATCH_BYTES,
             spec.shared_mem_alloc_unit,
         )
         one = (
