@@ -98,3 +98,14 @@ def test_cli_writes_a_profile_that_loads(tmp_path):
     assert spec.name == "h200+calibrated" and spec.sm_count == H200.sm_count
     assert spec.hbm_bandwidth != H200.hbm_bandwidth
     assert "calibrated" in spec.provenance["hbm_bandwidth"]
+
+
+def test_calibration_model_is_the_cost_model():
+    from attn_sim.cost import step_cost
+    from attn_sim.workloads import trace_case
+
+    case = Case("decode", 4, 8192)
+    record, _ = trace_case(H200, case)
+    constants = {k: getattr(H200, k) for k in CALIBRATABLE}
+    predicted = calibrate.predict(calibrate.launches_of(H200, case), constants)
+    assert predicted == pytest.approx(step_cost(H200, record).time_s, rel=1e-9)

@@ -114,3 +114,23 @@ def test_shadow_must_match():
     lens = torch.empty(3, dtype=torch.int32, device="meta")
     with pytest.raises(ValueError, match="shadows"):
         trace(lambda: None, shadows={lens: torch.zeros(4, dtype=torch.int32)})
+
+
+def test_matmul_rate_follows_the_matrix_operands_not_the_output():
+    a, b = meta(2, 6, 64), meta(2, 64, 100)
+    out = torch.empty(2, 6, 100, dtype=torch.float32, device="meta")
+    t, _ = trace(lambda: torch.baddbmm(out, a.float(), b.float()))
+    assert not [o for o in t.ops if o.name.startswith("baddbmm")][0].cost.half_inputs
+    t, _ = trace(torch.bmm, a, b)
+    assert t.ops[0].cost.half_inputs
+
+
+def test_out_variant_charges_the_out_tensor_as_written_only():
+    a, b = meta(2, 6, 64), meta(2, 64, 100)
+    out = meta(2, 6, 100)
+    t, _ = trace(lambda: torch.bmm(a, b, out=out))
+    (op,) = t.ops
+    assert op.cost.kind == "matmul"
+    assert op.cost.bytes_read == (2 * 6 * 64 + 2 * 64 * 100) * 2
+    assert op.cost.bytes_written == 2 * 6 * 100 * 2
+    assert op.allocated == 0

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from attn_core.device_spec import DeviceSpec
-from attn_sim.cost import HALF_TYPES, op_launch_shape
+from attn_sim.cost import op_launch_shape, pipelined
 from attn_sim.designs import Shape
 from attn_sim.occupancy import blocks_per_sm, waves
 from attn_sim.profiles import CALIBRATABLE, save_profile
@@ -89,7 +89,7 @@ def launches_of(spec: DeviceSpec, case: Case) -> list[_Launch]:
         blocks, threads, regs, smem = op_launch_shape(op)
         occ = blocks_per_sm(spec, threads, regs, min(smem, spec.shared_mem_per_block))
         w = waves(spec, blocks, max(occ.blocks_per_sm, 1))
-        half = op.cost.kind == "matmul" and bool(op.in_dtypes) and op.in_dtypes[-1] in HALF_TYPES
+        half = op.cost.half_inputs
         out.append(
             _Launch(op.cost.bytes_read + op.cost.bytes_written, op.cost.flops, half, w.efficiency)
         )
@@ -97,12 +97,12 @@ def launches_of(spec: DeviceSpec, case: Case) -> list[_Launch]:
 
 
 def predict(launches: list[_Launch], params: dict) -> float:
-    total = 0.0
+    """The cost model's pipelined step time with these constants."""
+    runs = []
     for ln in launches:
         rate = params["fp16_flops"] if ln.half else params["fp32_flops"]
-        busy = max(ln.nbytes / params["hbm_bandwidth"], ln.flops / rate)
-        total += busy / ln.efficiency + params["launch_overhead_s"]
-    return total
+        runs.append(max(ln.nbytes / params["hbm_bandwidth"], ln.flops / rate) / ln.efficiency)
+    return pipelined(runs, [params["launch_overhead_s"]] * len(runs))
 
 
 def fit(samples: list[tuple[list[_Launch], float]], start: dict) -> dict:

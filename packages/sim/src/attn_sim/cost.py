@@ -73,6 +73,9 @@ def op_launch_shape(op: OpRecord) -> tuple[int, int, int, int]:
         elem = 2 if op.out_dtypes and op.out_dtypes[0] in HALF_TYPES else 4
         smem = 2 * (tm + 64) * 32 * elem
         return max(blocks, 1), MATMUL_THREADS, MATMUL_REGS, smem
+    if op.cost.kind == "attention":  # one block per (batch x head, 128 query rows)
+        *batch, rows, _ = op.in_shapes[0]
+        return max(_numel(batch) * _ceil(rows, 128), 1), 128, 128, 2 * 64 * 128 * 2
     if op.cost.kind == "reduction":
         return max(_ceil(inp, REDUCE_ITEMS), 1), REDUCE_THREADS, 32, 0
     work = max(out, inp if op.cost.kind == "sync" else 0)
@@ -87,7 +90,7 @@ def _numel(shape: Iterable[int]) -> int:
 
 
 def _rate(spec: DeviceSpec, op: OpRecord) -> float:
-    if op.cost.kind == "matmul" and op.in_dtypes and op.in_dtypes[-1] in HALF_TYPES:
+    if op.cost.half_inputs:
         return spec.fp16_flops
     return spec.fp32_flops
 

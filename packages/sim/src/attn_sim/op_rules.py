@@ -47,6 +47,17 @@ SYNCS = {aten._local_scalar_dense, aten.nonzero, aten.masked_select}
 EXP_HEAVY = {aten._softmax, aten._log_softmax, aten.logsumexp, aten.exp, aten.exp_, aten.log}
 COPIES = {aten.copy_, aten._to_copy, aten.clone}
 MATMULS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm}
+# Fused attention kernels (torch's SDPA backends): q [B, H, L, D], k/v [B, H, S, D].
+FUSED_ATTENTION = {
+    getattr(aten, name)
+    for name in (
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    if hasattr(aten, name)
+}
 
 
 @dataclass
@@ -56,7 +67,9 @@ class OpCost:
     flops: int = 0
     launches: int = 0
     syncs: int = 0
-    kind: str = "elementwise"  # free | elementwise | reduction | gather | scatter | matmul | copy
+    # free | elementwise | reduction | gather | scatter | matmul | attention | copy | sync
+    kind: str = "elementwise"
+    half_inputs: bool = False  # fp16/bf16 operands: the tensor-core rate applies
 
 
 def touched_elements(t: torch.Tensor) -> int:
@@ -88,10 +101,18 @@ def _tensors(values: Sequence[Any]) -> list:
     return found
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
+def _matrix_operand(func, args) -> torch.Tensor:
+    """The left matrix (``addmm``/``baddbmm`` take the accumulator first)."""
+    return args[1] if func.overloadpacket in (aten.addmm, aten.baddbmm) else args[0]
+
+
 def _matmul_flops(func, args, outs) -> int:
     out = outs[0]
     packet = func.overloadpacket
-    a = args[1] if packet in (aten.addmm, aten.baddbmm) else args[0]
+    a = _matrix_operand(func, args)
     if packet in (aten.mm, aten.addmm):
         m, k = a.shape
         flops = 2 * m * k * out.shape[-1]
@@ -127,6 +148,21 @@ def op_cost(func, args: Sequence[Any], kwargs: dict, outs: Sequence[torch.Tensor
     if packet in COPIES:
         dst_read = touched_bytes(ins[0]) if packet is aten.copy_ else 0
         return OpCost(bytes_read=read - dst_read, bytes_written=written, launches=1, kind="copy")
+    if packet in FUSED_ATTENTION:
+        q, k = ins[0], ins[1]
+        *batch, length, dim = q.shape
+        keys = k.shape[-2]
+        heads_batch = 1
+        for b in batch:
+            heads_batch *= b
+        return OpCost(
+            bytes_read=read,
+            bytes_written=written,
+            flops=4 * heads_batch * length * keys * dim,  # q.k and p.v; causal masks not halved
+            launches=1,
+            kind="attention",
+            half_inputs=q.dtype in HALF,
+        )
     if packet in MATMULS:
         return OpCost(
             bytes_read=read,
@@ -134,6 +170,7 @@ def op_cost(func, args: Sequence[Any], kwargs: dict, outs: Sequence[torch.Tensor
             flops=_matmul_flops(func, args, outs),
             launches=1,
             kind="matmul",
+            half_inputs=_matrix_operand(func, args).dtype in HALF,
         )
     in_elems = max((t.numel() for t in ins), default=0)
     out_elems = max((t.numel() for t in outs), default=0)
