@@ -33,7 +33,6 @@ from attn_sim.tracer import OpRecord, Trace
 ELEMENTWISE_THREADS, ELEMENTWISE_ITEMS = 128, 4
 REDUCE_THREADS, REDUCE_ITEMS = 512, 4096
 MATMUL_THREADS, MATMUL_REGS = 128, 128
-HALF_TYPES = ("float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -70,8 +69,8 @@ def op_launch_shape(op: OpRecord) -> tuple[int, int, int, int]:
         *batch, m, n = op.out_shapes[0]
         tm = 16 if m <= 16 else 64
         blocks = _numel(batch) * _ceil(m, tm) * _ceil(n, 64)
-        elem = 2 if op.out_dtypes and op.out_dtypes[0] in HALF_TYPES else 4
-        smem = 2 * (tm + 64) * 32 * elem
+        elem = 2 if op.cost.half_inputs else 4
+        smem = 2 * (tm + 64) * 32 * elem  # A and B tiles, k-step 32, double-buffered
         return max(blocks, 1), MATMUL_THREADS, MATMUL_REGS, smem
     if op.cost.kind == "attention":  # one block per (batch x head, 128 query rows)
         *batch, rows, _ = op.in_shapes[0]
