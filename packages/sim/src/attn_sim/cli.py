@@ -36,6 +36,7 @@ def _gates(args) -> int:
     gates = config.load_gates(args.gates)
     baseline = config.load_baseline(args.baseline)
     report = run_gates(_gate_specs(args, gates), gates, baseline)
+    print(tabulate(_case_rows(report.results, baseline), headers="keys", tablefmt="github"))
     text = format_violations(report)
     print(text)
     if args.out:
@@ -50,6 +51,27 @@ def _gates(args) -> int:
         (out / "gates.json").write_text(json.dumps(payload, indent=1, default=str))
         (out / "gates.txt").write_text(text + "\n")
     return 0 if report.ok else 1
+
+
+def _case_rows(results, baseline: dict) -> list:
+    rows = []
+    for r in results:
+        known = baseline.get("profiles", {}).get(r.profile, {}).get(r.label)
+        base_ms = known["time_s"] * 1e3 if known else None
+        rows.append(
+            {
+                "profile": r.profile,
+                "case": r.label,
+                "tier": r.tier,
+                "launches": r.launches,
+                "syncs": r.syncs,
+                "transient/KV": round(r.transient_bytes / r.kv_bytes, 2),
+                "time_ms": round(r.time_s * 1e3, 4),
+                "baseline_ms": round(base_ms, 4) if base_ms else None,
+                "change_%": round(100 * (r.time_s * 1e3 / base_ms - 1), 1) if base_ms else None,
+            }
+        )
+    return rows
 
 
 def _update_baseline(args) -> int:
