@@ -68,3 +68,28 @@ def test_one_host_read_per_call(monkeypatch) -> None:
     reads.clear()  # building the case may read values; the call is what is measured
     paged_prefix_prefill(*case.args(), out=torch.empty_like(case.query))
     assert reads == Counter({"tolist": 1}), reads
+
+
+def test_workspace_reused_across_calls() -> None:
+    """With a Workspace, a second call of the same size allocates no tile buffer and agrees."""
+    from prefill_helpers import reference
+
+    from attn_core.workspace import Workspace
+
+    case = make_prefill_case(((70, 24), (0, 9)), 8, 2, 64, 16, torch.float32, seed=2)
+    ws = Workspace()
+    first = paged_prefix_prefill(*case.args(), workspace=ws)
+    held = ws.allocations
+    assert held > 0
+    second = paged_prefix_prefill(*case.args(), workspace=ws)
+    assert ws.allocations == held
+    torch.testing.assert_close(first, second, atol=0, rtol=0)
+    torch.testing.assert_close(second.double(), reference(case), atol=2e-5, rtol=2e-5)
+
+
+def test_workspace_argument_checked() -> None:
+    import pytest
+
+    case = make_prefill_case(((5, 3),), 4, 2, 64, 16, torch.float32)
+    with pytest.raises(ValueError, match="workspace must be an attn_core Workspace"):
+        paged_prefix_prefill(*case.args(), workspace=object())

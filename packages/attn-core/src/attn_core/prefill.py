@@ -15,6 +15,7 @@ from attn_core.plan_prefill import PrefillPlan, plan_prefill
 from attn_core.prefill_backends import ensure_verified
 from attn_core.prefill_fused import run_fused_prefill
 from attn_core.prefill_torch import Problem, SeqSpan, run_torch_prefill
+from attn_core.workspace import Workspace
 
 _LEN_DTYPES = (torch.int32, torch.int64)
 
@@ -39,6 +40,7 @@ def paged_prefix_prefill(
     v_scale: float = 1.0,
     out: Optional[torch.Tensor] = None,
     plan: Optional[PrefillPlan] = None,
+    workspace: Optional[Workspace] = None,
 ) -> torch.Tensor:
     """Attention of a packed chunk of new tokens over each sequence's paged context and itself.
 
@@ -65,6 +67,8 @@ def paged_prefix_prefill(
         kv_cache_dtype / k_scale / v_scale: cache storage ("auto" or fp8) and its scales.
         out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, written in place.
         plan: a prebuilt :class:`PrefillPlan` (bench sweeps, tests); default plans this call.
+        workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
+            then allocate only the gathered context); None allocates them per call.
 
     Host syncs: one. ``query_start_loc``, ``seq_lens`` and ``context_lens`` are read to the
     host together once per call; per-sequence slicing and tile counts need them. Nothing else
@@ -93,6 +97,7 @@ def paged_prefix_prefill(
         out,
         plan,
         verify=True,
+        workspace=workspace,
     )
 
 
@@ -116,6 +121,7 @@ def _prefill(
     out,
     plan,
     verify: bool,
+    workspace: Optional[Workspace] = None,
 ) -> torch.Tensor:
     """The body of :func:`paged_prefix_prefill`; ``verify=False`` only for the backend check."""
     problem, spans = _validate(
@@ -137,6 +143,10 @@ def _prefill(
         v_scale,
     )
     out = _check_out(out, query)
+    if workspace is not None and not isinstance(workspace, Workspace):
+        raise ValueError(
+            f"workspace must be an attn_core Workspace, got {type(workspace).__name__}"
+        )
     heads, head_size = query.shape[1], query.shape[2]
     if plan is None:
         plan = plan_prefill(
@@ -152,7 +162,7 @@ def _prefill(
         )
     _check_plan(plan, query, problem, max_query_len)
     if plan.backend == "torch":
-        run_torch_prefill(plan, problem, spans, out)
+        run_torch_prefill(plan, problem, spans, out, workspace)
         return out
     if verify:
         ensure_verified(plan.backend, query.device, query.dtype, head_size)

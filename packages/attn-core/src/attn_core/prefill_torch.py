@@ -7,8 +7,9 @@ tile); queries are processed ``plan.query_tile`` tokens at a time against key ti
 that the causal mask or the sliding window fully exclude are skipped; only tiles crossing an
 edge build a mask.
 
-Every buffer (score tile, query tile, P@V tile, fp32 running max / sum / accumulator) is
-allocated once per call in :class:`_Workspace` and updated in place with ``out=`` forms.
+Every buffer (score tile, query tile, P@V tile, running max, fp32 sum / accumulator) is
+allocated once per call in :class:`_Workspace` - or taken from a reusable
+:class:`attn_core.workspace.Workspace` - and updated in place with ``out=`` forms.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from attn_core.cache_layout import CacheLayout
 from attn_core.plan_prefill import PrefillPlan
 from attn_core.prefill_gather import gather_context, new_tokens_head_major
+from attn_core.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,19 @@ class Problem:
     v_scale: float
 
 
-def run_torch_prefill(plan: PrefillPlan, problem: Problem, spans: list, out: torch.Tensor) -> None:
-    """Attend every span's new tokens; writes ``out [num_tokens, heads, hs]`` in place."""
-    ws = _Workspace(plan, problem)
+def run_torch_prefill(
+    plan: PrefillPlan,
+    problem: Problem,
+    spans: list,
+    out: torch.Tensor,
+    scratch: Optional[Workspace] = None,
+) -> None:
+    """Attend every span's new tokens; writes ``out [num_tokens, heads, hs]`` in place.
+
+    ``scratch``: a reusable :class:`Workspace` for the tile buffers (steady state allocates
+    none); None allocates them for this call only.
+    """
+    ws = _Workspace(plan, problem, scratch)
     for span in spans:
         if span.query_len == 0:
             continue
@@ -111,27 +123,32 @@ class _Workspace:
     the query heads that share a KV head share one read of each key tile.
     """
 
-    def __init__(self, plan: PrefillPlan, problem: Problem) -> None:
+    def __init__(self, plan: PrefillPlan, problem: Problem, scratch: Optional[Workspace]) -> None:
         dev = problem.query.device
+
+        def buf(name: str, numel: int, dtype: torch.dtype) -> torch.Tensor:
+            if scratch is None:
+                return torch.empty(numel, dtype=dtype, device=dev)
+            return scratch.take(f"prefill_{name}", (numel,), dtype, dev)
+
         self.plan = plan
         self.problem = problem
         self.kvh, self.group, self.hs = plan.num_kv_heads, plan.group_size, plan.head_size
         rows = self.kvh * self.group * plan.query_tile
         sd = plan.score_dtype
-        self._scores = torch.empty(rows * plan.key_tile, dtype=sd, device=dev)
-        self._q = torch.empty(rows * self.hs, dtype=sd, device=dev)
-        self._pv = torch.empty(rows * self.hs, dtype=sd, device=dev)
-        self._acc = torch.empty(rows * self.hs, dtype=torch.float32, device=dev)
+        self._scores = buf("scores", rows * plan.key_tile, sd)
+        self._q = buf("query", rows * self.hs, sd)
+        self._pv = buf("pv", rows * self.hs, sd)
+        self._acc = buf("acc", rows * self.hs, torch.float32)
         # The running max is a max of score values, so it is exact in the score dtype; keeping
         # it there makes the big in-place subtract a same-dtype (vectorised) kernel.
-        self._tile_max = torch.empty(rows, dtype=sd, device=dev)
-        self._m, self._m_new = (
-            torch.empty(rows, dtype=sd, device=dev),
-            torch.empty_like(self._tile_max),
+        self._tile_max = buf("tile_max", rows, sd)
+        self._m, self._m_new = buf("max", rows, sd), buf("new_max", rows, sd)
+        self._l, self._l_tile = (
+            buf("sum", rows, torch.float32),
+            buf("tile_sum", rows, torch.float32),
         )
-        f32 = {"dtype": torch.float32, "device": dev}
-        self._l, self._l_tile = torch.empty(rows, **f32), torch.empty(rows, **f32)
-        self._alpha = torch.empty(rows, **f32)
+        self._alpha = buf("correction", rows, torch.float32)
         self._slopes = None
         if problem.alibi_slopes is not None:
             self._slopes = problem.alibi_slopes.float().view(self.kvh, self.group, 1, 1)
