@@ -176,3 +176,13 @@ def test_100k_context_qwen_shape() -> None:
     """The Qwen3.6 attention shape at 100K tokens against the float64 reference."""
     case = make_paged_case((100_000,), 24, 4, 256, 16, torch.float16, seed=100)
     assert_close(run_decode(case), reference(case), torch.float16)
+
+
+def test_query_sliced_from_fused_qkv() -> None:
+    """vLLM's query is a column slice of the fused QKV projection: rows are not contiguous."""
+    case = make_paged_case((9, 70), 8, 2, 64, 16, torch.float16, seed=12)
+    qkv = torch.randn(2, (8 + 2 * 2) * 64).to(torch.float16)
+    qkv[:, : 8 * 64] = case.query.reshape(2, -1)
+    case.query = qkv[:, : 8 * 64].view(2, 8, 64)
+    assert not case.query.is_contiguous()
+    assert_close(run_decode(case), reference(case), torch.float16)
