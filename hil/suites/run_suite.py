@@ -71,7 +71,8 @@ def pytest_argv(step: dict, junit: Path, test_timeout_s: float) -> list:
     argv += ["-p", "no:cacheprovider", "-rfEs", "-v", "-o", "junit_family=xunit2"]
     if step.get("markers"):
         argv += ["-m", step["markers"]]
-    timeout = step.get("timeout_s") or test_timeout_s
+    # a step's own timeout_s wins, 0 included (disabled: the outer watchdog is the only limit)
+    timeout = test_timeout_s if step.get("timeout_s") is None else step["timeout_s"]
     if timeout:
         if importlib.util.find_spec("pytest_timeout") is not None:
             # thread method: a watchdog thread dumps stacks and exits, which works while the

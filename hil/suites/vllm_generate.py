@@ -112,7 +112,7 @@ def main() -> int:
         ok = tokens is not None and len(tokens) == NEW_TOKENS
         cases.append((label, ok, f"no {NEW_TOKENS} tokens; see vllm-{label}.log"))
     a, b = runs["with-plugin"], runs["without-plugin"]
-    agree = sum(x == y for x, y in zip(a, b)) if a and b else 0
+    agree = sum(x == y for x, y in zip(a, b, strict=False)) if a and b else 0
     (args.out / "vllm_generate.json").write_text(
         json.dumps({"runs": runs, "agreeing_tokens": agree, "of": NEW_TOKENS}, indent=1)
     )

@@ -54,4 +54,5 @@ def write_summary(path: Path, results: Sequence[SuiteResult], run_id: str) -> No
         "exit_code": exit_code(results),
         "results": [r.to_json() for r in results],
     }
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))

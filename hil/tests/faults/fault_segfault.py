@@ -1,0 +1,7 @@
+"""Dies of SIGSEGV: reads address 0."""
+
+import ctypes
+
+
+def test_segfault():
+    ctypes.string_at(0)
