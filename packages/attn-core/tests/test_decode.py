@@ -186,3 +186,11 @@ def test_query_sliced_from_fused_qkv() -> None:
     case.query = qkv[:, : 8 * 64].view(2, 8, 64)
     assert not case.query.is_contiguous()
     assert_close(run_decode(case), reference(case), torch.float16)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+def test_scores_in_compute_dtype_opt_in(dtype: torch.dtype, clean_decode_env) -> None:
+    """ATTN_CORE_DECODE_SCORES=compute rounds scores (no fp32 key copy); still close."""
+    clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
+    case = make_paged_case(ODD_LENS, 12, 4, 128, 16, dtype, seed=13)
+    assert_close(run_decode(case), reference(case), torch.bfloat16)

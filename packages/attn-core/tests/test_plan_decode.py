@@ -146,3 +146,17 @@ def test_workspace_within_budget_at_100k() -> None:
     gathered_kv = 2 * 4 * 100_000 * 256 * 2
     assert plan.workspace_bytes <= 1.25 * gathered_kv
     assert plan.kv_bytes == gathered_kv
+
+
+def test_scores_opt_in_drops_the_key_upcast(clean_decode_env) -> None:
+    exact = qwen(1, 100_000)
+    clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
+    rounded = qwen(1, 100_000)
+    assert rounded.scores_in_compute_dtype and not exact.scores_in_compute_dtype
+    upcast_keys = 4 * exact.chunk_tokens * 256 * 4
+    rounded_scores = 24 * exact.chunk_tokens * 2
+    assert exact.workspace_bytes - rounded.workspace_bytes == upcast_keys - rounded_scores
+    assert not qwen(1, 100_000, scores_fp32_from_bmm=True).scores_in_compute_dtype
+    clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "fp16")
+    with pytest.raises(ValueError, match="scores must be 'fp32' or 'compute', got 'fp16'"):
+        qwen(1, 100)

@@ -232,11 +232,12 @@ def plan_for(
             "ATTN_CORE_DECODE_TIER",
             "ATTN_CORE_DECODE_SUBSCRIPTION",
             "ATTN_CORE_DECODE_GATHER",
+            "ATTN_CORE_DECODE_SCORES",
         )
     )
     num_seqs, num_heads, _ = query.shape
     cache_elem = 1 if layout.is_fp8 else query.element_size()
-    fp32_scores = bmm_writes_fp32(query.device.type, query.dtype) and not layout.is_fp8
+    fp32_scores = bmm_writes_fp32(query.device.type, query.dtype)
     return _cached_plan(
         num_seqs,
         num_heads,
@@ -370,7 +371,13 @@ def _chunk(
 
     # scores [rows, G, C] fp32
     keys = keys.view(rows, c, head_size)
-    if plan.scores_fp32_from_bmm and dtype != torch.float32:
+    if plan.scores_in_compute_dtype:
+        keys = to_compute(ws, "k_c", keys, layout, k_scale, dtype)
+        rounded = ws.take("scores_c", (rows, group, c), dtype, device)
+        torch.bmm(qg, keys.transpose(1, 2), out=rounded)
+        scores = ws.take("scores", (rows, group, c), torch.float32, device)
+        scores.copy_(rounded)
+    elif plan.scores_fp32_from_bmm and dtype != torch.float32:
         keys = to_compute(ws, "k_c", keys, layout, k_scale, dtype)
         scores = torch.bmm(qg, keys.transpose(1, 2), out_dtype=torch.float32)
     else:

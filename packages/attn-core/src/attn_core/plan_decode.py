@@ -29,6 +29,10 @@ Environment overrides (read on every plan; invalid values raise ``ValueError``):
 - ``ATTN_CORE_DECODE_STREAM_TOKENS``: turn streaming on with this many tokens per chunk.
 - ``ATTN_CORE_DECODE_TIER``: force ``single_tile`` / ``one_pass`` / ``partitioned``.
 - ``ATTN_CORE_DECODE_SUBSCRIPTION``: the even-share subscription factor.
+- ``ATTN_CORE_DECODE_SCORES``: ``fp32`` (default) or ``compute``. Where bmm cannot write fp32
+  from fp16/bf16 inputs (torch 2.1, the CPU) exact fp32 scores cost an fp32 copy of the keys;
+  ``compute`` instead rounds scores to the compute dtype (vLLM's kernels do not) to save that
+  copy's traffic and memory.
 - ``ATTN_CORE_DECODE_GATHER``: ``token`` or ``block`` (see :mod:`attn_core.decode_gather`);
   default ``block`` for the partitioned tier (whole-block 8-byte reads, values D-major) and
   ``token`` otherwise (block mode recomputes one boundary partition per sequence, which for a
@@ -81,6 +85,8 @@ class DecodePlan:
         gather: how K/V leave the cache, ``"token"`` or ``"block"``.
         scores_fp32_from_bmm: the device's bmm writes fp32 scores from fp16/bf16 inputs; if not,
             keys are upcast to fp32 before the score product (exact fp32 scores either way).
+        scores_in_compute_dtype: opt-in (``ATTN_CORE_DECODE_SCORES=compute``): the score bmm
+            writes the compute dtype, converted to fp32 after (no key upcast, rounded scores).
         workspace_bytes: bytes of scratch one step needs (reused across calls).
         steps: launches as a device would run them; grids are
             ``(num_seqs, num_kv_heads, num_partitions)``.
@@ -104,6 +110,7 @@ class DecodePlan:
     compute_dtype: torch.dtype
     cache_element_size: int
     scores_fp32_from_bmm: bool
+    scores_in_compute_dtype: bool
     workspace_bytes: int
     steps: tuple[KernelStep, ...]
     device_spec: DeviceSpec
@@ -217,6 +224,7 @@ def plan_decode(
     tier: Optional[str] = None,
     gather: Optional[str] = None,
     scores_fp32_from_bmm: bool = False,
+    scores: Optional[str] = None,
 ) -> DecodePlan:
     """Plan one decode step. Arguments override the environment, which overrides the profile.
 
@@ -299,6 +307,10 @@ def plan_decode(
         gather = "block" if tier == "partitioned" else "token"
     if gather not in GATHERS:
         raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
+    scores = scores or os.environ.get("ATTN_CORE_DECODE_SCORES") or "fp32"
+    if scores not in ("fp32", "compute"):
+        raise ValueError(f"scores must be 'fp32' or 'compute', got {scores!r}")
+    in_compute = scores == "compute" and elem != 4 and not scores_fp32_from_bmm
 
     steps = _steps(
         spec,
@@ -323,9 +335,10 @@ def plan_decode(
         chunk,
         num_partitions,
         tier,
-        scores_fp32_from_bmm,
+        scores_fp32_from_bmm or in_compute,
         streaming,
         gather,
+        in_compute,
     )
     return DecodePlan(
         tier=tier,
@@ -345,6 +358,7 @@ def plan_decode(
         compute_dtype=dtype,
         cache_element_size=cache_elem,
         scores_fp32_from_bmm=scores_fp32_from_bmm,
+        scores_in_compute_dtype=in_compute,
         workspace_bytes=workspace,
         steps=steps,
         device_spec=spec,
@@ -425,6 +439,7 @@ def _workspace_bytes(
     scores_fp32_from_bmm: bool,
     streaming: bool,
     gather: str,
+    in_compute: bool,
 ) -> int:
     """Scratch bytes of one chunk, matching the buffers :mod:`attn_core.decode` takes."""
     b = num_seqs * num_kv_heads
@@ -440,6 +455,8 @@ def _workspace_bytes(
     total += b * num_partitions * group * (head_size + 2) * 4  # partial outputs, max, sum
     if streaming:
         total += b * group * (head_size + 2) * 4  # running output, max, sum
+    if in_compute:
+        total += b * group * chunk * elem  # scores as the score bmm wrote them
     if gather == "block":
         edge = b * (chunk // num_partitions) * head_size
         total += edge * (cache_elem + (elem if cache_elem != elem else 0))  # boundary values
