@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 from typing import Optional
 
 import torch
@@ -43,6 +46,26 @@ def _shape_from_config(path: str, base: ModelShape, tp: int) -> ModelShape:
     return ModelShape(heads // tp, max(1, kv // tp), head, base.dtype, base.block_size)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Keep stdout for the JSON alone: vLLM logs INFO lines to stdout while it loads."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real fd 1 (embedded interpreters): the Python-level switch suffices
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="engine-patch", description=__doc__)
     sub = parser.add_subparsers(dest="command")
@@ -77,13 +100,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    report = collect(
-        shape,
-        device,
-        num_seqs=args.num_seqs,
-        contexts=contexts,
-        self_test=not args.no_self_test,
-    )
+    quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
+    with quiet:
+        report = collect(
+            shape,
+            device,
+            num_seqs=args.num_seqs,
+            contexts=contexts,
+            self_test=not args.no_self_test,
+        )
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     return report["exit_code"]
 
