@@ -45,7 +45,7 @@ def tokens_from_cache(
     vc = value_cache.cpu()
     # key_cache[b, h, d_hi, off, d_lo] -> [tokens, h, d_hi, d_lo] -> [tokens, h, head_size]
     keys = kc[blocks, :, :, offsets, :]
-    keys = keys.reshape(num_tokens, kc.shape[1], -1)
+    keys = keys.reshape(num_tokens, kc.shape[1], kc.shape[2] * kc.shape[4])  # -1 fails at 0 tokens
     # value_cache[b, h, d, off] -> [tokens, h, head_size]
     values = vc[blocks, :, :, offsets]
     return _dequant(keys, kv_cache_dtype, k_scale), _dequant(values, kv_cache_dtype, v_scale)
