@@ -77,15 +77,18 @@ def run_torch_prefill(
         new_k, new_v = new_tokens_head_major(
             problem.key[span.q0 : span.q1], problem.value[span.q0 : span.q1], plan.score_dtype
         )
+        # With a sliding window the chunk's first token sees only the last window - 1 cached
+        # tokens; older ones are never gathered.
+        lo = max(0, span.ctx - problem.window + 1) if problem.window > 0 else 0
         whole = None
-        if span.ctx > 0 and plan.stream_chunk == 0:
-            whole = _gather(problem, span, 0, span.ctx, plan.score_dtype)
+        if span.ctx > lo and plan.stream_chunk == 0:
+            whole = _gather(problem, span, lo, span.ctx, plan.score_dtype)
         for a in range(0, span.query_len, plan.query_tile):
             b = min(a + plan.query_tile, span.query_len)
             ws.begin(problem.query[span.q0 + a : span.q0 + b], span.ctx + a)
-            for c0, c1 in _context_chunks(plan, problem.window, span.ctx, span.ctx + a):
+            for c0, c1 in _context_chunks(plan, problem.window, lo, span.ctx, span.ctx + a):
                 if whole is not None:
-                    keys, values = whole[0][:, c0:c1], whole[1][:, c0:c1]
+                    keys, values = whole[0][:, c0 - lo : c1 - lo], whole[1][:, c0 - lo : c1 - lo]
                 else:
                     keys, values = _gather(problem, span, c0, c1, plan.score_dtype)
                 ws.attend_range(keys, values, c0)
@@ -107,13 +110,17 @@ def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtyp
     )
 
 
-def _context_chunks(plan: PrefillPlan, window: int, ctx: int, first_query_pos: int) -> list:
-    """Context ranges to gather: one when not streaming; chunks wholly outside the window go."""
-    if ctx == 0:
+def _context_chunks(
+    plan: PrefillPlan, window: int, lo: int, ctx: int, first_query_pos: int
+) -> list:
+    """Context ranges ``[c0, c1)`` within ``[lo, ctx)``: one when not streaming; chunks wholly
+    outside this query tile's window are dropped."""
+    if ctx <= lo:
         return []
-    step = plan.stream_chunk or ctx
-    lowest = first_query_pos - window + 1 if window > 0 else 0  # oldest key any query sees
-    return [(c0, min(c0 + step, ctx)) for c0 in range(0, ctx, step) if min(c0 + step, ctx) > lowest]
+    step = plan.stream_chunk or ctx - lo
+    lowest = first_query_pos - window + 1 if window > 0 else 0  # oldest key the tile sees
+    chunks = [(c0, min(c0 + step, ctx)) for c0 in range(lo, ctx, step)]
+    return [(c0, c1) for c0, c1 in chunks if c1 > lowest]
 
 
 class _Workspace:
