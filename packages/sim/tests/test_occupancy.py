@@ -88,3 +88,14 @@ def test_waves_and_tail():
 def test_waves_refuses_a_design_that_does_not_fit():
     with pytest.raises(ValueError, match="blocks_per_sm"):
         waves(BI, 10, 0)
+
+
+def test_memory_efficiency_quantises_at_sm_granularity():
+    # 4 blocks on 16 SMs: a quarter of the SMs pull bandwidth
+    assert waves(BI, 4, 16).memory_efficiency == pytest.approx(4 / 16)
+    # 800 blocks, 256 slots: the 32-block tail still covers all 16 SMs: no loss
+    assert waves(BI, 800, 16).memory_efficiency == 1.0
+    # 258 blocks: a 2-block tail costs like 16 blocks
+    assert waves(BI, 258, 16).memory_efficiency == pytest.approx(258 / (256 + 16))
+    # compute-bound quantisation is the slot one
+    assert waves(BI, 258, 16).efficiency == pytest.approx(258 / 512)

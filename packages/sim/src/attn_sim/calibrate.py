@@ -79,7 +79,8 @@ class _Launch:
     nbytes: int
     flops: int
     half: bool  # tensor-core rate (fp16/bf16 matmul) or the fp32 one
-    efficiency: float
+    efficiency: float  # slot quantisation (compute-bound)
+    memory_efficiency: float  # SM quantisation (bandwidth-bound)
 
 
 def launches_of(spec: DeviceSpec, case: Case) -> list[_Launch]:
@@ -91,7 +92,13 @@ def launches_of(spec: DeviceSpec, case: Case) -> list[_Launch]:
         w = waves(spec, blocks, max(occ.blocks_per_sm, 1))
         half = op.cost.half_inputs
         out.append(
-            _Launch(op.cost.bytes_read + op.cost.bytes_written, op.cost.flops, half, w.efficiency)
+            _Launch(
+                op.cost.bytes_read + op.cost.bytes_written,
+                op.cost.flops,
+                half,
+                w.efficiency,
+                w.memory_efficiency,
+            )
         )
     return out
 
@@ -101,7 +108,8 @@ def predict(launches: list[_Launch], params: dict) -> float:
     runs = []
     for ln in launches:
         rate = params["fp16_flops"] if ln.half else params["fp32_flops"]
-        runs.append(max(ln.nbytes / params["hbm_bandwidth"], ln.flops / rate) / ln.efficiency)
+        memory = ln.nbytes / params["hbm_bandwidth"] / ln.memory_efficiency
+        runs.append(max(memory, ln.flops / rate / ln.efficiency))
     return pipelined(runs, [params["launch_overhead_s"]] * len(runs))
 
 

@@ -2,11 +2,12 @@
 
 Per launch: a grid from the op's size, occupancy and waves on the profile, then
 
-    time = max(bytes / hbm_bandwidth, flops / rate) / wave_efficiency + launch_overhead_s
+    time = max(bytes / hbm_bandwidth / memory_efficiency,
+               flops / rate / efficiency) + launch_overhead_s
 
-where ``wave_efficiency = exact_waves / ceil(waves)`` charges the idle slots of the tail wave
-(and of a grid smaller than one wave: each resident-block slot is assumed to get an equal share
-of bandwidth, which is pessimistic for grids far below one wave).
+with the two wave-quantisation factors of :class:`attn_sim.occupancy.Waves`: compute-bound
+blocks lose the tail wave's idle slots (``exact_waves / ceil(waves)``); bandwidth-bound ones
+lose bandwidth only when the tail (or the grid) has fewer blocks than SMs.
 
 A step is its launches in order. ``launch_overhead_s`` is the host's time to issue one launch;
 the device runs kernels in issue order, so the step is simulated as a pipeline: kernel ``i``
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from attn_core.device_spec import DeviceSpec
 from attn_sim.designs import KernelDesign, evaluate
-from attn_sim.occupancy import blocks_per_sm, waves
+from attn_sim.occupancy import Waves, blocks_per_sm, waves
 from attn_sim.tracer import OpRecord, Trace
 
 ELEMENTWISE_THREADS, ELEMENTWISE_ITEMS = 128, 4
@@ -44,7 +45,8 @@ class LaunchCost:
     blocks: int
     blocks_per_sm: int
     waves: int
-    efficiency: float
+    efficiency: float  # slot quantisation (compute-bound)
+    memory_efficiency: float  # SM quantisation (bandwidth-bound)
     bytes: int
     flops: int
     time_s: float  # device time + one launch overhead
@@ -95,12 +97,13 @@ def _rate(spec: DeviceSpec, op: OpRecord) -> float:
 
 
 def launch_time(
-    spec: DeviceSpec, nbytes: int, flops: int, rate: float, efficiency: float
+    spec: DeviceSpec, nbytes: int, flops: int, rate: float, w: Waves
 ) -> tuple[float, float, float]:
-    """``(time, memory_s, compute_s)`` of one launch."""
+    """``(time, memory_s, compute_s)`` of one launch (the last two before quantisation)."""
     memory_s = nbytes / spec.hbm_bandwidth
     compute_s = flops / rate if rate else 0.0
-    return max(memory_s, compute_s) / efficiency + spec.launch_overhead_s, memory_s, compute_s
+    busy = max(memory_s / w.memory_efficiency, compute_s / w.efficiency)
+    return busy + spec.launch_overhead_s, memory_s, compute_s
 
 
 def op_cost(spec: DeviceSpec, op: OpRecord) -> LaunchCost:
@@ -108,7 +111,7 @@ def op_cost(spec: DeviceSpec, op: OpRecord) -> LaunchCost:
     occ = blocks_per_sm(spec, threads, regs, min(smem, spec.shared_mem_per_block))
     w = waves(spec, blocks, max(occ.blocks_per_sm, 1))
     nbytes = op.cost.bytes_read + op.cost.bytes_written
-    time_s, mem_s, comp_s = launch_time(spec, nbytes, op.cost.flops, _rate(spec, op), w.efficiency)
+    time_s, mem_s, comp_s = launch_time(spec, nbytes, op.cost.flops, _rate(spec, op), w)
     return LaunchCost(
         overhead_s=spec.launch_overhead_s,
         name=op.name,
@@ -117,6 +120,7 @@ def op_cost(spec: DeviceSpec, op: OpRecord) -> LaunchCost:
         blocks_per_sm=occ.blocks_per_sm,
         waves=w.waves,
         efficiency=w.efficiency,
+        memory_efficiency=w.memory_efficiency,
         bytes=nbytes,
         flops=op.cost.flops,
         time_s=time_s,
@@ -176,10 +180,10 @@ def design_cost(spec: DeviceSpec, design: KernelDesign) -> LaunchCost:
     """Analytic time of a kernel design (fp32 arithmetic on CUDA cores, as vLLM's kernels)."""
     judged = evaluate(spec, design)
     nbytes = design.kv_bytes_read + design.other_bytes
-    eff = judged.waves.efficiency if judged.waves else 0.0
-    if eff:
-        time_s, mem_s, comp_s = launch_time(spec, nbytes, design.flops, spec.fp32_flops, eff)
-    else:
+    w = judged.waves
+    if w is not None:
+        time_s, mem_s, comp_s = launch_time(spec, nbytes, design.flops, spec.fp32_flops, w)
+    else:  # cannot launch
         time_s, mem_s, comp_s = float("inf"), nbytes / spec.hbm_bandwidth, 0.0
     return LaunchCost(
         overhead_s=spec.launch_overhead_s,
@@ -187,8 +191,9 @@ def design_cost(spec: DeviceSpec, design: KernelDesign) -> LaunchCost:
         kind="design",
         blocks=design.blocks,
         blocks_per_sm=judged.occupancy.blocks_per_sm,
-        waves=judged.waves.waves if judged.waves else 0,
-        efficiency=eff,
+        waves=w.waves if w else 0,
+        efficiency=w.efficiency if w else 0.0,
+        memory_efficiency=w.memory_efficiency if w else 0.0,
         bytes=nbytes,
         flops=design.flops,
         time_s=time_s,

@@ -111,9 +111,16 @@ class Waves:
     """How a grid spreads over the device.
 
     ``waves`` is ``ceil(blocks / slots)`` with ``slots = blocks_per_sm * sm_count``;
-    ``tail_utilisation`` is the busy fraction of the last wave's slots; ``efficiency`` is
-    ``exact_waves / waves`` (1.0 when every wave is full), the factor by which wave quantisation
-    stretches a kernel whose blocks take equal time.
+    ``tail_utilisation`` is the busy fraction of the last wave's slots.
+
+    Two quantisation factors (1.0 = no loss):
+
+    - ``efficiency = exact_waves / waves``: blocks of fixed duration (compute- or latency-bound)
+      leave the tail wave's empty slots idle.
+    - ``memory_efficiency``: bandwidth-bound blocks share HBM; an SM is assumed to reach its
+      ``1 / sm_count`` share of bandwidth with one resident block, so only a tail (or a whole
+      grid) smaller than one block per SM loses bandwidth:
+      ``blocks / ((waves - 1) * slots + max(tail_blocks, sm_count))``.
     """
 
     blocks: int
@@ -125,9 +132,18 @@ class Waves:
     def exact_waves(self) -> float:
         return self.blocks / self.slots
 
+    sm_count: int = 1
+
     @property
     def efficiency(self) -> float:
         return self.exact_waves / self.waves if self.waves else 1.0
+
+    @property
+    def memory_efficiency(self) -> float:
+        if not self.waves:
+            return 1.0
+        tail = self.blocks - (self.waves - 1) * self.slots
+        return self.blocks / ((self.waves - 1) * self.slots + max(tail, self.sm_count))
 
 
 def waves(spec: DeviceSpec, blocks: int, blocks_per_sm_: int) -> Waves:
@@ -140,5 +156,9 @@ def waves(spec: DeviceSpec, blocks: int, blocks_per_sm_: int) -> Waves:
     count = -(-blocks // slots)
     tail = blocks - (count - 1) * slots if count else 0
     return Waves(
-        blocks=blocks, slots=slots, waves=count, tail_utilisation=tail / slots if count else 0.0
+        blocks=blocks,
+        slots=slots,
+        waves=count,
+        tail_utilisation=tail / slots if count else 0.0,
+        sm_count=spec.sm_count,
     )
