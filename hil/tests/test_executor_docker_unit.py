@@ -30,8 +30,7 @@ class FakeContainer:
             raise self.start_error
         self.attrs["State"] = {"Status": "running"}
 
-    def logs(self, stream, follow):
-        return iter([b"hello\n", b"world"])
+    id = "c0ffee"
 
     def reload(self):
         self.polls += 1
@@ -56,6 +55,10 @@ class FakeClient:
     def __init__(self, container=None, create_error=None):
         self.container, self.create_error = container, create_error
         self.containers = self
+        self.api = self
+
+    def logs(self, container_id, stream, follow):
+        return iter([b"hello\n", b"world"])
 
     def create(self, image, command, name, **kwargs):
         if self.create_error:

@@ -141,15 +141,14 @@ def dry_run(targets, suites, args, store) -> str:
             f"mem {t.mem_limit or '-'}]: {state}"
         )
         if args.executor == "docker":
-            from hil.image import content_tag, context_files
+            from hil.image import content_tag, context_files, packages_of
 
             repo = repo_root()
             dockerfile = Path(t.dockerfile or "hil/docker/Dockerfile")
             dockerfile = dockerfile if dockerfile.is_absolute() else repo / dockerfile
-            files = context_files(repo, dockerfile, t.wheels or args.wheels)
-            tag = content_tag(
-                files, {"BASE_IMAGE": t.base_image, "PYTHON": t.python, **t.build_args}
-            )
+            build_args = {"BASE_IMAGE": t.base_image, "PYTHON": t.python, **t.build_args}
+            files = context_files(repo, dockerfile, t.wheels or args.wheels, packages_of(build_args))
+            tag = content_tag(files, build_args)
             lines.append(f"  image {tag} from {t.base_image} ({len(files)} context files)")
         lines.append(f"  probe (timeout {t.probe_timeout_s:g} s)")
         for s in suites:

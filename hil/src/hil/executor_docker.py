@@ -35,15 +35,20 @@ LOG_JOIN_S = 5.0
 INFRA_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
-def connect(target: Target, timeout_s: float = 60.0):
-    """A pinged DockerClient for the target; raises with the endpoint named when unreachable."""
+def connect(target: Target, timeout_s: Optional[float] = 60.0):
+    """A pinged DockerClient for the target; raises with the endpoint named when unreachable.
+
+    ``timeout_s`` bounds each API request; None (no bound) is for the log stream, which may be
+    silent for longer than any request timeout while a 256K reference runs.
+    """
+    timeout = None if timeout_s is None else int(timeout_s)
     try:
         if target.endpoint == "env":
-            client = docker.from_env(timeout=int(timeout_s))
+            client = docker.from_env(timeout=timeout)
         else:
             client = docker.DockerClient(
                 base_url=target.endpoint,
-                timeout=int(timeout_s),
+                timeout=timeout,
                 use_ssh_client=target.use_ssh_client,
             )
         client.ping()
@@ -82,9 +87,14 @@ def container_kwargs(target: Target, env: dict) -> dict:
 
 
 class DockerExecutor:
-    def __init__(self, client, image: str, target: Target, repo: Path, console: Console):
+    """``log_client``: a client without request timeout for the log stream (default: client)."""
+
+    def __init__(
+        self, client, image: str, target: Target, repo: Path, console: Console, log_client=None
+    ):
         self.client, self.image, self.target = client, image, target
         self.repo, self.console = repo, console
+        self.log_client = log_client or client
 
     def run(self, suite: Suite, timeout_s: float, out: Path, env: dict, name: str) -> RunOutcome:
         out.mkdir(parents=True, exist_ok=True)
@@ -115,7 +125,7 @@ class DockerExecutor:
             self._remove(container, outcome)
             return outcome
         try:
-            logs = container.logs(stream=True, follow=True)
+            logs = self.log_client.api.logs(container.id, stream=True, follow=True)
             pump = LogPump(logs, out / "log.txt", self.console, prefix)
             pump.start()
             state = self._watch(container, t0 + timeout_s, outcome)
@@ -141,8 +151,11 @@ class DockerExecutor:
             if time.monotonic() > deadline:
                 self.console.line(container.name, "suite timeout reached: killing the container")
                 outcome.watchdog_fired = True
-                container.kill()
-                container.reload()
+                try:
+                    container.kill()
+                    container.reload()
+                except INFRA_ERRORS as exc:  # a process stuck in the driver may not die
+                    outcome.notes.append(f"kill after the suite timeout failed: {exc}")
                 return container.attrs["State"]
             time.sleep(POLL_S)
 

@@ -26,11 +26,18 @@ class BuildFailed(RuntimeError):
     """The image build failed; the message ends with the build log's last lines."""
 
 
-def context_files(repo: Path, dockerfile: Path, wheels: str) -> list[tuple[str, Path]]:
-    """``(name in context, file)`` pairs, sorted."""
+def packages_of(build_args: Mapping[str, str]) -> tuple[str, ...]:
+    """The packages the image installs (build argument PACKAGES, default all three)."""
+    return tuple(build_args.get("PACKAGES", " ".join(PACKAGES)).split())
+
+
+def context_files(
+    repo: Path, dockerfile: Path, wheels: str, packages: Iterable[str] = PACKAGES
+) -> list[tuple[str, Path]]:
+    """``(name in context, file)`` pairs, sorted; only the packages the image installs."""
     status_check = repo / "hil" / "docker" / "status-check.sh"
     files = [("Dockerfile", dockerfile), ("status-check.sh", status_check)]
-    for pkg in PACKAGES:
+    for pkg in packages:
         base = repo / "packages" / pkg
         files.append((f"packages/{pkg}/pyproject.toml", base / "pyproject.toml"))
         for path in sorted((base / "src").rglob("*")):
@@ -62,9 +69,10 @@ def content_tag(files: Iterable[tuple[str, Path]], build_args: Mapping[str, str]
 def context_tar(files: Iterable[tuple[str, Path]]) -> io.BytesIO:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("wheels")
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-        tar.addfile(info)  # COPY wheels needs the directory even when there are none
+        for name in ("wheels", "packages"):  # COPY needs the directories even when empty
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
         for name, path in files:
             tar.add(path, arcname=name, recursive=False)
     buf.seek(0)
@@ -83,7 +91,7 @@ def ensure_image(
     """The image tag, built unless present. Raises BuildFailed with the log's tail."""
     import docker
 
-    files = context_files(repo, dockerfile, wheels)
+    files = context_files(repo, dockerfile, wheels, packages_of(build_args))
     tag = content_tag(files, build_args)
     with _locks_guard:
         lock = _build_locks.setdefault((client.api.base_url, tag), threading.Lock())

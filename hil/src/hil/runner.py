@@ -99,7 +99,11 @@ def make_executor(target: Target, ctx: RunContext):
         return None, f"image build failed (log: {build_log}): {exc}"
     except ConnectionError as exc:
         return None, str(exc)
-    return DockerExecutor(client, image, target, ctx.repo, ctx.console), None
+    try:
+        log_client = connect(target, timeout_s=None)
+    except ConnectionError as exc:
+        return None, str(exc)
+    return DockerExecutor(client, image, target, ctx.repo, ctx.console, log_client), None
 
 
 def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path) -> SuiteResult:
