@@ -368,8 +368,11 @@ def parse_args(argv=None):
     p.add_argument("--junit", type=Path)
     p.add_argument("--quick", action="store_true", default=os.environ.get("HIL_QUICK") == "1")
     p.add_argument("--device", default=os.environ.get("HIL_DEVICE", ""))
-    p.add_argument("--contexts", default=os.environ.get("HIL_LC_CONTEXTS", ""),
-                   help="comma-separated context lengths (default: $HIL_LC_CONTEXTS, else all)")
+    p.add_argument(
+        "--contexts",
+        default=os.environ.get("HIL_LC_CONTEXTS", ""),
+        help="comma-separated context lengths (default: $HIL_LC_CONTEXTS, else all)",
+    )
     p.add_argument("--kinds", default=os.environ.get("HIL_LC_KINDS", "decode,prefill"))
     p.add_argument("--dtype", default="", help="float16 | bfloat16 | float32")
     p.add_argument("--repeats", type=int, default=0)

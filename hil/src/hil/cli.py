@@ -147,7 +147,8 @@ def dry_run(targets, suites, args, store) -> str:
             dockerfile = Path(t.dockerfile or "hil/docker/Dockerfile")
             dockerfile = dockerfile if dockerfile.is_absolute() else repo / dockerfile
             build_args = {"BASE_IMAGE": t.base_image, "PYTHON": t.python, **t.build_args}
-            files = context_files(repo, dockerfile, t.wheels or args.wheels, packages_of(build_args))
+            wheels = t.wheels or args.wheels
+            files = context_files(repo, dockerfile, wheels, packages_of(build_args))
             tag = content_tag(files, build_args)
             lines.append(f"  image {tag} from {t.base_image} ({len(files)} context files)")
         lines.append(f"  probe (timeout {t.probe_timeout_s:g} s)")
