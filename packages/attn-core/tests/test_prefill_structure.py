@@ -93,3 +93,16 @@ def test_workspace_argument_checked() -> None:
     case = make_prefill_case(((5, 3),), 4, 2, 64, 16, torch.float32)
     with pytest.raises(ValueError, match="workspace must be an attn_core Workspace"):
         paged_prefix_prefill(*case.args(), workspace=object())
+
+
+def test_plan_counts_the_tile_updates_that_run() -> None:
+    """plan.num_tile_updates (what the simulator multiplies the steps by) matches execution."""
+    for ctx, qlen, tq, tk in ((100, 24, 8, 16), (0, 37, 16, 8), (33, 1, 4, 32), (64, 64, 64, 64)):
+        case = make_prefill_case(((ctx, qlen),), 8, 2, 64, 16, torch.float16, seed=ctx)
+        plan = plan_prefill(
+            8, 2, 64, torch.float16, qlen, backend="torch", query_tile=tq, key_tile=tk
+        )
+        ops = _Ops()
+        with ops:
+            paged_prefix_prefill(*case.args(), plan=plan)
+        assert ops.names["bmm"] == 2 * plan.num_tile_updates(qlen, ctx), (ctx, qlen, tq, tk)
