@@ -22,6 +22,7 @@ GROWTH_SLACK = 8  # new capacity = needed + needed // GROWTH_SLACK
 
 
 def _capturing(device: torch.device) -> bool:
+    """Whether the current CUDA stream is capturing a graph (never on other devices)."""
     if device.type != "cuda":
         return False
     check = getattr(torch.cuda, "is_current_stream_capturing", None)
