@@ -67,6 +67,7 @@ def test_parse_hil_and_bench_records():
             "median_s": 0.002,
         },
         {"kind": "decode", "context_len": 262144, "skipped": "does not fit"},
+        {"kind": "prefill", "context_len": 32768, "query_len": 2048, "median_s": 0.05},
     ]
     bench = {
         "rows": [
@@ -75,8 +76,9 @@ def test_parse_hil_and_bench_records():
             {"case": {"path": "decode", "num_seqs": 2, "context": 1000}, "measured_s": 1e-3},
         ]
     }
-    ((c1, t1),) = calibrate.parse_measurements(hil)
+    (c1, t1), (c2, t2) = calibrate.parse_measurements(hil)
     assert (c1.shape.num_heads, c1.shape.num_kv_heads, c1.context, t1) == (16, 2, 32768, 0.002)
+    assert (c2.path, c2.context, c2.query_len, t2) == ("prefill", 32768 + 2048, 2048, 0.05)
     parsed = calibrate.parse_measurements(bench)
     assert [(c.num_seqs, c.context, t) for c, t in parsed] == [(2, 1000, 1e-3), (8, 8192, 1.5e-3)]
 

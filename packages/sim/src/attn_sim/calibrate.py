@@ -4,7 +4,8 @@ Input: a JSON file of measured steps. Accepted shapes: a list of records, or an 
 one under ``records`` / ``results`` / ``rows``. A record is either ``{"case": {...},
 "measured_s": t}`` or flat; field names of the decode bench and of the HIL long-context suite
 are both read: path (``path`` | ``kind``), batch (``num_seqs`` | ``batch``), context
-(``context`` | ``context_len`` | ``seq_len``), ``query_len``, shape (``num_heads``,
+(``context`` | ``context_len`` | ``seq_len``; for prefill ``context`` counts the new tokens,
+the HIL suite's ``context_len`` only the cached prefix), ``query_len``, shape (``num_heads``,
 ``num_kv_heads``, ``head_size``, ``block_size``, default Qwen3.6), ``dtype``, and the time
 (``measured_s`` | ``median_s`` | ``time_s`` | ``median_ms``). Records carrying a ``variant``
 are kept only when it names attn-core (or matches ``--variant``).
@@ -55,6 +56,9 @@ def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, 
         if seconds is None or context is None or rec.get("skipped"):
             continue
         path = str(_first(rec, "path", "kind", default="decode"))
+        query_len = int(_first(rec, "query_len", default=1))
+        if path == "prefill" and "context" not in rec and "context_len" in rec:
+            context += query_len  # the HIL suite's context_len is the cached prefix only
         shape = Shape(
             num_heads=int(_first(rec, "num_heads", default=24)),
             num_kv_heads=int(_first(rec, "num_kv_heads", default=4)),
@@ -68,7 +72,7 @@ def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, 
             context=int(context),
             shape=shape,
             dtype=dtype,
-            query_len=int(_first(rec, "query_len", default=1)),
+            query_len=query_len,
         )
         out.append((case, float(seconds)))
     return sorted(out, key=lambda cm: (cm[0].path, cm[0].num_seqs, cm[0].context))
