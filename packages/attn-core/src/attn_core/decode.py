@@ -51,7 +51,7 @@ from attn_core.decode_gather import (
 from attn_core.device_spec import DeviceSpec, detect_device_spec
 from attn_core.lse_merge import merge_partitions, merge_two, normalise, safe_max
 from attn_core.plan_decode import DecodePlan, plan_decode
-from attn_core.workspace import Workspace, _capturing, default_workspace
+from attn_core.workspace import Workspace, default_workspace, is_capturing
 
 Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -106,7 +106,7 @@ def paged_decode(
     )
     scale = resolve_scale(scale, layout.head_size)
     plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec)
-    if value_checks_enabled() and not _capturing(query.device):
+    if value_checks_enabled() and not is_capturing(query.device):
         # reading values syncs, which a CUDA-graph capture forbids: capture checks nothing
         _check_values(layout, block_tables, seq_lens, max_seq_len)
     if out is None:

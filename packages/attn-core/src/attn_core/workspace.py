@@ -21,7 +21,7 @@ import torch
 GROWTH_SLACK = 8  # new capacity = needed + needed // GROWTH_SLACK
 
 
-def _capturing(device: torch.device) -> bool:
+def is_capturing(device: torch.device) -> bool:
     """Whether the current CUDA stream is capturing a graph (never on other devices)."""
     if device.type != "cuda":
         return False
@@ -44,7 +44,7 @@ class Workspace:
         key = (name, dtype, str(device))
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
-            if _capturing(device):
+            if is_capturing(device):
                 self._graph_seen = True
             if buf is not None and self._graph_seen:
                 self._retired.append(buf)
