@@ -6,15 +6,19 @@ so K/V are read once per KV head and never repeated to query heads.
 
 Execution of one chunk of ``C`` token slots (the whole context unless streaming):
 
-1. token indices ``[S, C]``: slot ``t`` of sequence ``s`` reads cache block
-   ``block_tables[s, t // block_size]`` at offset ``t % block_size``; slots at or past
-   ``seq_lens[s]`` read the sequence's token 0 instead, so masked slots hold finite values (a
-   real cache's unused slots may hold inf/NaN, and ``0 * NaN`` would poison ``P . V``).
-2. one gather each for K and V from a permuted view of the cache, straight into token-major
-   ``[kv_heads, S, C, head]`` (keys move as 16-byte vectors viewed as int64);
-3. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm, scale, ALiBi, mask to ``-inf``;
-4. per-partition max / exp / sum on the scores (``C = partitions * partition_size``);
-5. probabilities cast to the compute dtype, one bmm with V per (row, partition);
+1. cache coordinates of the chunk's slots (:mod:`attn_core.decode_gather`): per token
+   (``gather="token"``; slots at or past ``seq_lens[s]`` read the sequence's token 0, so they
+   hold finite values) or per block (``gather="block"``);
+2. one gather each for K and V from a permuted view of the cache: keys token-major
+   ``[kv_heads, S, C, head]`` as 16-byte vectors; values token-major (token gather) or D-major
+   ``[head, kv_heads, S, C]`` (block gather), each already the layout its bmm reads;
+3. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm, scale, ALiBi, mask to ``-inf``
+   (masking replaces whatever a masked slot's key produced, inf and NaN included);
+4. per-partition max / exp / sum on the scores (``C = partitions * partition_size``),
+   probabilities normalised per partition and cast to the compute dtype;
+5. one bmm with V over every (row, partition); with block gathers, partitions holding no real
+   token are zeroed and each sequence's boundary partition is recomputed from token-gathered
+   values, because a real cache's unused slots may hold inf/NaN and ``0 * NaN`` is NaN;
 6. log-sum-exp merge of partitions in fp32 (and of chunks when streaming); divide on the
    output side.
 
