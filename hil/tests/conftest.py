@@ -15,16 +15,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hil_helpers import DEFAULT_SOCKET, LIGHT_WHEELS, REPO, light_target
 
-from hil.config import Step, Suite, Target
 from hil.logs import Console
 from hil.quarantine import QuarantineStore
 from hil.runner import RunContext
-
-REPO = Path(__file__).resolve().parents[2]
-FAULTS = "hil/tests/faults"
-DEFAULT_SOCKET = "unix:///run/hil-docker.sock"
-LIGHT_WHEELS = ("pytest-", "pytest_timeout-", "pluggy-", "iniconfig-", "packaging-", "pygments-")
 
 
 def _unavailable(why: str):
@@ -71,23 +66,6 @@ def light_wheels(wheels_dir, tmp_path_factory):
     return out
 
 
-def light_target(host: str, wheels: Path, name: str = "", **changes) -> Target:
-    fields = dict(
-        name=name or f"light-{uuid.uuid4().hex[:6]}",
-        endpoint=host,
-        device="cpu",
-        base_image=os.environ.get("HIL_BASE_IMAGE", "hil-base:bookworm"),
-        wheels=str(wheels),
-        build_args={"PACKAGES": "", "STATUS_CHECK": "0"},
-        probe=("{python}", "-c", "print('probe ok')"),
-        probe_timeout_s=60.0,
-        test_timeout_s=60.0,
-        mem_limit="512m",
-    )
-    fields.update(changes)
-    return Target(**fields)
-
-
 @pytest.fixture(scope="session")
 def light_image(engine, light_wheels):
     """Build the light image once per session, so tests measure runs and not the build."""
@@ -107,15 +85,6 @@ def light_image(engine, light_wheels):
     )
 
 
-def fault_suite(name: str, *steps: tuple, timeout_s: float = 120.0) -> Suite:
-    """Suite of pytest steps over fault files: ``(step name, file, per-test timeout or None)``."""
-    built = tuple(Step(name=s, pytest=(f"{FAULTS}/{f}",), timeout_s=t) for s, f, t in steps)
-    return Suite(name, built, timeout_s, payload=(FAULTS,))
-
-
-OK = ("ok", "fault_ok.py", None)
-
-
 @pytest.fixture
 def make_ctx(tmp_path):
     def make(executor: str = "docker", **changes) -> RunContext:
@@ -132,9 +101,3 @@ def make_ctx(tmp_path):
         return RunContext(**fields)
 
     return make
-
-
-def leftovers(client, run_id: str) -> list:
-    """Containers of this run still on the engine (there must be none)."""
-    found = client.containers.list(all=True, filters={"label": "bi100-hil"})
-    return [c.name for c in found if c.name.startswith(f"hil-{run_id}-")]

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import OK, fault_suite, leftovers, light_target
+from hil_helpers import OK, fault_suite, leftovers, light_target
 
 from hil import cli
 from hil.runner import run_all
@@ -76,7 +76,7 @@ def crash_run(engine, light_wheels, light_image, tmp_path_factory):
     """One run with three crashing suites, each followed by a passing step."""
     import uuid
 
-    from conftest import REPO
+    from hil_helpers import REPO
 
     from hil.logs import Console
     from hil.quarantine import QuarantineStore

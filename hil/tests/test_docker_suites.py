@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REPO, leftovers
+from hil_helpers import REPO, leftovers
 
 from hil.config import load_config
 from hil.runner import run_all

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import OK, fault_suite
+from hil_helpers import OK, fault_suite
 
 from hil.config import Target
 from hil.runner import run_all
