@@ -194,3 +194,18 @@ def test_scores_in_compute_dtype_opt_in(dtype: torch.dtype, clean_decode_env) ->
     clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
     case = make_paged_case(ODD_LENS, 12, 4, 128, 16, dtype, seed=13)
     assert_close(run_decode(case), reference(case), torch.bfloat16)
+
+
+def test_empty_batch_is_a_no_op() -> None:
+    from attn_core import paged_decode
+
+    case = make_paged_case((5,), 8, 2, 64, 16, torch.float16)
+    got = paged_decode(
+        case.query[:0],
+        case.key_cache,
+        case.value_cache,
+        case.block_tables[:0],
+        case.seq_lens[:0],
+        16,
+    )
+    assert got.shape == (0, 8, 64)

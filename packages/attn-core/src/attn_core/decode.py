@@ -109,12 +109,14 @@ def paged_decode(
         out,
     )
     scale = resolve_scale(scale, layout.head_size)
+    if out is None:
+        out = torch.empty_like(query)
+    if query.shape[0] == 0:  # an empty batch is a no-op, not an error
+        return out
     plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec)
     if value_checks_enabled() and not is_capturing(query.device):
         # reading values syncs, which a CUDA-graph capture forbids: capture checks nothing
         _check_values(layout, block_tables, seq_lens, max_seq_len)
-    if out is None:
-        out = torch.empty_like(query)
     _execute(
         plan,
         workspace or default_workspace(),
