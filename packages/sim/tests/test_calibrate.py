@@ -81,6 +81,9 @@ def test_parse_hil_and_bench_records():
     assert (c2.path, c2.context, c2.query_len, t2) == ("prefill", 32768 + 2048, 2048, 0.05)
     parsed = calibrate.parse_measurements(bench)
     assert [(c.num_seqs, c.context, t) for c, t in parsed] == [(2, 1000, 1e-3), (8, 8192, 1.5e-3)]
+    assert all(c.shape.num_heads == 16 and c.shape.num_kv_heads == 2 for c, _ in parsed)
+    forced = calibrate.parse_measurements(bench, variant="attn_core ps=256")
+    assert [(c.num_seqs, t) for c, t in forced] == [(2, 1e-3), (8, 1.7e-3)]
 
 
 def test_too_few_cases_is_an_error():

@@ -31,7 +31,18 @@ from attn_sim.occupancy import blocks_per_sm, waves
 from attn_sim.profiles import CALIBRATABLE, save_profile
 from attn_sim.workloads import Case, base_name, trace_case
 
-TIME_KEYS = (("measured_s", 1.0), ("median_s", 1.0), ("time_s", 1.0), ("median_ms", 1e-3))
+TIME_KEYS = (
+    ("measured_s", 1.0),
+    ("median_s", 1.0),
+    ("time_s", 1.0),
+    ("median_ms", 1e-3),
+    ("ms", 1e-3),  # bench/decode_bench.py rows
+)
+# Variant names that mean "attn-core's default plan" (decode_bench also times forced tiers,
+# partition sizes and baselines under other names; those are not what the sim predicts).
+DEFAULT_VARIANTS = ("attn_core plan", "attn_core", "attn-core", "paged_decode")
+# decode_bench.py keeps the shape once, at the top level, under these names
+SHAPE_ALIASES = {"heads": "num_heads", "kv_heads": "num_kv_heads"}
 
 
 def _first(record: dict, *keys, default=None):
@@ -42,14 +53,23 @@ def _first(record: dict, *keys, default=None):
 
 
 def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, float]]:
-    """``(case, measured seconds)`` pairs from any accepted file shape."""
+    """``(case, measured seconds)`` pairs from any accepted file shape.
+
+    ``variant``: keep only records of that exact variant name (default: attn-core's default
+    plan, :data:`DEFAULT_VARIANTS`); records without a variant are always kept.
+    """
+    shared: dict = {}
     if isinstance(data, dict):
+        top = data.get("shape") if isinstance(data.get("shape"), dict) else {}
+        shared = {SHAPE_ALIASES.get(k, k): v for k, v in top.items()}
         data = _first(data, "records", "results", "rows", default=[])
+    wanted = (variant,) if variant else DEFAULT_VARIANTS
     out = []
     for raw in data:
-        rec = {**raw, **raw.get("case", {})} if isinstance(raw.get("case"), dict) else dict(raw)
+        case_part = raw.get("case") if isinstance(raw.get("case"), dict) else {}
+        rec = {**shared, **raw, **case_part}
         name = rec.get("variant") or rec.get("impl")
-        if name is not None and (variant or "attn") not in str(name):
+        if name is not None and str(name) not in wanted:
             continue
         seconds = next((rec[k] * f for k, f in TIME_KEYS if rec.get(k) is not None), None)
         context = _first(rec, "context", "context_len", "seq_len")
