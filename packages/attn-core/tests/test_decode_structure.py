@@ -50,6 +50,12 @@ VIEW_OPS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def default_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests describe the default mode: ATTN_CORE_CHECKS=1 syncs on purpose."""
+    monkeypatch.delenv("ATTN_CORE_CHECKS", raising=False)
+
+
 class OpRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
