@@ -1,0 +1,99 @@
+"""engine-patch on a CUDA device (the lead's H200 runs, the HIL functional suite on BI-V100).
+
+vLLM is not installed there: the upstream-convention replacements and the stand-in fork run on
+device tensors, and the status self-test runs on the device against the float64 reference.
+"""
+
+import json
+
+import fake_vllm
+import pytest
+import torch
+from conftest import DECODE_TOL, assert_close
+
+from attn_core.testing import make_paged_case, reference_decode
+from engine_patch import cli, ops, register
+from engine_patch.platform import PLATFORM_ENV
+from engine_patch.selftest import run_self_test
+from engine_patch.settings import ModelShape
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+CUDA = torch.device("cuda")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("heads, kv_heads, head_size", [(24, 4, 256), (16, 2, 256), (32, 8, 128)])
+def test_self_test_on_device(heads, kv_heads, head_size, dtype):
+    checks = run_self_test(ModelShape(heads, kv_heads, head_size, dtype, 16), CUDA)
+    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert all(c.device.startswith("cuda") for c in checks)
+
+
+@pytest.mark.parametrize("seq_lens", [[1, 9, 81, 729], [33001, 5]])
+def test_upstream_v2_replacement_on_device(seq_lens):
+    case = make_paged_case(seq_lens, 24, 4, 256, 16, torch.float16, CUDA, seed=21)
+    out = torch.full_like(case.query, float("nan"))
+    empty = torch.empty(0, device=CUDA)
+    ops.upstream_paged_attention_v2(
+        out,
+        empty,
+        empty,
+        empty,
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        4,
+        0.0625,
+        case.block_tables,
+        case.seq_lens,
+        16,
+        max(seq_lens),
+        None,
+        "auto",
+        1.0,
+        1.0,
+    )
+    want = reference_decode(
+        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, 0.0625
+    )
+    assert_close(out, want, DECODE_TOL[torch.float16])
+
+
+def test_fork_route_on_device(monkeypatch, clean_state):
+    """Within V1's reach the platform's (stand-in) V1 runs; beyond it attn-core, on the GPU."""
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    monkeypatch.setenv("ENGINE_PATCH_V1_MAX_SEQ_LEN", "512")
+    mods = fake_vllm.install(monkeypatch)
+    register()
+    paged = mods["vllm.attention.ops.paged_attn"].PagedAttention
+    mapping = torch.arange(16, dtype=torch.int32, device=CUDA) // 8
+    for lens, calls in (([100, 500], ["native_v1"]), ([513, 20000], [])):
+        fake_vllm.CALLS.clear()
+        case = make_paged_case(lens, 16, 2, 256, 16, torch.bfloat16, CUDA, seed=22)
+        out = paged.forward_decode(
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            case.block_tables,
+            case.seq_lens,
+            max(lens),
+            "auto",
+            mapping,
+            0.0625,
+            None,
+        )
+        assert fake_vllm.CALLS == calls
+        want = reference_decode(
+            case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, 0.0625
+        )
+        assert_close(out, want, DECODE_TOL[torch.bfloat16])
+
+
+def test_status_cli_on_device(capsys, clean_state):
+    code = cli.main(["status", "--json", "--device", "cuda"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["device"].startswith("cuda")
+    assert code == report["exit_code"] == 0, report["self_test"]
