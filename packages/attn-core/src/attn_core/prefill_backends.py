@@ -224,7 +224,7 @@ def _run_check(
     )
     plan = dataclasses.replace(plan, stream_chunk=32)
     try:
-        got = _prefill(*case.args(), None, *case.kwargs().values(), None, plan, verify=False)
+        got = _prefill(*case.args(), scale=None, out=None, plan=plan, verify=False, **case.kwargs())
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # any failure of an optional kernel means "not usable here"
