@@ -209,3 +209,10 @@ def test_empty_batch_is_a_no_op() -> None:
         16,
     )
     assert got.shape == (0, 8, 64)
+
+
+def test_query_with_any_strides() -> None:
+    case = make_paged_case((9, 70), 8, 2, 64, 16, torch.float32, seed=14)
+    case.query = case.query.transpose(0, 1).contiguous().transpose(0, 1)  # heads outermost
+    assert not case.query.is_contiguous()
+    assert_close(run_decode(case), reference(case), torch.float32)

@@ -317,11 +317,11 @@ def _execute(
     rows = kv_heads * num_seqs
     # Grouped queries [kv_heads * S, group, D]: row (h, s) holds query heads h*group..+group.
     qg = ws.take("q", (kv_heads, num_seqs, group, head_size), query.dtype, query.device)
-    qg.copy_(query.view(num_seqs, kv_heads, group, head_size).transpose(0, 1))
+    qg.copy_(query.reshape(num_seqs, kv_heads, group, head_size).transpose(0, 1))
     qg = qg.view(rows, group, head_size)
     slopes = None
     if alibi_slopes is not None:
-        slopes = alibi_slopes.view(kv_heads, 1, group, 1)
+        slopes = alibi_slopes.reshape(kv_heads, 1, group, 1)
     merged: Optional[Triple] = None
     for chunk in range(plan.num_chunks):  # 1 unless streaming (plan.streaming)
         part = _chunk(
