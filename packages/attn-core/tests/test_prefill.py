@@ -131,7 +131,8 @@ def test_cuda_transient_memory_within_budget() -> None:
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
     per_token_kv = 2 * 4 * 256 * 2
-    allowed = budget + (32768 + 8192) * per_token_kv + (1 << 20)
+    # + 8 MiB: small index / mask / length tensors and the allocator's 512-byte rounding.
+    allowed = budget + (32768 + 8192) * per_token_kv + (8 << 20)
     assert peak <= allowed, (peak, allowed)
 
 
