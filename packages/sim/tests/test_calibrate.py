@@ -69,12 +69,14 @@ def test_parse_hil_and_bench_records():
         {"kind": "decode", "context_len": 262144, "skipped": "does not fit"},
         {"kind": "prefill", "context_len": 32768, "query_len": 2048, "median_s": 0.05},
     ]
-    bench = {
+    bench = {  # bench/decode_bench.py's shape: the model shape once, variants per row
+        "shape": {"heads": 16, "kv_heads": 2, "head_size": 256, "block_size": 16},
         "rows": [
-            {"variant": "attn_core", "batch": 8, "context": 8192, "median_ms": 1.5},
-            {"variant": "repeat_interleave", "batch": 8, "context": 8192, "median_ms": 9.0},
+            {"variant": "attn_core plan", "batch": 8, "context": 8192, "ms": 1.5},
+            {"variant": "attn_core ps=256", "batch": 8, "context": 8192, "ms": 1.7},
+            {"variant": "repeat_interleave", "batch": 8, "context": 8192, "ms": 9.0},
             {"case": {"path": "decode", "num_seqs": 2, "context": 1000}, "measured_s": 1e-3},
-        ]
+        ],
     }
     (c1, t1), (c2, t2) = calibrate.parse_measurements(hil)
     assert (c1.shape.num_heads, c1.shape.num_kv_heads, c1.context, t1) == (16, 2, 32768, 0.002)

@@ -163,7 +163,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("measurements", help="decode bench / HIL long-context JSON")
     p.add_argument("--profile", default="h200")
     p.add_argument("--out", default="sim-report/calibration")
-    p.add_argument("--variant", default=None, help="keep records whose variant contains this")
+    p.add_argument(
+        "--variant",
+        default=None,
+        help="keep records of this variant (default: attn-core's default plan)",
+    )
     p.set_defaults(func=_calibrate)
 
     p = sub.add_parser("sweep", help="plan constants minimising predicted time")
