@@ -85,10 +85,14 @@ def test_default_plan_matches_small_tiles() -> None:
     torch.testing.assert_close(big, small, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kv_cache_dtype", ("auto", "fp8_e5m2"))
 @pytest.mark.parametrize("window", (0, 40))
-def test_streaming_matches_whole_context(window: int) -> None:
+def test_streaming_matches_whole_context(window: int, kv_cache_dtype: str) -> None:
     """Streaming gathers 32-token context chunks per query tile; results equal the whole path."""
-    case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float32, sliding_window=window, seed=11)
+    case = make_prefill_case(
+        MIXED, 8, 2, 64, 16, torch.float32, sliding_window=window, seed=11,
+        kv_cache_dtype=kv_cache_dtype, k_scale=0.5, v_scale=2.0,
+    )  # fmt: skip
     plan = dataclasses.replace(small_tiles(case), stream_chunk=32)
     assert_close(run_prefill(case, plan), reference(case), torch.float32)
 
