@@ -97,7 +97,7 @@ def test_vllm_present_and_plugin_loaded(monkeypatch, clean_state):
     assert "native_v1" in fake_vllm.CALLS  # the self-test ran the platform's V1 too
 
 
-def test_triton_setting_on_iluvatar_exits_3(no_vllm, monkeypatch):
+def test_triton_setting_on_iluvatar_exits_4(no_vllm, monkeypatch):
     monkeypatch.setenv(PLATFORM_ENV, "iluvatar")
     monkeypatch.setenv("VLLM_ATTENTION_BACKEND", "ROCM_FLASH")
     report = collect(SMALL, CPU, contexts=(1024,), self_test=False)

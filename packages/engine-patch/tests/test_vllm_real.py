@@ -350,7 +350,7 @@ def test_status_exit_codes_with_vllm(vllm_modules):
     inactive = run_python(
         code.format(args=args + ["--no-self-test"]), env={**base, "VLLM_PLUGINS": "other"}
     )
-    assert inactive.returncode == 2
+    assert inactive.returncode == 3
     assert json.loads(inactive.stdout)["patch_active"] is False
 
 

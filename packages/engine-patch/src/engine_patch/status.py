@@ -2,8 +2,9 @@
 whether the numbers are right on this device.
 
 The report is a plain dict (``--json`` prints it); :func:`render` turns it into tabulate
-tables. Exit codes (:func:`exit_code`): 0 all well; 1 a self-test failed; 2 vLLM is present but
-the patch is not active in this process; 3 on Iluvatar a setting asks for Triton attention.
+tables. Exit codes (:func:`exit_code`): 0 all well; 1 a self-test failed; 3 vLLM is present but
+the patch is not active in this process; 4 on Iluvatar a setting asks for Triton attention
+(2 stays argparse's usage error).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from engine_patch.settings import ModelShape
 from engine_patch.state import STATE
 
 CONTEXTS = (1024, 8192, 32768, 102400)
-EXIT_OK, EXIT_SELF_TEST, EXIT_INACTIVE, EXIT_TRITON = 0, 1, 2, 3
+# 2 is left to argparse (usage errors), so a caller can tell a bad command line apart.
+EXIT_OK, EXIT_SELF_TEST, EXIT_INACTIVE, EXIT_TRITON = 0, 1, 3, 4
 SYMBOLS = (
     ("vllm.attention.ops.paged_attn", "PagedAttention.forward_decode"),
     ("vllm.attention.ops.paged_attn", "PagedAttention.forward_prefix"),
