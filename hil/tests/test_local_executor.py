@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from hil_helpers import OK, fault_suite
@@ -12,15 +13,18 @@ from hil.runner import run_all
 from hil.status import Status, exit_code
 
 
-def own_processes(marker: str) -> list:
+def processes_of_run(run_id: str) -> list:
+    """Live processes working inside this run's payload directory (their cwd names the run)."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if marker.encode() in (proc / "cmdline").read_bytes():
-                    found.append(proc.name)
+                cwd = os.readlink(proc / "cwd")
+                state = (proc / "stat").read_text().split(") ", 1)[1][0]
             except OSError:
-                pass
+                continue
+            if f"hil-{run_id}-" in cwd and state != "Z":
+                found.append(proc.name)
     return found
 
 
@@ -46,7 +50,7 @@ def test_hang_kills_every_process_of_the_run(make_ctx):
     results = run_all([Target("local")], suites, ctx)
     assert [r.status for r in results] == [Status.HANG, Status.NOT_RUN]
     # the blocked pytest ran in a session of its own; the watchdog found it all the same
-    assert own_processes("fault_native_block.py") == []
+    assert processes_of_run(ctx.run_id) == []
     assert ctx.store.get("local") is not None
 
 
