@@ -110,7 +110,7 @@ def paged_decode(
     )
     scale = resolve_scale(scale, layout.head_size)
     if out is None:
-        out = torch.empty_like(query)
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if query.shape[0] == 0:  # an empty batch is a no-op, not an error
         return out
     plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec)
@@ -173,8 +173,6 @@ def _validate(
             raise ValueError(f"{name} must be a positive float, got {value!r}")
     if out is not None:
         check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=device)
-        if not out.is_contiguous():
-            raise ValueError(f"out must be contiguous, got strides {out.stride()}")
     return layout
 
 
@@ -342,9 +340,11 @@ def _execute(
         merged = part if merged is None else merge_two(merged, part)
     assert merged is not None
     result = normalise(merged[0], merged[2])  # [rows, group, D] fp32
-    out.view(num_seqs, kv_heads, group, head_size).copy_(
-        result.view(kv_heads, num_seqs, group, head_size).transpose(0, 1)
-    )
+    by_seq = result.view(kv_heads, num_seqs, group, head_size).transpose(0, 1)
+    if out.is_contiguous():
+        out.view(num_seqs, kv_heads, group, head_size).copy_(by_seq)
+    else:  # e.g. empty_like of a head-major query: any strides work, via one small copy
+        out.copy_(by_seq.reshape(out.shape))
 
 
 def _chunk(
