@@ -234,3 +234,64 @@ def detect_device_spec(device: Optional[torch.device] = None) -> DeviceSpec:
             if key in name:
                 return get_device_spec(profile)
     return get_device_spec(DEFAULT_DEVICE)
+
+
+def _round_up(value: int, unit: int) -> int:
+    return -(-value // unit) * unit if unit > 0 else value
+
+
+def occupancy_limits(
+    spec: DeviceSpec, threads_per_block: int, registers_per_thread: int, shared_mem_bytes: int
+) -> dict:
+    """Blocks per SM each resource alone allows, as CUDA's occupancy calculator computes them.
+
+    Keys: ``warps``, ``registers``, ``shared_mem``, ``blocks``; the resident count is their
+    minimum (0: the block cannot launch). Rules of ``cuda_occupancy.h`` for any warp size:
+    registers go to warps in ``register_alloc_unit`` units inside ``register_sub_partitions``
+    register files, and a block over ``max_registers_per_block`` (warps rounded up to the
+    sub-partitions, the hardware's check) cannot launch; shared memory is taken in
+    ``shared_mem_alloc_unit`` units with ``shared_mem_reserved_per_block`` added, and more than
+    ``shared_mem_per_block`` cannot launch. ``attn_sim`` checks this against the CUDA driver
+    (``bench/occupancy_check.py``); plans should size grids with it.
+    """
+    for name, value in (
+        ("threads_per_block", threads_per_block),
+        ("registers_per_thread", registers_per_thread),
+        ("shared_mem_bytes", shared_mem_bytes),
+    ):
+        if value < 0 or (name == "threads_per_block" and value == 0):
+            raise ValueError(f"{name} must be {'> 0' if value == 0 else '>= 0'}, got {value}")
+    warps = -(-threads_per_block // spec.warp_size)
+    limits = {
+        "warps": spec.max_warps_per_sm // warps,
+        "registers": _register_limit(spec, warps, registers_per_thread),
+        "shared_mem": 0,
+        "blocks": spec.max_blocks_per_sm,
+    }
+    if shared_mem_bytes <= spec.shared_mem_per_block:
+        per_block = shared_mem_allocation(spec, shared_mem_bytes)
+        limits["shared_mem"] = spec.shared_mem_per_sm // per_block if per_block else 1 << 30
+    if threads_per_block > spec.max_threads_per_block:
+        limits["warps"] = 0
+    if registers_per_thread > spec.max_registers_per_thread:
+        limits["registers"] = 0
+    return limits
+
+
+def shared_mem_allocation(spec: DeviceSpec, shared_mem_bytes: int) -> int:
+    """Bytes one block takes from its SM: reservation added, rounded to the allocation unit."""
+    return _round_up(
+        shared_mem_bytes + spec.shared_mem_reserved_per_block, spec.shared_mem_alloc_unit
+    )
+
+
+def _register_limit(spec: DeviceSpec, warps: int, registers_per_thread: int) -> int:
+    if registers_per_thread == 0:
+        return 1 << 30
+    per_warp = _round_up(registers_per_thread * spec.warp_size, spec.register_alloc_unit)
+    parts = spec.register_sub_partitions
+    hardware_check = per_warp * _round_up(warps, parts)
+    if max(hardware_check, per_warp * warps) > spec.max_registers_per_block:
+        return 0
+    warps_fit = (spec.registers_per_sm // parts // per_warp) * parts
+    return warps_fit // warps

@@ -1,7 +1,8 @@
 """Blocks per SM the way CUDA's occupancy calculator computes them, and waves with their tail.
 
-The limits follow ``cuda_occupancy.h`` (the header behind
-``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), generalised to any warp size:
+The rule itself lives in :func:`attn_core.device_spec.occupancy_limits`, so attn-core's plans
+can size grids with the numbers the simulator checks. The limits follow ``cuda_occupancy.h``
+(the header behind ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), for any warp size:
 
 - warps:     ``max_warps_per_sm // ceil(threads / warp_size)``
 - registers: a warp is given ``round_up(regs_per_thread * warp_size, register_alloc_unit)``
@@ -21,11 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_core.device_spec import DeviceSpec
-
-
-def _round_up(value: int, unit: int) -> int:
-    return -(-value // unit) * unit if unit > 0 else value
+from attn_core.device_spec import DeviceSpec, occupancy_limits, shared_mem_allocation
 
 
 @dataclass(frozen=True)
@@ -55,55 +52,24 @@ def blocks_per_sm(
 ) -> Occupancy:
     """Occupancy of one kernel design on ``spec``.
 
+    The limits are attn-core's :func:`attn_core.device_spec.occupancy_limits` (one rule for the
+    plans and the simulator); this adds which one binds.
+
     Args:
         spec: the device profile.
         threads_per_block: block size in threads.
         registers_per_thread: registers the compiled kernel uses per thread.
         shared_mem_bytes: static + dynamic shared memory of one block, bytes.
     """
-    for name, value in (
-        ("threads_per_block", threads_per_block),
-        ("registers_per_thread", registers_per_thread),
-        ("shared_mem_bytes", shared_mem_bytes),
-    ):
-        if value < 0 or (name == "threads_per_block" and value == 0):
-            raise ValueError(f"{name} must be {'> 0' if value == 0 else '>= 0'}, got {value}")
-    warps = -(-threads_per_block // spec.warp_size)
-    limits = {
-        "warps": spec.max_warps_per_sm // warps,
-        "registers": _register_limit(spec, warps, registers_per_thread),
-        "shared_mem": 0,
-        "blocks": spec.max_blocks_per_sm,
-    }
-    smem_alloc = _round_up(
-        shared_mem_bytes + spec.shared_mem_reserved_per_block, spec.shared_mem_alloc_unit
-    )
-    if shared_mem_bytes <= spec.shared_mem_per_block:
-        limits["shared_mem"] = spec.shared_mem_per_sm // smem_alloc if smem_alloc else 1 << 30
-    if threads_per_block > spec.max_threads_per_block:
-        limits["warps"] = 0
-    if registers_per_thread > spec.max_registers_per_thread:
-        limits["registers"] = 0
+    limits = occupancy_limits(spec, threads_per_block, registers_per_thread, shared_mem_bytes)
     limiter = min(limits, key=lambda k: limits[k])
     return Occupancy(
         blocks_per_sm=limits[limiter],
         limiter=limiter,
         limits=limits,
-        warps_per_block=warps,
-        shared_mem_allocated=smem_alloc,
+        warps_per_block=-(-threads_per_block // spec.warp_size),
+        shared_mem_allocated=shared_mem_allocation(spec, shared_mem_bytes),
     )
-
-
-def _register_limit(spec: DeviceSpec, warps: int, registers_per_thread: int) -> int:
-    if registers_per_thread == 0:
-        return 1 << 30
-    per_warp = _round_up(registers_per_thread * spec.warp_size, spec.register_alloc_unit)
-    parts = spec.register_sub_partitions
-    hardware_check = per_warp * _round_up(warps, parts)
-    if max(hardware_check, per_warp * warps) > spec.max_registers_per_block:
-        return 0
-    warps_fit = (spec.registers_per_sm // parts // per_warp) * parts
-    return warps_fit // warps
 
 
 @dataclass(frozen=True)
