@@ -68,9 +68,9 @@ def plan_grid(gates: dict) -> list[Case]:
             contexts.append(ctx)
         i += 1
     cases = [Case("decode", b, c) for b in g["batches"] for c in contexts]
+    octaves = contexts[:: g["steps_per_octave"]]  # prefill plans are costlier: one per octave
     for q in g.get("prefill_query_lens", []):
-        cases += [Case("prefill", 1, c, query_len=q) for c in contexts[:: g["steps_per_octave"]]]
-        cases = [c for c in cases if c.path == "decode" or c.context >= c.query_len]
+        cases += [Case("prefill", 1, c, query_len=q) for c in octaves if c >= q]
     return cases
 
 
