@@ -88,7 +88,7 @@ def run_pytest_step(step: dict, spec: dict, out: Path, payload: Path, env: dict)
     missing = [p for p in step["pytest"] if not (payload / p).exists()]
     if missing:
         write_junit(junit, step["name"], "collect", "skipped", f"not in the payload: {missing}")
-        return "skipped", None
+        return "skipped", None, f"not in the payload: {missing}"
     rc, _ = run_with_timeout(
         pytest_argv(step, junit, spec["test_timeout_s"]),
         payload / step.get("cwd", ""),
@@ -97,16 +97,16 @@ def run_pytest_step(step: dict, spec: dict, out: Path, payload: Path, env: dict)
     )
     if rc == PYTEST_NO_TESTS:
         write_junit(junit, step["name"], "collect", "skipped", "no tests selected")
-        return "skipped", rc
+        return "skipped", rc, "no tests selected"
     if not junit.exists():
         msg = f"pytest ended with {describe_rc(rc)} before writing its report "
         msg += "(a per-test timeout or a crash: the log names the test)"
         write_junit(junit, step["name"], "pytest", "failure", msg)
-        return "failed", rc
+        return "failed", rc, f"pytest {describe_rc(rc)}, no report (per-test timeout or crash)"
     if rc not in (0, 1):
         extra = out / f"{step['name']}-exit.xml"
         write_junit(extra, step["name"], "pytest-exit", "error", f"pytest {describe_rc(rc)}")
-    return ("passed" if rc == 0 else "failed"), rc
+    return ("passed" if rc == 0 else "failed"), rc, "" if rc == 0 else f"pytest {describe_rc(rc)}"
 
 
 def run_command_step(step: dict, out: Path, payload: Path, env: dict) -> tuple:
@@ -119,23 +119,23 @@ def run_command_step(step: dict, out: Path, payload: Path, env: dict) -> tuple:
         )
     except OSError as exc:
         write_junit(junit, step["name"], "command", "error", f"cannot run {argv}: {exc}")
-        return "failed", None
+        return "failed", None, f"cannot run {argv[0]}: {exc}"
     if timed_out:
         msg = f"timed out after {step['timeout_s']} s: {argv}"
         write_junit(out / f"{step['name']}-timeout.xml", step["name"], "command", "failure", msg)
-        return "failed", rc
+        return "failed", rc, f"timed out after {step['timeout_s']} s"
     if rc == SKIP_EXIT:
         if not junit.exists():
             write_junit(junit, step["name"], "command", "skipped", f"{argv[0]} asked to skip")
-        return "skipped", rc
+        return "skipped", rc, "asked to skip"
     if step.get("junit") and junit.exists():
         if rc != 0 and not reports_problems(junit):
             err = out / f"{step['name']}-exit.xml"
             write_junit(err, step["name"], "command-exit", "failure", describe_rc(rc))
-        return ("passed" if rc == 0 else "failed"), rc
+        return ("passed" if rc == 0 else "failed"), rc, "" if rc == 0 else describe_rc(rc)
     outcome = "passed" if rc == 0 else "failure"
     write_junit(junit, step["name"], "command", outcome, f"{argv} ended with {describe_rc(rc)}")
-    return ("passed" if rc == 0 else "failed"), rc
+    return ("passed" if rc == 0 else "failed"), rc, "" if rc == 0 else describe_rc(rc)
 
 
 def main(spec_path: str) -> int:
@@ -154,11 +154,13 @@ def main(spec_path: str) -> int:
         print(f"=== hil step {step['name']} ===", flush=True)
         t0 = time.monotonic()
         if step.get("pytest"):
-            status, rc = run_pytest_step(step, spec, out, payload, env)
+            status, rc, why = run_pytest_step(step, spec, out, payload, env)
         else:
-            status, rc = run_command_step(step, out, payload, env)
+            status, rc, why = run_command_step(step, out, payload, env)
         took = round(time.monotonic() - t0, 3)
-        steps.append({"name": step["name"], "status": status, "rc": rc, "duration_s": took})
+        steps.append(
+            {"name": step["name"], "status": status, "rc": rc, "why": why, "duration_s": took}
+        )
         print(f"=== hil step {step['name']}: {status} ({took} s) ===", flush=True)
         (out / "suite.json").write_text(json.dumps({"suite": spec["suite"], "steps": steps}))
     return 0 if all(s["status"] != "failed" for s in steps) else 1

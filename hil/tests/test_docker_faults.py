@@ -117,7 +117,7 @@ def test_crashes_inside_tests_are_failures_and_the_suite_goes_on(crash_run, suit
 def test_crash_reports_say_what_happened(crash_run):
     _, _, _, by_suite, _ = crash_run
     segv = (Path(by_suite["segfault"].artifacts) / "crash.xml").read_text()
-    assert "SIGSEGV" in segv
+    assert "SIGSEGV" in segv and "SIGSEGV" in by_suite["segfault"].detail
     assert "OOM" in by_suite["oom"].detail
     assert "Timeout" in (Path(by_suite["test-timeout"].artifacts) / "log.txt").read_text()
 

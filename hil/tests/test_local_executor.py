@@ -38,6 +38,7 @@ def test_pass_fail_and_segfault_locally(make_ctx):
     assert [r.status for r in results] == [Status.PASS, Status.FAIL, Status.FAIL]
     assert [r.counts.passed for r in results] == [2, 2, 2]
     assert "SIGSEGV" in (Path(results[2].artifacts) / "crash.xml").read_text()
+    assert "crash (pytest signal SIGSEGV" in results[2].detail
     assert exit_code(results) == 1
 
 

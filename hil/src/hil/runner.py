@@ -113,7 +113,11 @@ def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path
     summary = art / "suite.json"
     if summary.exists():
         steps = json.loads(summary.read_text()).get("steps", [])
-        failed_steps = [s["name"] for s in steps if s["status"] == "failed"]
+        failed_steps = [
+            f"{s['name']} ({s['why']})" if s.get("why") else s["name"]
+            for s in steps
+            if s["status"] == "failed"
+        ]
     status, detail = classify(outcome, counts, failed_steps)
     notes = list(outcome.notes) + [f"unreadable report {n}" for n in unreadable]
     if notes:
