@@ -34,7 +34,7 @@ from attn_sim.designs import (
     vllm_v2,
 )
 from attn_sim.simulate import CaseResult, simulate
-from attn_sim.workloads import Case, plan_for
+from attn_sim.workloads import BMM_OUT_DTYPE, Case, base_name, plan_for
 
 K = 1024
 DECODE_CONTEXTS = (1 * K, 4 * K, 8 * K, 32 * K, 100 * K, 256 * K, 1024 * K)
@@ -171,6 +171,7 @@ def build(spec: DeviceSpec) -> dict:
         "profile": spec.name,
         "shape": dataclasses.asdict(QWEN36),
         "assumptions": assumptions(spec),
+        "bmm_out_dtype": BMM_OUT_DTYPE.get(base_name(spec), False),
         "designs": design_rows(spec),
         "budget": budget_rows(spec),
         "results": [r.to_json() for r in results],
@@ -187,7 +188,10 @@ def markdown(report: dict) -> str:
         "",
         f"Assumed: {spec_line['sm_count']} SMs, {spec_line['shared_mem_per_block'] // 1024} KiB "
         f"shared memory per block, {spec_line['hbm_bandwidth'] / 1e9:.0f} GB/s, warp "
-        f"{spec_line['warp_size']}.",
+        f"{spec_line['warp_size']}. Torch under the profile: bmm writes fp32 scores: "
+        f"{report['bmm_out_dtype']}. Registers of untraced kernel designs are assumed (128 "
+        "attention, 32 reduce); one resident block is assumed to reach an SM's bandwidth share; "
+        "torch's own grids are estimated from PyTorch's CUDA sources.",
         "",
         "## Assumptions",
         tabulate(report["assumptions"], headers="keys", tablefmt="github"),
