@@ -96,7 +96,7 @@ def measure(cupy) -> list[dict]:
     optin = int(props.get("sharedMemPerBlockOptin", 0) or props["sharedMemPerBlock"])
     rows = []
     for nacc, cap, static in itertools.product(ACCUMULATORS, MAX_REGS, STATIC_FLOATS):
-        options = ("--std=c++11",) + ((f"--maxrregcount={cap}",) if cap else ())
+        options = (f"--maxrregcount={cap}",) if cap else ()
         kern = cupy.RawKernel(kernel_source(nacc, static), "probe", options=options)
         attrs = kern.attributes
         regs, static_bytes = int(attrs["num_regs"]), int(attrs["shared_size_bytes"])
