@@ -156,6 +156,26 @@ def test_half_precision_scores(dtype: torch.dtype) -> None:
     torch.testing.assert_close(got.double(), reference(case), atol=2e-2, rtol=2e-2)
 
 
+def test_fp32_scores_with_bf16_operands(monkeypatch) -> None:
+    """The CUDA bf16 plan (bf16 GEMM operands, fp32 scores, a bf16 copy of the probabilities
+    for P@V). The CPU has no fp32-output bf16 GEMM, so the QK^T product is upcast here."""
+    from attn_core import prefill_torch
+
+    try:
+        torch.bmm(torch.ones(1, 2, 2, dtype=torch.bfloat16), torch.ones(1, 2, 2).bfloat16())
+    except RuntimeError as exc:
+        pytest.skip(f"torch {torch.__version__} CPU bmm lacks bf16: {exc}")
+
+    def upcast(q, keys_t, out):
+        torch.bmm(q.float(), keys_t.float(), out=out)
+
+    monkeypatch.setattr(prefill_torch, "scores_into", upcast)
+    case = make_prefill_case(MIXED, 8, 2, 128, 16, torch.bfloat16, alibi=True, seed=37)
+    plan = dataclasses.replace(small_tiles(case), matmul_dtype=torch.bfloat16)
+    assert plan.score_dtype == torch.float32
+    assert_close(run_prefill(case, plan), reference(case), torch.bfloat16)
+
+
 def test_batch_equals_single_sequences() -> None:
     case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float32, seed=17)
     batched = run_prefill(case)

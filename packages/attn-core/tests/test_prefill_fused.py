@@ -12,7 +12,7 @@ from conftest import assert_close, requires_cuda
 from prefill_helpers import reference, run_prefill
 
 from attn_core import plan_prefill, prefill_backends
-from attn_core.plan_prefill import BACKEND_ENV
+from attn_core.plan_prefill import BACKEND_ENV, bmm_writes_fp32
 from attn_core.prefill_backends import FusedBackend
 from attn_core.prefill_case import make_prefill_case
 
@@ -128,7 +128,10 @@ def test_cuda_backends(backend, shape, dtype, monkeypatch) -> None:
     )
     if backend == "sdpa":
         prefill_backends.ensure_verified("sdpa", torch.device("cuda"), dtype, hs)
-    assert plan.score_dtype == (dtype if backend == "torch" else torch.float32)
+    if backend == "torch":
+        fp32_scores = dtype == torch.bfloat16 and bmm_writes_fp32("cuda", dtype)
+        assert plan.matmul_dtype == dtype
+        assert plan.score_dtype == (torch.float32 if fp32_scores else dtype)
     got = run_prefill(case, plan)
     # Device paths round scores (torch backend) or probabilities (flash) to 2 bytes.
     torch.testing.assert_close(got.double().cpu(), reference(case), atol=2e-2, rtol=2e-2)

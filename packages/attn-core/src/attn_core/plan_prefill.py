@@ -27,6 +27,7 @@ How the numbers are chosen (torch backend):
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -61,7 +62,9 @@ class PrefillPlan:
         backend_reason: why that backend (the forced env var, a feature the fused one lacks, ...).
         query_tile / key_tile: torch backend's tile sizes in tokens.
         stream_chunk: context tokens gathered at once; 0 means the whole context once per sequence.
-        score_dtype: dtype of the score tile (softmax state is always fp32).
+        score_dtype: dtype of the score tile (softmax sums and the accumulator are fp32).
+        matmul_dtype: dtype of the matmul operands (gathered K/V, query tile, probabilities);
+            differs from ``score_dtype`` only for bf16 on CUDA, where QK^T writes fp32 scores.
         budget_bytes: bound on transient memory beyond the gathered context.
         workspace_bytes: what the per-call buffers take (score tile, state, query tile, P@V).
         steps: launches of one (query tile, key tile) update, for the simulator; run
@@ -75,6 +78,7 @@ class PrefillPlan:
     head_size: int
     dtype: torch.dtype
     score_dtype: torch.dtype
+    matmul_dtype: torch.dtype
     max_query_len: int
     query_tile: int
     key_tile: int
@@ -137,13 +141,17 @@ def plan_prefill(
     device = torch.device("cpu") if device is None else torch.device(device)
     spec = device_spec if device_spec is not None else detect_device_spec(device)
     budget = _resolve_budget(budget_bytes)
-    if score_dtype is None:
-        # "meta": the simulator traces the device path, so it gets the device's score dtype.
-        score_dtype = dtype if device.type in ("cuda", "meta") else torch.float32
+    matmul_dtype, score_dtype = _score_dtypes(dtype, device, score_dtype)
     chosen, reason = _choose_backend(backend, device, dtype, head_size, alibi, sliding_window)
     elem = torch.empty((), dtype=dtype).element_size()
-    score_bytes = torch.empty((), dtype=score_dtype).element_size()
-    sizing = _TileSizing(num_heads, head_size, elem, score_bytes)
+    sizing = _TileSizing(
+        num_heads,
+        head_size,
+        elem,
+        score_bytes=torch.empty((), dtype=score_dtype).element_size(),
+        operand_bytes=torch.empty((), dtype=matmul_dtype).element_size(),
+        separate_probs=matmul_dtype != score_dtype,
+    )
     if chosen != "torch":
         return _fused_plan(chosen, reason, sizing, budget, spec, locals())
     tk = key_tile if key_tile is not None else DEFAULT_KEY_TILE
@@ -163,6 +171,7 @@ def plan_prefill(
         head_size=head_size,
         dtype=dtype,
         score_dtype=score_dtype,
+        matmul_dtype=matmul_dtype,
         max_query_len=max_query_len,
         query_tile=tq,
         key_tile=tk,
@@ -180,14 +189,17 @@ class _TileSizing:
 
     num_heads: int
     head_size: int
-    elem: int
+    elem: int  # the compute dtype's (fused backends)
     score_bytes: int
+    operand_bytes: int  # the matmul operands' (torch backend)
+    separate_probs: bool  # fp32 scores with a 2-byte copy of the probabilities for P@V
 
     def bytes(self, tq: int, tk: int) -> int:
         rows = self.num_heads * tq
-        scores = rows * tk * self.score_bytes
+        per_score = self.score_bytes + (self.operand_bytes if self.separate_probs else 0)
+        scores = rows * tk * per_score
         state = rows * (self.head_size + _STATE_FLOATS_EXTRA) * 4
-        query_and_pv = 2 * rows * self.head_size * self.elem
+        query_and_pv = 2 * rows * self.head_size * self.operand_bytes
         masks = 3 * tq * tk  # bool temporaries of a causal / window mask (shared by all heads)
         return scores + state + query_and_pv + masks + rows * self.score_bytes  # + tile row max
 
@@ -231,6 +243,7 @@ def _fused_plan(
         head_size=hs,
         dtype=args["dtype"],
         score_dtype=torch.float32,
+        matmul_dtype=args["dtype"],
         max_query_len=args["max_query_len"],
         query_tile=tq,
         key_tile=0,
@@ -240,6 +253,41 @@ def _fused_plan(
         device_name=spec.name,
         steps=(kernel,),
     )
+
+
+def _score_dtypes(
+    dtype: torch.dtype, device: torch.device, forced: Optional[torch.dtype]
+) -> tuple[torch.dtype, torch.dtype]:
+    """``(matmul_dtype, score_dtype)`` of the torch backend.
+
+    - CPU: fp32 for both (fp32 CPU matmuls are the fast ones, see the module docstring).
+    - CUDA fp16: fp16 for both. 2-byte scores halve the elementwise floor; fp16's 11-bit
+      significand keeps a logit of 30 within 0.008 (0.8 % on its weight).
+    - CUDA bf16: bf16 operands, fp32 scores where ``bmm(..., out_dtype=float32)`` exists (recent
+      torch): bf16's 8-bit significand would put a logit of 30 off by up to 0.06 (6 % on its
+      weight). Without it (torch 2.1), bf16 scores, and that error stands.
+    - "meta" (the simulator tracing the device path): the compute dtype for both.
+    ``forced`` (tests, sweeps) sets both.
+    """
+    if forced is not None:
+        return forced, forced
+    if dtype == torch.float32 or device.type not in ("cuda", "meta"):
+        return torch.float32, torch.float32
+    if dtype == torch.bfloat16 and device.type == "cuda" and bmm_writes_fp32(str(device), dtype):
+        return dtype, torch.float32
+    return dtype, dtype
+
+
+@functools.cache
+def bmm_writes_fp32(device: str, dtype: torch.dtype) -> bool:
+    """Whether ``torch.bmm(a, b, out_dtype=torch.float32, out=...)`` works here for ``dtype``."""
+    try:
+        a = torch.ones(1, 2, 8, dtype=dtype, device=device)
+        out = torch.empty(1, 2, 2, dtype=torch.float32, device=device)
+        torch.bmm(a, a.transpose(1, 2), out_dtype=torch.float32, out=out)
+        return bool(out.eq(8.0).all())
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
 
 
 def _choose_backend(

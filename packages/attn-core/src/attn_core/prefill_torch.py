@@ -75,14 +75,14 @@ def run_torch_prefill(
         if span.query_len == 0:
             continue
         new_k, new_v = new_tokens_head_major(
-            problem.key[span.q0 : span.q1], problem.value[span.q0 : span.q1], plan.score_dtype
+            problem.key[span.q0 : span.q1], problem.value[span.q0 : span.q1], plan.matmul_dtype
         )
         # With a sliding window the chunk's first token sees only the last window - 1 cached
         # tokens; older ones are never gathered.
         lo = max(0, span.ctx - problem.window + 1) if problem.window > 0 else 0
         whole = None
         if span.ctx > lo and plan.stream_chunk == 0:
-            whole = _gather(problem, span, lo, span.ctx, plan.score_dtype)
+            whole = _gather(problem, span, lo, span.ctx, plan.matmul_dtype)
         for a in range(0, span.query_len, plan.query_tile):
             b = min(a + plan.query_tile, span.query_len)
             ws.begin(problem.query[span.q0 + a : span.q0 + b], span.ctx + a)
@@ -90,10 +90,18 @@ def run_torch_prefill(
                 if whole is not None:
                     keys, values = whole[0][:, c0 - lo : c1 - lo], whole[1][:, c0 - lo : c1 - lo]
                 else:
-                    keys, values = _gather(problem, span, c0, c1, plan.score_dtype)
+                    keys, values = _gather(problem, span, c0, c1, plan.matmul_dtype)
                 ws.attend_range(keys, values, c0)
             ws.attend_range(new_k[:, :b], new_v[:, :b], span.ctx)
             ws.finish(out[span.q0 + a : span.q0 + b])
+
+
+def scores_into(q: torch.Tensor, keys_t: torch.Tensor, out: torch.Tensor) -> None:
+    """``out = q @ keys_t``; with fp32 ``out`` and 2-byte operands, the GEMM writes fp32."""
+    if out.dtype == q.dtype:
+        torch.bmm(q, keys_t, out=out)
+    else:
+        torch.bmm(q, keys_t, out_dtype=out.dtype, out=out)
 
 
 def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtype) -> tuple:
@@ -142,10 +150,12 @@ class _Workspace:
         self.problem = problem
         self.kvh, self.group, self.hs = plan.num_kv_heads, plan.group_size, plan.head_size
         rows = self.kvh * self.group * plan.query_tile
-        sd = plan.score_dtype
+        sd, md = plan.score_dtype, plan.matmul_dtype
         self._scores = buf("scores", rows * plan.key_tile, sd)
-        self._q = buf("query", rows * self.hs, sd)
-        self._pv = buf("pv", rows * self.hs, sd)
+        # fp32 scores with 2-byte operands: P@V reads a 2-byte copy of the probabilities.
+        self._probs = buf("probs", rows * plan.key_tile, md) if md != sd else None
+        self._q = buf("query", rows * self.hs, md)
+        self._pv = buf("pv", rows * self.hs, md)
         self._acc = buf("acc", rows * self.hs, torch.float32)
         # The running max is a max of score values, so it is exact in the score dtype; keeping
         # it there makes the big in-place subtract a same-dtype (vectorised) kernel.
@@ -195,7 +205,7 @@ class _Workspace:
         n = keys.shape[1]
         count = self.kvh * self.rows
         s = self._scores[: count * n].view(self.kvh, self.rows, n)
-        torch.bmm(self.q, keys.transpose(1, 2), out=s)
+        scores_into(self.q, keys.transpose(1, 2), s)
         s4 = s.view(self.kvh, self.group, self.t, n)
         if self._slopes is not None:
             s4.add_(self._alibi(lo, n).to(s.dtype))
@@ -211,7 +221,10 @@ class _Workspace:
         torch.sum(s, dim=-1, dtype=torch.float32, out=l_tile)
         self.l.mul_(alpha).add_(l_tile)
         pv = self._pv[: count * self.hs].view(self.kvh, self.rows, self.hs)
-        torch.bmm(s, values, out=pv)
+        probs = s
+        if self._probs is not None:
+            probs = self._probs[: count * n].view(self.kvh, self.rows, n).copy_(s)
+        torch.bmm(probs, values, out=pv)
         self.acc.mul_(alpha.unsqueeze(-1)).add_(pv)
         self.m, self.m_new = self.m_new, self.m
 
