@@ -17,10 +17,12 @@ How the numbers are chosen (torch backend):
   the query tile is the largest power of two whose score tile + running state fit the budget.
   ``bench/prefill_bench.py --sweep`` times other tile pairs on the device; record the result
   here when it moves the choice.
-- Scores are kept in the compute dtype on CUDA devices for fp16/bf16 (tensor-core matmul writes
-  them, and 2-byte scores halve the floor above); softmax state (max, sum, accumulator) is fp32.
-  On the CPU the scores are fp32: half-precision CPU matmuls are slower than fp32 ones (0.069 s
-  vs 0.045 s for a [4, 1536, 256] x [4, 256, 1024] bmm on this project's 2-core runners).
+- Scores: fp16 on CUDA for fp16 (tensor-core matmul writes them, and 2-byte scores halve the
+  floor above); fp32 for bf16 where the GEMM can write fp32 (bf16's 8-bit significand is too
+  coarse for logits, see :func:`_score_dtypes`), at ~2x the elementwise traffic; sums and the
+  accumulator are fp32 always. On the CPU everything is fp32: half-precision CPU matmuls are
+  slower than fp32 ones (0.069 s vs 0.045 s for a [4, 1536, 256] x [4, 256, 1024] bmm on this
+  project's 2-core runners) and torch 2.1's CPU has none for fp16.
 - Streaming: the gathered context (K and V in the compute dtype) is bounded by the budget; a
   context larger than that is gathered in chunks of ``stream_chunk`` tokens instead of whole.
 """
