@@ -18,7 +18,7 @@ def _report(args) -> int:
     from attn_sim import report
 
     spec = load_profile(args.profile)
-    built = report.build(spec)
+    built = report.build(spec, report.parse_shape(args.shape))
     paths = report.write(built, Path(args.out))
     print(report.markdown(built))
     print(f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s")
@@ -145,6 +145,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("report", help="tables, plot and JSON for one profile")
     p.add_argument("--profile", default="bi-v100", help="built-in name or calibrated JSON")
     p.add_argument("--out", default="sim-report")
+    p.add_argument(
+        "--shape", default="24,4,256,16", help="heads,kv_heads,head_size[,block] (Qwen3.6)"
+    )
     p.set_defaults(func=_report)
 
     for name, func, text in (

@@ -26,6 +26,7 @@ from attn_core.device_spec import DeviceSpec
 from attn_sim.cost import design_cost
 from attn_sim.designs import (
     QWEN36,
+    Shape,
     design_families,
     evaluate,
     from_steps,
@@ -66,11 +67,11 @@ def assumptions(spec: DeviceSpec) -> list[dict]:
     ]
 
 
-def design_rows(spec: DeviceSpec, num_seqs: int = 1) -> list[dict]:
+def design_rows(spec: DeviceSpec, shape: Shape = QWEN36, num_seqs: int = 1) -> list[dict]:
     rows = []
     for ctx in DESIGN_CONTEXTS:
-        families = design_families(spec, QWEN36, num_seqs, ctx)
-        plan = plan_for(spec, Case("decode", num_seqs, ctx))
+        families = design_families(spec, shape, num_seqs, ctx)
+        plan = plan_for(spec, Case("decode", num_seqs, ctx, shape))
         families[f"attn-core plan ({plan.tier})"] = from_steps(plan.steps)
         for family, designs in families.items():
             for d in designs:
@@ -96,9 +97,8 @@ def design_rows(spec: DeviceSpec, num_seqs: int = 1) -> list[dict]:
     return rows
 
 
-def longest_fitting_context(spec: DeviceSpec, build, limit: int = 1 << 24) -> int:
-    """Largest context (a multiple of the block size) whose designs all fit; 0 if none."""
-    bs = QWEN36.block_size
+def longest_fitting_context(spec: DeviceSpec, build, bs: int, limit: int = 1 << 24) -> int:
+    """Largest context (a multiple of ``bs``) whose designs all fit; 0 if none."""
 
     def ok(ctx: int) -> bool:
         return all(evaluate(spec, d).fits for d in build(spec, ctx))
@@ -114,20 +114,18 @@ def longest_fitting_context(spec: DeviceSpec, build, limit: int = 1 << 24) -> in
     return lo * bs
 
 
-def budget_rows(spec: DeviceSpec) -> list[dict]:
+def budget_rows(spec: DeviceSpec, shape: Shape = QWEN36) -> list[dict]:
     """Per design family: the longest context at batch 1 whose launches fit the budget."""
     builders = {
-        "vllm_v1": lambda sp, c: [vllm_v1(sp, QWEN36, 1, c)],
-        "vllm_v2": lambda sp, c: vllm_v2(sp, QWEN36, 1, c),
-        "gqa_partitioned (tile 32)": lambda sp, c: gqa_partitioned(sp, QWEN36, 1, c),
-        "gqa_partitioned (tile 16)": lambda sp, c: gqa_partitioned(
-            sp, QWEN36, 1, c, tile_tokens=16
-        ),
-        "attn-core plan": lambda sp, c: from_steps(plan_for(sp, Case("decode", 1, c)).steps),
+        "vllm_v1": lambda sp, c: [vllm_v1(sp, shape, 1, c)],
+        "vllm_v2": lambda sp, c: vllm_v2(sp, shape, 1, c),
+        "gqa_partitioned (tile 32)": lambda sp, c: gqa_partitioned(sp, shape, 1, c),
+        "gqa_partitioned (tile 16)": lambda sp, c: gqa_partitioned(sp, shape, 1, c, tile_tokens=16),
+        "attn-core plan": lambda sp, c: from_steps(plan_for(sp, Case("decode", 1, c, shape)).steps),
     }
     rows = []
     for name, build in builders.items():
-        longest = longest_fitting_context(spec, build)
+        longest = longest_fitting_context(spec, build, shape.block_size)
         rows.append(
             {
                 "design": name,
@@ -138,9 +136,9 @@ def budget_rows(spec: DeviceSpec) -> list[dict]:
     return rows
 
 
-def traced_cases() -> list[Case]:
-    cases = [Case("decode", b, c) for c in DECODE_CONTEXTS for b in DECODE_BATCHES]
-    cases += [Case("prefill", b, c, query_len=PREFILL_CHUNK) for b, c in PREFILL_CASES]
+def traced_cases(shape: Shape = QWEN36) -> list[Case]:
+    cases = [Case("decode", b, c, shape) for c in DECODE_CONTEXTS for b in DECODE_BATCHES]
+    cases += [Case("prefill", b, c, shape, query_len=PREFILL_CHUNK) for b, c in PREFILL_CASES]
     return cases
 
 
@@ -164,16 +162,16 @@ def result_row(r: CaseResult) -> dict:
     }
 
 
-def build(spec: DeviceSpec) -> dict:
+def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
     start = time.perf_counter()
-    results = [simulate(spec, c) for c in traced_cases()]
+    results = [simulate(spec, c) for c in traced_cases(shape)]
     return {
         "profile": spec.name,
-        "shape": dataclasses.asdict(QWEN36),
+        "shape": dataclasses.asdict(shape),
         "assumptions": assumptions(spec),
         "bmm_out_dtype": BMM_OUT_DTYPE.get(base_name(spec), False),
-        "designs": design_rows(spec),
-        "budget": budget_rows(spec),
+        "designs": design_rows(spec, shape),
+        "budget": budget_rows(spec, shape),
         "results": [r.to_json() for r in results],
         "decode": [result_row(r) for r in results if r.path == "decode"],
         "prefill": [result_row(r) for r in results if r.path == "prefill"],
@@ -181,10 +179,28 @@ def build(spec: DeviceSpec) -> dict:
     }
 
 
+def shape_text(shape: dict) -> str:
+    return (
+        f"{shape['num_heads']}/{shape['num_kv_heads']} heads, head {shape['head_size']}, "
+        f"{8 * shape['dtype_bytes']}-bit, block {shape['block_size']}"
+    )
+
+
+def parse_shape(text: str) -> Shape:
+    """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size])."""
+    parts = [int(p) for p in text.split(",")]
+    if len(parts) not in (3, 4) or parts[0] % parts[1]:
+        raise ValueError(
+            "shape must be 'heads,kv_heads,head_size[,block_size]' with heads divisible by "
+            f"kv_heads, got {text!r}"
+        )
+    return Shape(*parts)
+
+
 def markdown(report: dict) -> str:
     spec_line = {a["constant"]: a["value"] for a in report["assumptions"]}
     parts = [
-        f"# Simulated {report['profile']}: Qwen3.6 shape (24/4 heads, head 256, fp16, block 16)",
+        f"# Simulated {report['profile']}: {shape_text(report['shape'])}",
         "",
         f"Assumed: {spec_line['sm_count']} SMs, {spec_line['shared_mem_per_block'] // 1024} KiB "
         f"shared memory per block, {spec_line['hbm_bandwidth'] / 1e9:.0f} GB/s, warp "
@@ -235,7 +251,7 @@ def plot(report: dict, path: Path) -> None:
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
     ax_t.legend(fontsize=7)
-    fig.suptitle(f"attn-core on simulated {report['profile']} (Qwen3.6 shape)")
+    fig.suptitle(f"attn-core on simulated {report['profile']} ({shape_text(report['shape'])})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
