@@ -22,7 +22,7 @@ from attn_core.device_spec import DeviceSpec
 from attn_sim.config import decode_threshold
 from attn_sim.designs import evaluate, from_steps
 from attn_sim.simulate import CaseResult, simulate
-from attn_sim.workloads import Case, env_var, plan_for
+from attn_sim.workloads import Case, base_name, env_var, plan_for
 
 STREAM_ENV = "ATTN_CORE_DECODE_STREAM_TOKENS"
 
@@ -124,7 +124,7 @@ def check_result(
         gate("launches", r.launches, gates["decode"]["max_launches"], "torch launches per step")
         gate("plan_launches", r.plan_launches, gates["decode"]["max_plan_launches"])
         gate("syncs", r.syncs, gates["decode"]["max_syncs"], "host reads per step")
-        ratio = decode_threshold(gates, spec.name.split("+")[0], "transient_kv_ratio")
+        ratio = decode_threshold(gates, base_name(spec), "transient_kv_ratio")
         floor = gates["decode"]["transient_floor_bytes"]
         gate("transient", r.transient_bytes, ratio * r.kv_bytes + floor, f"{ratio} x K+V + floor")
     else:
