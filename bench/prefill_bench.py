@@ -1,7 +1,7 @@
 """Chunked-prefill benchmark: attn-core's backends beside two baselines, in one run.
 
     python bench/prefill_bench.py [--out results/] [--quick] [--sweep] [--contexts 32768,100000]
-        [--chunks 2048,8192] [--iters 5]
+        [--chunks 2048,8192] [--iters 5] [--dtype float16|bfloat16]
 
 Shape: Qwen3.6 (24 query / 4 KV heads, head 256, fp16), batch 1, block size 16. For each
 (context, chunk) it times, on pre-built inputs with a preallocated output:
@@ -77,12 +77,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     rows: list[dict[str, Any]] = []
     for ctx in contexts:
         for chunk in chunks:
-            case = _case(ctx, chunk, shape, device)
+            case = _case(ctx, chunk, shape, device, getattr(torch, args.dtype))
             want = _reference_rows(case)
             rows += _measure_all(case, want, shape, device, matmul_rate, bandwidth, args)
     payload = {
         "device": device_info(device),
         "shape": shape,
+        "dtype": args.dtype,
         "matmul_fp16_flops": matmul_rate,
         "copy_bandwidth_bytes_s": bandwidth,
         "rows": rows,
@@ -100,6 +101,7 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--contexts", default="")
     p.add_argument("--chunks", default="")
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     return p.parse_args(argv)
 
 
@@ -107,10 +109,12 @@ def _ints(text: str) -> list[int]:
     return [int(t) for t in text.split(",") if t.strip()]
 
 
-def _case(ctx: int, chunk: int, shape: dict, device: torch.device) -> PrefillCase:
+def _case(
+    ctx: int, chunk: int, shape: dict, device: torch.device, dtype: torch.dtype
+) -> PrefillCase:
     return make_prefill_case(
         [(ctx, chunk)], shape["num_heads"], shape["num_kv_heads"], shape["head_size"],
-        16, torch.float16, device, seed=ctx + chunk,
+        16, dtype, device, seed=ctx + chunk,
     )  # fmt: skip
 
 
