@@ -47,3 +47,17 @@ def test_bad_override_names_the_variable(monkeypatch):
         ValueError, match=f"{PLATFORM_ENV} must be 'iluvatar' or 'generic', got 'amd'"
     ):
         detect_platform()
+
+
+def test_detection_never_initialises_cuda(monkeypatch, tmp_path):
+    # Plugins load in vLLM's engine before it forks workers; CUDA must stay uninitialised.
+    import torch
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("get_device_name initialises CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", forbidden)
+    p = detect_platform(corex_root=str(tmp_path), torch_build="2.1.0+corex.4.1")
+    assert p.is_iluvatar and "not initialised" in p.device_name

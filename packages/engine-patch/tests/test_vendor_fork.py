@@ -222,3 +222,14 @@ def test_unknown_convention_refused_at_registration(monkeypatch, clean_state):
         register()
     assert not is_active()
     assert clean_state.errors and "UnknownSignatureError" in clean_state.errors[0]
+
+
+def test_build_without_prefix_path(monkeypatch, clean_state):
+    mods = fake_vllm.install(monkeypatch)
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    cls = mods["vllm.attention.ops.paged_attn"].PagedAttention
+    monkeypatch.setattr(cls, "forward_prefix", None)
+    assert cls.forward_prefix is None
+    state = register()
+    assert is_active() and "PagedAttention.forward_prefix" not in state.patches
+    assert state.kept["PagedAttention.forward_prefix"] == "absent in this vLLM"

@@ -49,10 +49,18 @@ class Platform:
 
 
 def _cuda_device_name() -> str:
+    """The device name, read only where CUDA is already initialised.
+
+    vLLM loads plugins in the engine process before it forks its workers; initialising CUDA
+    there (``get_device_name`` does) breaks the forked workers ("Cannot re-initialize CUDA in
+    forked subprocess"). The toolkit directory and the torch build identify Iluvatar without it.
+    """
     if not torch.cuda.is_available():
         return "cpu"
+    if not torch.cuda.is_initialized():
+        return "cuda (not initialised here; name not read)"
     try:
-        return torch.cuda.get_device_name(0)
+        return torch.cuda.get_device_name(torch.cuda.current_device())
     except Exception as exc:  # a broken driver must not break plugin loading
         return f"cuda (name unavailable: {exc})"
 

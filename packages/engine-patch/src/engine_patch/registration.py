@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -28,7 +29,8 @@ ORIGINAL = "__engine_patch_original__"
 
 
 def _live(owner: Any, attr: str) -> Any:
-    value = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+    # getattr_static: follow a class's MRO without unwrapping the staticmethod descriptor.
+    value = inspect.getattr_static(owner, attr, None)
     return value.__func__ if isinstance(value, staticmethod) else value
 
 
@@ -121,6 +123,9 @@ def _patch_paged_attention(paged_attn: Any) -> None:
         reason="vLLM's V1/V2 heuristic replaced by attn-core's plan",
         static=True,
     )
+    if prefix is None:  # a build without the prefix path: nothing can call it
+        STATE.kept["PagedAttention.forward_prefix"] = "absent in this vLLM"
+        return
     apply_patch(
         cls,
         "forward_prefix",
@@ -247,7 +252,7 @@ def is_active() -> bool:
     if paged_attn is None:
         return False
     cls = paged_attn.PagedAttention
-    return all(
-        getattr(_live(cls, name), MARK, None) is not None
-        for name in ("forward_decode", "forward_prefix")
+    decode, prefix = _live(cls, "forward_decode"), _live(cls, "forward_prefix")
+    return getattr(decode, MARK, None) is not None and (
+        prefix is None or getattr(prefix, MARK, None) is not None
     )

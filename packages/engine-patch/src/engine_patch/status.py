@@ -132,6 +132,8 @@ def collect(
     architectures: Optional[list[str]] = None,
 ) -> dict[str, Any]:
     """Build the whole report (loads plugins through vLLM first, as a worker would)."""
+    if device.type == "cuda":
+        torch.cuda.init()  # as in a worker: the platform check may then read the device name
     load_error = load_plugins()
     if not vllm_importable():
         register()  # no vLLM: still register the config type and detect the platform
