@@ -160,3 +160,47 @@ def test_streaming_loops_over_chunks_only(clean_decode_env) -> None:
     one = record(make_paged_case((200,), 8, 2, 64, 16, torch.float16))
     four = record(make_paged_case((1000,), 8, 2, 64, 16, torch.float16))
     assert sum(four.ops.values()) > sum(one.ops.values())
+
+
+class AllocationCounter(TorchDispatchMode):
+    """Sums the bytes of every tensor an op creates: an upper bound on peak transient memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func.overloadpacket.__name__ not in VIEW_OPS - {"empty", "empty_strided"}:
+            outs = result if isinstance(result, (tuple, list)) else (result,)
+            for t in outs:
+                if isinstance(t, torch.Tensor) and not func._schema.is_mutable:
+                    self.bytes += t.numel() * t.element_size()
+        return result
+
+
+@pytest.mark.parametrize("gather", ("token", "block"))
+def test_transient_bytes_within_budget(gather: str, clean_decode_env) -> None:
+    """Issue 2's bound (<= 1.25x the gathered K+V) on the CPU, for the Qwen shape at 20K.
+
+    ``ATTN_CORE_DECODE_SCORES=compute`` stands in for CUDA's fp32-output bmm: neither copies the
+    keys to fp32 (the CPU's exact-score path does, +1x K; see plan_decode).
+    """
+    clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
+    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
+    case = make_paged_case((20_000,), 24, 4, 256, 16, torch.float16)
+    out = torch.empty_like(case.query)
+    counter = AllocationCounter()
+    with counter:
+        paged_decode(
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            case.block_tables,
+            case.seq_lens,
+            20_000,
+            out=out,
+            workspace=Workspace(),
+        )
+    gathered_kv = 2 * 4 * 20_000 * 256 * 2
+    assert counter.bytes <= 1.25 * gathered_kv, counter.bytes / gathered_kv
