@@ -134,3 +134,12 @@ def test_out_variant_charges_the_out_tensor_as_written_only():
     assert op.cost.bytes_read == (2 * 6 * 64 + 2 * 64 * 100) * 2
     assert op.cost.bytes_written == 2 * 6 * 100 * 2
     assert op.allocated == 0
+
+
+def test_copy_to_host_counts_as_a_sync():
+    lens = torch.empty(3, dtype=torch.int32, device="meta")
+    t, got = trace(
+        lambda v: v.cpu(), lens, shadows={lens: torch.tensor([1, 2, 3], dtype=torch.int32)}
+    )
+    assert got.tolist() == [1, 2, 3]
+    assert t.syncs == 1

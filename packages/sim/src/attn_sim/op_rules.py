@@ -124,13 +124,20 @@ def _matmul_flops(func, args, outs) -> int:
     return flops
 
 
+def _copies_to_host(packet, ins: list, kwargs: dict) -> bool:
+    """``.cpu()`` / ``.tolist()`` of a device tensor: the host waits for the device."""
+    if packet is not aten._to_copy or not ins or kwargs.get("device") is None:
+        return False
+    return torch.device(kwargs["device"]).type == "cpu" and ins[0].device.type != "cpu"
+
+
 def op_cost(func, args: Sequence[Any], kwargs: dict, outs: Sequence[torch.Tensor]) -> OpCost:
     """Cost of ``func(*args, **kwargs)`` that produced tensors ``outs``."""
     packet = func.overloadpacket
     ins = _tensors(list(args) + [v for k, v in kwargs.items() if k != "out"])
     if packet in FREE or getattr(func, "is_view", False):
         return OpCost(kind="free")
-    if packet in SYNCS:
+    if packet in SYNCS or _copies_to_host(packet, ins, kwargs):
         read = sum(touched_bytes(t) for t in ins)
         return OpCost(bytes_read=read, launches=1, syncs=1, kind="sync")
     written = sum(t.numel() * t.element_size() for t in outs)
