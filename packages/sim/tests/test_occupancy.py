@@ -54,7 +54,7 @@ def test_blocks_per_sm_hand_computed(spec, threads, regs, smem, want, limiter):
 
 
 def test_warp_rounding_any_warp_size():
-    # 65 threads: 2 warps of 32 on the H200, 2 warps of 64 on the BI-V100 too
+    # 65 threads: 3 warps of 32 on the H200, 2 warps of 64 on the BI-V100
     assert blocks_per_sm(H200, 65, 0, 0).warps_per_block == 3
     assert blocks_per_sm(BI, 65, 0, 0).warps_per_block == 2
 

@@ -84,7 +84,7 @@ def test_peak_memory_counts_transients_and_frees():
     assert t.launches == 3
 
 
-def test_one_million_tokens_trace_fast_and_allocate_nothing():
+def test_one_million_tokens_trace_on_meta_without_memory():
     k = meta(65536, 4, 16, 16, 16)  # 1M tokens of 4 x 256 fp16 keys: 2 GiB if real
     idx = torch.empty(65536, dtype=torch.int64, device="meta")
     t, out = trace(lambda: torch.index_select(k, 0, idx).sum())

@@ -6,5 +6,18 @@ tracer (:mod:`attn_sim.tracer`), the cost model (:mod:`attn_sim.cost`), one simu
 """
 
 from attn_sim.occupancy import Occupancy, Waves, blocks_per_sm, waves
+from attn_sim.simulate import CaseResult, simulate
+from attn_sim.tracer import Trace, trace
+from attn_sim.workloads import Case
 
-__all__ = ["Occupancy", "Waves", "blocks_per_sm", "waves"]
+__all__ = [
+    "Case",
+    "CaseResult",
+    "Occupancy",
+    "Trace",
+    "Waves",
+    "blocks_per_sm",
+    "simulate",
+    "trace",
+    "waves",
+]
