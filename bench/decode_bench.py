@@ -368,9 +368,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--quick", action="store_true", help="tiny sizes (CPU-friendly)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--iters", type=int, default=None, help="timed iterations per variant")
+    ap.add_argument(
+        "--shapes",
+        default=None,
+        help="comma-separated BATCHxCONTEXT to run instead of the defaults, e.g. 1x100000,8x8192",
+    )
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in item.split("x")) for item in args.shapes.split(",")]
     iters = args.iters or (3 if args.quick else 20)
     copy_bw = _timing.copy_bandwidth(device, (1 << 24) if args.quick else (1 << 30))
     info = _timing.device_info(device)
