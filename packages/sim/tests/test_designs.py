@@ -88,3 +88,18 @@ def test_plan_steps_become_designs():
 def test_unlaunchable_design_costs_infinity():
     d = vllm_v1(BI, QWEN36, 1, K100)
     assert design_cost(BI, d).time_s == float("inf")
+
+
+def test_plan_designs_carry_the_plan_traffic():
+    from attn_sim.designs import plan_designs
+    from attn_sim.workloads import Case, plan_for
+
+    plan = plan_for(BI, Case("decode", 1, K100))
+    designs = {d.name: d for d in plan_designs(plan)}
+    assert plan.tier == "partitioned"
+    assert designs["partition"].kv_bytes_read == plan.kv_bytes == 2 * K100 * 4 * 256 * 2
+    partials = 24 * plan.num_partitions * (256 + 2) * 4
+    assert designs["reduce"].other_bytes == partials + 24 * 256 * 2
+    assert design_cost(BI, designs["partition"]).time_s < sum(
+        design_cost(BI, d).time_s for d in vllm_v2(BI, QWEN36, 1, K100)
+    )

@@ -31,6 +31,7 @@ occupancy rule itself on the H200.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -296,6 +297,32 @@ def from_steps(steps: Iterable[KernelStep], source: str = "attn-core plan") -> l
         )
         for s in steps
     ]
+
+
+def plan_designs(plan) -> list:
+    """A decode plan's steps as designs, with the traffic a device kernel would have.
+
+    The attention step (``single_tile`` / ``one_pass`` / ``partition``) reads the context's
+    K+V once per KV head (``plan.kv_bytes``) and writes fp32 partials (output, max, sum per
+    query head and partition); ``reduce`` reads them and writes the output. Steps of other
+    names (streaming merges) keep no traffic.
+    """
+    designs = from_steps(plan.steps, source=f"attn-core plan ({plan.tier})")
+    heads, parts = plan.num_seqs * plan.num_heads, plan.num_partitions
+    partials = heads * parts * (plan.head_size + 2) * FP32
+    out = heads * plan.head_size * plan.cache_element_size
+    flops = 4 * heads * plan.context_tokens * plan.head_size
+    traffic = {
+        "single_tile": (plan.kv_bytes, out, flops),
+        "one_pass": (plan.kv_bytes, out, flops),
+        "partition": (plan.kv_bytes, partials, flops),
+        "reduce": (0, partials + out, 4 * heads * parts * plan.head_size),
+    }
+    out_designs = []
+    for d in designs:
+        kv, other, fl = traffic.get(d.name, (0, 0, 0))
+        out_designs.append(dataclasses.replace(d, kv_bytes_read=kv, other_bytes=other, flops=fl))
+    return out_designs
 
 
 def design_families(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> dict:

@@ -31,6 +31,7 @@ from attn_sim.designs import (
     evaluate,
     from_steps,
     gqa_partitioned,
+    plan_designs,
     vllm_v1,
     vllm_v2,
 )
@@ -72,7 +73,7 @@ def design_rows(spec: DeviceSpec, shape: Shape = QWEN36, num_seqs: int = 1) -> l
     for ctx in DESIGN_CONTEXTS:
         families = design_families(spec, shape, num_seqs, ctx)
         plan = plan_for(spec, Case("decode", num_seqs, ctx, shape))
-        families[f"attn-core plan ({plan.tier})"] = from_steps(plan.steps)
+        families[f"attn-core plan ({plan.tier})"] = plan_designs(plan)
         for family, designs in families.items():
             for d in designs:
                 judged = evaluate(spec, d)
