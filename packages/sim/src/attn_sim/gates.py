@@ -104,7 +104,7 @@ def _check_plan_grid(
                 Violation(
                     profile=spec.name,
                     gate="shared_memory" if over_budget else "occupancy",
-                    case=f"{case.label()} q{case.query_len}{suffix} {design.name}",
+                    case=f"{case.label()}{suffix} {design.name}",
                     value=design.smem if over_budget else 0,
                     limit=spec.shared_mem_per_block if over_budget else 1,
                     detail=f"limited by {judged.occupancy.limiter}",

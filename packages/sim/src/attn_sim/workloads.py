@@ -48,7 +48,9 @@ class Case:
     query_len: int = 1
 
     def label(self) -> str:
-        return f"{self.path} b{self.num_seqs} ctx{self.context}"
+        """Baseline key: path, batch, context (and the chunk for prefill)."""
+        chunk = f" q{self.query_len}" if self.path == "prefill" else ""
+        return f"{self.path} b{self.num_seqs} ctx{self.context}{chunk}"
 
 
 def _meta(*size: int, dtype: torch.dtype) -> torch.Tensor:
