@@ -5,15 +5,12 @@ Public API: :func:`paged_decode`, :func:`paged_prefix_prefill`, :func:`write_to_
 decisions) and :class:`DeviceSpec` profiles.
 """
 
-from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
-from attn_core.plan_types import KernelStep
-
-# decode (issue 2)
-from attn_core.decode import paged_decode
-from attn_core.plan_decode import DecodePlan, plan_decode
-# prefill and cache writes (issue 3)
 from attn_core.cache_write import write_to_paged_cache
+from attn_core.decode import paged_decode
+from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
+from attn_core.plan_decode import DecodePlan, plan_decode
 from attn_core.plan_prefill import PrefillPlan, plan_prefill
+from attn_core.plan_types import KernelStep
 from attn_core.prefill import paged_prefix_prefill
 
 __all__ = [
@@ -24,8 +21,8 @@ __all__ = [
     "PrefillPlan",
     "detect_device_spec",
     "get_device_spec",
-    "paged_prefix_prefill",
     "paged_decode",
+    "paged_prefix_prefill",
     "plan_decode",
     "plan_prefill",
     "write_to_paged_cache",
