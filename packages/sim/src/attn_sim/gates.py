@@ -166,11 +166,13 @@ def run_gates(
 
 
 def baseline_from(results: list[CaseResult], previous: Optional[dict] = None) -> dict:
-    """A baseline holding these results' predicted times (other profiles kept as they were)."""
+    """A baseline of these results' predicted times; profiles not simulated keep their entries,
+    simulated ones are replaced whole (no stale cases)."""
     base = {"profiles": dict((previous or {}).get("profiles", {}))}
+    for profile in {r.profile for r in results}:
+        base["profiles"][profile] = {}
     for r in results:
-        entry = base["profiles"].setdefault(r.profile, {})
-        entry[r.label] = {"time_s": r.time_s, "launches": r.launches}
+        base["profiles"][r.profile][r.label] = {"time_s": r.time_s, "launches": r.launches}
     return base
 
 
