@@ -165,3 +165,13 @@ def test_seq_lens_are_int32_on_meta():
     args, _, shadows = decode_inputs(Case("decode", 2, 100))
     assert args[4].dtype == torch.int32 and args[4].device.type == "meta"
     assert shadows[args[4]].tolist() == [100, 100]
+
+
+def test_update_baseline_replaces_a_profile_whole(good):
+    _, baseline = good
+    stale = {"profiles": {"bi-v100": {"decode b1 ctx3": {"time_s": 1.0}}, "a100": {"x": {}}}}
+    results = [r for r in run_gates([BI], small_gates(), baseline).results]
+    fresh = baseline_from(results, stale)
+    assert "decode b1 ctx3" not in fresh["profiles"]["bi-v100"]
+    assert fresh["profiles"]["a100"] == {"x": {}}  # profiles not simulated are kept
+    assert set(fresh["profiles"]["bi-v100"]) == {r.label for r in results}
