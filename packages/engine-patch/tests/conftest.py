@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_patch import native_v2
 from engine_patch.state import LOCK, STATE, PatchState
 
 DATA = Path(__file__).parent / "data"
@@ -50,6 +51,7 @@ def undo_patches() -> None:
             if isinstance(record.owner, type):
                 original = staticmethod(original)
             setattr(record.owner, record.attr, original)
+        native_v2._VERIFIED.clear()
         fresh = PatchState()
         for name in vars(fresh):
             setattr(STATE, name, getattr(fresh, name))

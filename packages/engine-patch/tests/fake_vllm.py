@@ -29,7 +29,8 @@ class Backend(enum.Enum):
     ROCM_FLASH = enum.auto()
 
 
-def _vendor_ops() -> types.ModuleType:
+def vendor_ops(v2: str = "raises") -> types.ModuleType:
+    """The fork's ``_custom_ops``; ``v2``: "raises" (as on BI-V100), "works" or "wrong"."""
     ops = types.ModuleType("vllm._custom_ops")
 
     def paged_attention_v1(
@@ -70,7 +71,12 @@ def _vendor_ops() -> types.ModuleType:
         kv_cache_dtype: str,
     ) -> None:
         CALLS.append("native_v2")
-        raise NotImplementedError("paged_attention_v2 is not supported on this platform")
+        if v2 == "raises":
+            raise NotImplementedError("paged_attention_v2 is not supported on this platform")
+        ref = reference_decode(
+            query, key_cache, value_cache, block_tables, context_lens, scale, alibi_slopes
+        )
+        out.copy_(ref.to(out.dtype) * (0.5 if v2 == "wrong" else 1.0))
 
     def reshape_and_cache(
         key: torch.Tensor,
@@ -155,7 +161,7 @@ def install(monkeypatch, *, plugins=None, ops: Optional[types.ModuleType] = None
             "vllm.plugins",
         )
     }
-    mods["vllm._custom_ops"] = ops if ops is not None else _vendor_ops()
+    mods["vllm._custom_ops"] = ops if ops is not None else vendor_ops()
     paged = mods["vllm.attention.ops.paged_attn"]
     paged.PagedAttention = type("PagedAttention", (VendorPagedAttention,), {})
     paged.PagedAttention.forward_decode = VendorPagedAttention.__dict__["forward_decode"]

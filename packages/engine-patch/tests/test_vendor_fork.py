@@ -87,11 +87,45 @@ def test_forward_decode_beyond_v1_reach_uses_attn_core(vendor, monkeypatch):
         256**-0.5,
         None,
     )
-    assert fake_vllm.CALLS == []
+    # The platform's V2 was tried once (its reference check) and raised: attn-core served.
+    assert fake_vllm.CALLS == ["native_v2"]
     want = reference_decode(
         case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
     )
     assert_close(out, want, DECODE_TOL[torch.float16])
+
+
+@pytest.mark.parametrize("v2, route", [("works", "native_v2"), ("wrong", "attn_core")])
+def test_native_v2_only_after_it_matched_the_reference(monkeypatch, clean_state, v2, route):
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    monkeypatch.setenv(V1_LIMIT_ENV, "64")
+    mods = fake_vllm.install(monkeypatch, ops=fake_vllm.vendor_ops(v2=v2))
+    register()
+    paged = mods["vllm.attention.ops.paged_attn"].PagedAttention
+    case = _case([65, 9], dtype=torch.float32, heads=16, kv_heads=2)
+    for _ in range(2):
+        fake_vllm.CALLS.clear()
+        out = paged.forward_decode(
+            case.query,
+            case.key_cache,
+            case.value_cache,
+            case.block_tables,
+            case.seq_lens,
+            65,
+            "auto",
+            _mapping(16, 2),
+            256**-0.5,
+            None,
+        )
+        want = reference_decode(
+            case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
+        )
+        assert_close(out, want, DECODE_TOL[torch.float32])
+    # Second call: the check is cached; V2 runs only where it is the route.
+    assert fake_vllm.CALLS == (["native_v2"] if route == "native_v2" else [])
+    impl, reason, _ = routing.choose(65, 16, 256, torch.float32, torch.device("cpu"))
+    assert impl == route
+    assert ("matched the reference" if v2 == "works" else "did not match") in reason
 
 
 def test_v2_that_raises_is_replaced_after_the_first_call(vendor):
@@ -152,7 +186,7 @@ def test_force_replaces_a_working_native_op(vendor, monkeypatch):
         case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
     )
     assert_close(out, want, DECODE_TOL[torch.bfloat16])
-    impl, reason, _ = routing.choose(16, 16, 256, 2, torch.device("cpu"))
+    impl, reason, _ = routing.choose(16, 16, 256, torch.float16, torch.device("cpu"))
     assert impl == routing.ATTN_CORE and FORCE_ENV in reason
 
 

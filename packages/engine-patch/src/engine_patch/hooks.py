@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 import attn_core
-from engine_patch import routing
+from engine_patch import native_v2, routing
 from engine_patch.native import NativeOp
-from engine_patch.ops import check_head_mapping, decode_into
+from engine_patch.ops import check_head_mapping, decode_into, head_mapping
 from engine_patch.signatures import VENDOR, UnknownSignatureError
 from engine_patch.state import STATE
 
@@ -104,13 +104,6 @@ class ArgReader:
         return values
 
 
-@functools.lru_cache(maxsize=32)
-def _head_mapping(num_heads: int, num_kv_heads: int, device: torch.device) -> torch.Tensor:
-    """The fork's ``head_mapping`` for the standard grouped layout."""
-    group = num_heads // num_kv_heads
-    return torch.arange(num_heads, dtype=torch.int32, device=device) // group
-
-
 def _call_native_v1(out: torch.Tensor, a: dict[str, Any]) -> bool:
     """Run the platform's V1 into ``out``; False when it cannot (then attn-core runs)."""
     native = STATE.natives["paged_attention_v1"]
@@ -124,7 +117,7 @@ def _call_native_v1(out: torch.Tensor, a: dict[str, Any]) -> bool:
             return False  # the fork's V1 takes no fp8 scales
         heads = a["kv_heads"]
         if not isinstance(heads, torch.Tensor):
-            heads = _head_mapping(query.shape[1], num_kv_heads, query.device)
+            heads = head_mapping(query.shape[1], num_kv_heads, query.device)
         args: tuple = (out, query, key_cache, value_cache, heads) + common + tail
     else:
         args = (out, query, key_cache, value_cache, num_kv_heads) + common + tail
@@ -144,6 +137,25 @@ def _call_native_v1(out: torch.Tensor, a: dict[str, Any]) -> bool:
     return True
 
 
+def _call_native_v2(out: torch.Tensor, a: dict[str, Any]) -> bool:
+    return native_v2.call(
+        STATE.natives["paged_attention_v2"],
+        out,
+        a["query"],
+        a["key_cache"],
+        a["value_cache"],
+        a["kv_heads"],
+        a["scale"],
+        a["block_tables"],
+        a["seq_lens"],
+        a["max_seq_len"],
+        a["alibi_slopes"],
+        a["kv_cache_dtype"],
+        a["k_scale"],
+        a["v_scale"],
+    )
+
+
 def make_forward_decode(original: Callable) -> Callable:
     """``PagedAttention.forward_decode`` routed by :func:`engine_patch.routing.choose`."""
     read = ArgReader(original, DECODE_PARAMS, "PagedAttention.forward_decode")
@@ -153,12 +165,13 @@ def make_forward_decode(original: Callable) -> Callable:
         if a["blocksparse_vert_stride"] is not None and a["blocksparse_vert_stride"] > 1:
             return original(*args, **kwargs)  # block-sparse decode exists only natively
         query, key_cache, value_cache = a["query"], a["key_cache"], a["value_cache"]
-        elem = query.element_size()
         impl, _, _ = routing.choose(
-            a["max_seq_len"], value_cache.shape[-1], query.shape[-1], elem, query.device
+            a["max_seq_len"], value_cache.shape[-1], query.shape[-1], query.dtype, query.device
         )
         out = torch.empty_like(query)
         if impl == routing.NATIVE_V1 and _call_native_v1(out, a):
+            return out
+        if impl == routing.NATIVE_V2 and _call_native_v2(out, a):
             return out
         heads = a["kv_heads"]
         if isinstance(heads, torch.Tensor):

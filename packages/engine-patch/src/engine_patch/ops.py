@@ -9,12 +9,20 @@ reads ``out``.
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
 
 import attn_core
 from attn_core.checks import check_tensor, value_checks_enabled
+
+
+@functools.lru_cache(maxsize=32)
+def head_mapping(num_heads: int, num_kv_heads: int, device: torch.device) -> torch.Tensor:
+    """The fork's ``head_mapping [num_heads]`` for the standard grouped layout (cached)."""
+    group = num_heads // num_kv_heads
+    return torch.arange(num_heads, dtype=torch.int32, device=device) // group
 
 
 def _check_block_size(block_size: int, value_cache: torch.Tensor) -> None:

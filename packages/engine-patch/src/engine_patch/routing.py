@@ -23,11 +23,12 @@ from typing import Optional
 import torch
 
 from attn_core import DecodePlan, DeviceSpec, detect_device_spec, plan_decode
-from engine_patch import settings
+from engine_patch import native_v2, settings
 from engine_patch.native import v1_max_seq_len
 from engine_patch.state import STATE
 
 NATIVE_V1 = "native_v1"
+NATIVE_V2 = "native_v2"
 ATTN_CORE = "attn_core"
 
 
@@ -36,7 +37,7 @@ class DecodeRoute:
     """What decode does for one ``max_seq_len``.
 
     Attributes:
-        impl: ``native_v1`` or ``attn_core``.
+        impl: ``native_v1``, ``native_v2`` or ``attn_core``.
         reason: why, in words.
         v1_limit: the longest ``max_seq_len`` native V1 takes here (0: never).
         plan: attn-core's plan when ``impl == "attn_core"`` and a plan was asked for.
@@ -63,20 +64,29 @@ def v1_limit(block_size: int, head_size: int, elem: int, spec: DeviceSpec) -> tu
 
 
 def choose(
-    max_seq_len: int, block_size: int, head_size: int, elem: int, device: torch.device
+    max_seq_len: int, block_size: int, head_size: int, dtype: torch.dtype, device: torch.device
 ) -> tuple[str, str, int]:
     """``(impl, reason, v1_limit)`` for one decode call; cheap enough for every call."""
     spec = _spec_for(device.type, device.index)
+    elem = torch.empty((), dtype=dtype).element_size()
     limit, source = v1_limit(block_size, head_size, elem, spec)
     if settings.force_enabled():
         return ATTN_CORE, f"{settings.FORCE_ENV}=1", limit
-    native = STATE.natives.get("paged_attention_v1")
-    if native is None or not native.works:
-        detail = "not probed" if native is None else (native.failure or native.detail)
-        return ATTN_CORE, f"no working native V1 ({detail})", limit
-    if max_seq_len <= limit:
+    v1 = STATE.natives.get("paged_attention_v1")
+    if v1 is None or not v1.works:
+        detail = "not probed" if v1 is None else (v1.failure or v1.detail)
+        why = f"no working native V1 ({detail})"
+    elif max_seq_len <= limit:
         return NATIVE_V1, f"max_seq_len {max_seq_len} <= V1 limit {limit} ({source})", limit
-    return ATTN_CORE, f"max_seq_len {max_seq_len} > V1 limit {limit} ({source})", limit
+    else:
+        why = f"max_seq_len {max_seq_len} > V1 limit {limit} ({source})"
+    v2 = STATE.natives.get("paged_attention_v2")
+    if v2 is not None and v2.works:
+        ok, detail = native_v2.verified(v2, device, dtype, head_size, block_size)
+        if ok:
+            return NATIVE_V2, f"{why}; {detail}", limit
+        why = f"{why}; {detail}"
+    return ATTN_CORE, why, limit
 
 
 def decode_route(
@@ -90,8 +100,7 @@ def decode_route(
     device: torch.device,
 ) -> DecodeRoute:
     """The route with attn-core's plan attached (for ``status`` and the simulator)."""
-    elem = torch.empty((), dtype=dtype).element_size()
-    impl, reason, limit = choose(max_seq_len, block_size, head_size, elem, device)
+    impl, reason, limit = choose(max_seq_len, block_size, head_size, dtype, device)
     plan = None
     if impl == ATTN_CORE:
         plan = plan_decode(

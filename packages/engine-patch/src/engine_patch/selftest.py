@@ -29,19 +29,7 @@ from engine_patch import routing
 from engine_patch.hooks import DECODE_PARAMS, PREFIX_PARAMS
 from engine_patch.registration import is_active
 from engine_patch.settings import ModelShape
-
-# (atol, rtol) against the float64 reference: decode as attn-core's own tests (fp16
-# probabilities round to fp16); prefix as FlashInfer's prefill tests (2-byte scores before exp).
-DECODE_TOL = {
-    torch.float16: (2.5e-3, 5e-3),
-    torch.bfloat16: (2e-2, 3e-2),
-    torch.float32: (2e-5, 2e-5),
-}
-PREFIX_TOL = {
-    torch.float16: (2e-2, 2e-2),
-    torch.bfloat16: (2e-2, 2e-2),
-    torch.float32: (1e-4, 1e-4),
-}
+from engine_patch.tolerances import DECODE_TOL, PREFIX_TOL, excess
 
 
 @dataclass
@@ -86,11 +74,10 @@ def _compare(
     """Elementwise ``|got - want| <= atol + rtol * |want|``, as ``torch.testing``."""
     atol, rtol = tol
     finite = bool(torch.isfinite(got).all())
-    diff = (got.detach().double().cpu() - want).abs()
-    excess = float((diff - rtol * want.abs()).max())  # must stay <= atol
-    ok = finite and excess <= atol
+    err, over = excess(got, want, rtol)
+    ok = finite and over <= atol
     detail = "" if finite else "non-finite values in the output"
-    return Check(name, path, str(got.device), str(got.dtype), float(diff.max()), atol, ok, detail)
+    return Check(name, path, str(got.device), str(got.dtype), err, atol, ok, detail)
 
 
 def _guard(name: str, path: str, device: torch.device, dtype: torch.dtype, run: Callable) -> Check:
@@ -149,9 +136,7 @@ def _decode(shape: ModelShape, device: torch.device, seq_lens: list[int]) -> Che
             scale,
             out=got,
         )
-    impl, _, _ = routing.choose(
-        max_len, shape.block_size, shape.head_size, case.query.element_size(), device
-    )
+    impl, _, _ = routing.choose(max_len, shape.block_size, shape.head_size, dtype, device)
     want = reference_decode(
         case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, scale
     )
@@ -278,8 +263,7 @@ def _prefix(shape: ModelShape, device: torch.device) -> list[Check]:
 def run_self_test(shape: ModelShape, device: torch.device) -> list[Check]:
     """All checks; each failure is reported with its error, none raises."""
     dtype = shape.torch_dtype
-    elem = torch.empty((), dtype=dtype).element_size()
-    _, _, limit = routing.choose(1, shape.block_size, shape.head_size, elem, device)
+    _, _, limit = routing.choose(1, shape.block_size, shape.head_size, dtype, device)
     decode_cases = [[1], [1, 37, 300]]
     if limit > 0:
         decode_cases.append([limit + shape.block_size + 5, 3])  # past V1's reach: attn-core

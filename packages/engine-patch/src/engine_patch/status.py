@@ -16,7 +16,7 @@ import torch
 from tabulate import tabulate
 
 import attn_core
-from engine_patch import routing, triton_guard
+from engine_patch import native_v2, routing, triton_guard
 from engine_patch.qwen3_5_moe import vllm_architecture_support
 from engine_patch.registration import implementation_of, is_active, register, vllm_importable
 from engine_patch.selftest import run_self_test
@@ -78,13 +78,20 @@ def _decode_plans(shape: ModelShape, device: torch.device, num_seqs: int, contex
             device,
         )
         plan = route.plan
+        if plan is not None:
+            tier, parts, size = plan.tier, plan.num_partitions, plan.partition_size
+        elif route.impl == routing.NATIVE_V2:
+            tier, size = "platform V2 kernel", native_v2.PARTITION_SIZE
+            parts = -(-context // size)
+        else:
+            tier, parts, size = "platform V1 kernel", 1, context
         rows.append(
             {
                 "context": context,
                 "route": route.impl,
-                "tier": plan.tier if plan else "vLLM V1 kernel",
-                "partitions": plan.num_partitions if plan else 1,
-                "partition_size": plan.partition_size if plan else context,
+                "tier": tier,
+                "partitions": parts,
+                "partition_size": size,
                 "grid": [list(s.grid) for s in plan.steps] if plan else None,
                 "workspace_bytes": plan.workspace_bytes if plan else 0,
                 "device_profile": plan.device_spec.name if plan else None,
