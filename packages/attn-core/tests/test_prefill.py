@@ -156,6 +156,32 @@ def test_half_precision_scores(dtype: torch.dtype) -> None:
     torch.testing.assert_close(got.double(), reference(case), atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("window", (0, 64))
+def test_alibi_with_fp16_scores_and_large_tiles(window: int) -> None:
+    """The CUDA fp16 plan (fp16 scores) with its own large tiles and ALiBi, emulated on the CPU.
+
+    gpu-run-1 case at 8/2/64: a 512-query tile over a 257-token chunk behind 1500 cached
+    tokens. A bias relative to the tile's first query instead of each row's own position put
+    the near keys' logits at ~slope * 257 where fp16 keeps 1/8 of a unit: max error 0.063 here
+    (0.152 at 24/4/256, the H200's exact failure) against 0.0017 now.
+    """
+    try:
+        torch.bmm(torch.ones(1, 2, 2).half(), torch.ones(1, 2, 2).half())
+    except RuntimeError as exc:  # torch 2.1's CPU has no half-precision bmm
+        pytest.skip(f"torch {torch.__version__} CPU bmm lacks float16: {exc}")
+    seqs = ((0, 300), (1500, 257), (20, 1))
+    case = make_prefill_case(
+        seqs, 8, 2, 64, 16, torch.float16, alibi=True, sliding_window=window, seed=5
+    )
+    plan = plan_prefill(
+        8, 2, 64, torch.float16, case.max_query_len, backend="torch", score_dtype=torch.float16
+    )
+    assert plan.query_tile >= 257 and plan.score_dtype == torch.float16
+    got = run_prefill(case, plan)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), reference(case), atol=2e-2, rtol=2e-2)
+
+
 def test_fp32_scores_with_bf16_operands(monkeypatch) -> None:
     """The CUDA bf16 plan (bf16 GEMM operands, fp32 scores, a bf16 copy of the probabilities
     for P@V). The CPU has no fp32-output bf16 GEMM, so the QK^T product is upcast here."""

@@ -153,6 +153,7 @@ def plan_prefill(
         score_bytes=torch.empty((), dtype=score_dtype).element_size(),
         operand_bytes=torch.empty((), dtype=matmul_dtype).element_size(),
         separate_probs=matmul_dtype != score_dtype,
+        alibi=alibi,
     )
     if chosen != "torch":
         return _fused_plan(chosen, reason, sizing, budget, spec, locals())
@@ -181,7 +182,9 @@ def plan_prefill(
         budget_bytes=budget,
         workspace_bytes=sizing.bytes(tq, tk),
         device_name=spec.name,
-        steps=_tile_steps(spec, num_kv_heads, num_heads // num_kv_heads, head_size, tq, tk),
+        steps=_tile_steps(
+            spec, num_kv_heads, num_heads // num_kv_heads, head_size, tq, tk, alibi=alibi
+        ),
     )
 
 
@@ -195,6 +198,7 @@ class _TileSizing:
     score_bytes: int
     operand_bytes: int  # the matmul operands' (torch backend)
     separate_probs: bool  # fp32 scores with a 2-byte copy of the probabilities for P@V
+    alibi: bool = False  # an fp32 [tq, tk] key - query distance tile (prefill_torch._add_alibi)
 
     def bytes(self, tq: int, tk: int) -> int:
         rows = self.num_heads * tq
@@ -203,7 +207,8 @@ class _TileSizing:
         state = rows * (self.head_size + _STATE_FLOATS_EXTRA) * 4
         query_and_pv = 2 * rows * self.head_size * self.operand_bytes
         masks = 3 * tq * tk  # bool temporaries of a causal / window mask (shared by all heads)
-        return scores + state + query_and_pv + masks + rows * self.score_bytes  # + tile row max
+        alibi = 4 * (tq * tk + tq + 2 * tk) if self.alibi else 0  # distances + positions
+        return scores + state + query_and_pv + masks + alibi + rows * self.score_bytes
 
     def fused_bytes(self, tq: int) -> int:
         """Fused path: fp32 merged output + one part's fp32 output and the kernel's own output,
@@ -348,7 +353,13 @@ def _stream_chunk(
 
 
 def _tile_steps(
-    spec: DeviceSpec, kv_heads: int, group: int, head_size: int, tq: int, tk: int
+    spec: DeviceSpec,
+    kv_heads: int,
+    group: int,
+    head_size: int,
+    tq: int,
+    tk: int,
+    alibi: bool = False,
 ) -> tuple[KernelStep, ...]:
     """One tile update as launches: two batched GEMMs and the elementwise softmax update.
 
@@ -367,8 +378,10 @@ def _tile_steps(
         return KernelStep(name, (_ceil_div(n, threads * 4), 1, 1), threads, 0)
 
     scores = kv_heads * rows * tk
+    bias = (elementwise("prefill_alibi_dist", tq * tk), elementwise("prefill_alibi", scores))
     return (
         gemm("prefill_qk", rows, tk),
+        *(bias if alibi else ()),
         elementwise("prefill_row_max", scores),
         elementwise("prefill_sub_max", scores),
         elementwise("prefill_exp", scores),
