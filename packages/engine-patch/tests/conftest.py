@@ -1,60 +1,11 @@
-"""Shared test support: a clean registration per test, the vLLM requirement, tolerances.
-
-Registration is process-wide (it patches vLLM's modules), so :func:`clean_state` undoes every
-patch a test made and resets :data:`engine_patch.STATE` afterwards.
-"""
+"""Fixtures: a clean registration per test, the real vLLM modules (helpers: ep_helpers.py)."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
 import pytest
-import torch
+from ep_helpers import require, undo_patches
 
-from engine_patch import native_v2
-from engine_patch.state import LOCK, STATE, PatchState
-
-DATA = Path(__file__).parent / "data"
-REQUIRE_ENV = "ENGINE_PATCH_REQUIRE_VLLM"
-
-# Against the float64 reference, as attn-core's tests (decode) and FlashInfer's (prefill).
-DECODE_TOL = {
-    torch.float16: {"atol": 2.5e-3, "rtol": 5e-3},
-    torch.bfloat16: {"atol": 2e-2, "rtol": 3e-2},
-    torch.float32: {"atol": 2e-5, "rtol": 2e-5},
-}
-PREFIX_TOL = {
-    torch.float16: {"atol": 2e-2, "rtol": 2e-2},
-    torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
-    torch.float32: {"atol": 1e-4, "rtol": 1e-4},
-}
-
-
-def require(module: str, why: str) -> None:
-    """Skip when ``module`` is missing, unless ``ENGINE_PATCH_REQUIRE_VLLM=1`` (then fail)."""
-    try:
-        __import__(module)
-    except ImportError as exc:
-        message = f"{module} is not importable ({exc}); {why}"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but {message}")
-        pytest.skip(message + " (install it with packages/engine-patch/ci/install-vllm.sh)")
-
-
-def undo_patches() -> None:
-    """Put every symbol engine-patch replaced back and forget the registration."""
-    with LOCK:
-        for record in reversed(list(STATE.patches.values())):
-            original = record.original
-            if isinstance(record.owner, type):
-                original = staticmethod(original)
-            setattr(record.owner, record.attr, original)
-        native_v2._VERIFIED.clear()
-        fresh = PatchState()
-        for name in vars(fresh):
-            setattr(STATE, name, getattr(fresh, name))
+from engine_patch.state import STATE
 
 
 @pytest.fixture
@@ -73,19 +24,3 @@ def vllm_modules():
     from vllm.attention.ops import paged_attn
 
     return _custom_ops, paged_attn
-
-
-def assert_close(got: torch.Tensor, want: torch.Tensor, tol: dict) -> None:
-    assert torch.isfinite(got).all(), "output has non-finite values (unwritten elements?)"
-    torch.testing.assert_close(got.double().cpu(), want, **tol)
-
-
-def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:  # noqa: F821
-    """Run ``code`` in a fresh interpreter (plugins load once per process in vLLM)."""
-    import subprocess
-
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300
-    )

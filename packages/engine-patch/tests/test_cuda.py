@@ -9,7 +9,7 @@ import json
 import fake_vllm
 import pytest
 import torch
-from conftest import DECODE_TOL, assert_close
+from ep_helpers import DECODE_TOL, assert_close
 
 from attn_core.testing import make_paged_case, reference_decode
 from engine_patch import cli, ops, register

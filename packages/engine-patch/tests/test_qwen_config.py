@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import DATA, require
+from ep_helpers import DATA, require
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import sys
 import fake_vllm
 import pytest
 import torch
-from conftest import DATA, require
+from ep_helpers import DATA, require
 
 from engine_patch import cli, register, selftest
 from engine_patch.platform import PLATFORM_ENV
@@ -159,3 +159,15 @@ def test_cli_model_config_with_tensor_parallel(no_vllm, capsys):
     shape = json.loads(capsys.readouterr().out)["model_shape"]
     assert code == EXIT_OK
     assert (shape["num_heads"], shape["num_kv_heads"], shape["head_size"]) == (8, 1, 256)
+
+
+def test_plans_show_the_platform_v2_once_it_matched(monkeypatch, clean_state):
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    monkeypatch.setenv("ATTN_CORE_DEVICE", "bi-v100")
+    fake_vllm.install(monkeypatch, plugins=register, ops=fake_vllm.vendor_ops(v2="works"))
+    report = collect(SMALL, CPU, contexts=(1024, 32768), self_test=False)
+    rows = report["decode_plans"]
+    assert [r["route"] for r in rows] == ["native_v1", "native_v2"]
+    assert rows[1]["tier"] == "platform V2 kernel" and rows[1]["partitions"] == 64
+    assert "matched the reference" in rows[1]["reason"]
+    assert "platform V2 kernel" in render(report)

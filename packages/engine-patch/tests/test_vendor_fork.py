@@ -7,7 +7,7 @@ The stand-in's V1 works (and records its calls), its V2 raises ``NotImplementedE
 import fake_vllm
 import pytest
 import torch
-from conftest import DECODE_TOL, assert_close
+from ep_helpers import DECODE_TOL, assert_close
 
 from attn_core.testing import make_paged_case, reference_decode
 from engine_patch import is_active, register, routing

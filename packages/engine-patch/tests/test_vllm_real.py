@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import DECODE_TOL, PREFIX_TOL, assert_close, run_python
+from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, run_python
 
 from attn_core.testing import (
     make_paged_case,
