@@ -17,6 +17,7 @@ disk, where uv would download a multi-GB CUDA build.
 
 from __future__ import annotations
 
+import glob
 import os
 import shlex
 
@@ -30,7 +31,17 @@ nox.options.error_on_missing_interpreters = True
 TORCH = shlex.split(os.environ.get("BI100_TORCH", "torch==2.13.0"))
 # The vendor stack: torch 2.1.0+corex on Python 3.10. 2.1.2 is the newest 2.1.x on PyPI.
 COMPAT_TORCH = ["torch==2.1.2", "numpy<2"]
-COMPAT_PYTHON = "3.10"
+
+
+def _interpreter(version: str) -> str:
+    """A pyenv-installed ``pythonX.Y`` by path (pyenv's shims hide non-default versions), else
+    the bare version for nox to find on PATH."""
+    pattern = os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")
+    found = sorted(glob.glob(pattern))
+    return found[-1] if found else version
+
+
+COMPAT_PYTHON = _interpreter("3.10")
 
 TEST_DEPS = ["pytest>=7", "pytest-xdist>=3", "pytest-timeout>=2.2", "hypothesis>=6"]
 ATTN_CORE = "packages/attn-core"
