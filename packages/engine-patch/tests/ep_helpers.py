@@ -1,5 +1,10 @@
-"""engine-patch's test helpers (a unique module name: several packages' conftest.py files may be
-collected in one pytest run, and ``from conftest import`` would then be ambiguous)."""
+"""engine-patch's test helpers and fixture bodies.
+
+There is deliberately no conftest.py: pytest loads every initial conftest.py as the module
+``conftest`` before collecting, and attn-core's tests do ``from conftest import ...``, so a
+second conftest.py breaks a run over several packages. Test modules take the fixtures with
+``clean_state = pytest.fixture(ep_helpers.clean_state)``.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +74,21 @@ def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProces
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300
     )
+
+
+def clean_state():
+    """Fixture body: undo every patch before and after the test; yields the state."""
+    undo_patches()
+    yield STATE
+    undo_patches()
+
+
+def vllm_modules():
+    """Fixture body: the real vLLM modules engine-patch patches (skips or fails per
+    :func:`require`)."""
+    require("vllm", "the vLLM 0.6.3 tests need the real package")
+    require("transformers", "vLLM 0.6.3 needs transformers")
+    from vllm import _custom_ops
+    from vllm.attention.ops import paged_attn
+
+    return _custom_ops, paged_attn

@@ -6,6 +6,7 @@ device tensors, and the status self-test runs on the device against the float64 
 
 import json
 
+import ep_helpers
 import fake_vllm
 import pytest
 import torch
@@ -16,6 +17,8 @@ from engine_patch import cli, ops, register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.selftest import run_self_test
 from engine_patch.settings import ModelShape
+
+clean_state = pytest.fixture(ep_helpers.clean_state)
 
 pytestmark = [
     pytest.mark.cuda,

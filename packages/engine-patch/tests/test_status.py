@@ -3,6 +3,7 @@
 import json
 import sys
 
+import ep_helpers
 import fake_vllm
 import pytest
 import torch
@@ -19,6 +20,8 @@ from engine_patch.status import (
     collect,
     render,
 )
+
+clean_state = pytest.fixture(ep_helpers.clean_state)
 
 SMALL = ModelShape(num_heads=8, num_kv_heads=2, head_size=64, dtype="float32", block_size=16)
 CPU = torch.device("cpu")

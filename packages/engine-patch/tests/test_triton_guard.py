@@ -1,5 +1,6 @@
 """The Triton guard on a simulated Iluvatar platform (the stand-in vLLM of ``fake_vllm``)."""
 
+import ep_helpers
 import fake_vllm
 import pytest
 import torch
@@ -7,6 +8,8 @@ import torch
 from engine_patch import register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.triton_guard import TritonRefusedError, refused_settings
+
+clean_state = pytest.fixture(ep_helpers.clean_state)
 
 
 @pytest.fixture

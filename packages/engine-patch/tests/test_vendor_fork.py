@@ -4,6 +4,7 @@ The stand-in's V1 works (and records its calls), its V2 raises ``NotImplementedE
 ``reshape_and_cache`` is a stub, as on BI-V100.
 """
 
+import ep_helpers
 import fake_vllm
 import pytest
 import torch
@@ -13,6 +14,8 @@ from attn_core.testing import make_paged_case, reference_decode
 from engine_patch import is_active, register, routing
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.settings import FORCE_ENV, V1_LIMIT_ENV
+
+clean_state = pytest.fixture(ep_helpers.clean_state)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ everything here). Skips without it, fails instead with ``ENGINE_PATCH_REQUIRE_VL
 
 import json
 
+import ep_helpers
 import pytest
 import torch
 from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, run_python
@@ -374,6 +375,10 @@ except TritonRefusedError as exc:
     assert "refused: attention backend ROCM_FLASH was asked for on Iluvatar" in proc.stdout
     # vLLM logged why (its logger writes to stdout).
     assert "Failed to load general plugin: engine_patch" in proc.stdout + proc.stderr
+
+
+clean_state = pytest.fixture(ep_helpers.clean_state)
+vllm_modules = pytest.fixture(ep_helpers.vllm_modules)
 
 
 @pytest.mark.long
