@@ -68,7 +68,7 @@ def choose(
 ) -> tuple[str, str, int]:
     """``(impl, reason, v1_limit)`` for one decode call; cheap enough for every call."""
     spec = _spec_for(device.type, device.index)
-    elem = torch.empty((), dtype=dtype).element_size()
+    elem = torch.finfo(dtype).bits // 8  # no tensor allocated on the per-call path
     limit, source = v1_limit(block_size, head_size, elem, spec)
     if settings.force_enabled():
         return ATTN_CORE, f"{settings.FORCE_ENV}=1", limit
