@@ -127,3 +127,35 @@ def test_reset_target(tmp_path, capsys):
     assert cli.main(["reset-target", "lab", "--state", str(state)]) == 0
     assert "quarantine lifted" in capsys.readouterr().out
     assert QuarantineStore(state).get("lab") is None
+
+
+def test_local_executor_runs_without_the_docker_sdk(tmp_path):
+    """The H200 has no Docker engine and no docker package: --executor local must not need it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = tmp_path / "targets.toml"
+    config.write_text(
+        '[targets.gpu-box]\ndevice = "cpu"\nprobe = ["true"]\n'
+        "[suites.tiny]\ntimeout_s = 60\n"
+        '[[suites.tiny.steps]]\nname = "hello"\ncommand = ["{python}", "-c", "print(42)"]\n'
+    )
+    code = (
+        "import sys; sys.modules['docker'] = None; sys.modules['requests'] = None\n"
+        "from hil.cli import main\n"
+        f"sys.exit(main(['--executor', 'local', '--config', {str(config)!r}, '--suite', 'tiny',"
+        f" '--out', {str(tmp_path / 'out')!r}, '--run-id', 'r', '--state',"
+        f" {str(tmp_path / 's.json')!r}, '--quiet']))\n"
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
+    assert [r["status"] for r in summary["results"]] == ["PASS"]
