@@ -14,7 +14,8 @@ from typing import Optional
 
 import torch
 
-from attn_core.testing import make_paged_case
+# The submodule, not the package: attn_core.testing re-exports this module's names lazily.
+from attn_core.testing.paged_inputs import make_paged_case
 
 
 @dataclass
