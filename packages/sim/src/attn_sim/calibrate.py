@@ -1,18 +1,36 @@
-"""``python -m attn_sim calibrate``: fit bandwidth, rates and launch overhead to measurements.
+"""``python -m attn_sim calibrate``: fit device and host constants to measured decode steps.
+
+Two kinds of measured time, because they answer different questions:
+
+- *graph* (CUDA-graph replay of one step; how vLLM runs decode): device time only. It fixes the
+  **device terms** ``hbm_bandwidth``, ``fp16_flops``, ``fp32_flops`` and ``launch_gap_s`` (the
+  device time every launch costs even with the host far ahead).
+- *eager* (a plain call): the host issues every launch (``launch_overhead_s`` each, pipelined
+  with the device). On GPU run 1's H200 host this was ~28 us per launch, so every batch-1 step
+  measured ~2 ms whatever its context: eager times alone cannot pin the device terms (that
+  fit put fp32_flops at 2e15). With graph times present the host term is fitted on eager times
+  *after* the device terms, holding them fixed; with eager times only (old files), bandwidth,
+  rates and ``launch_overhead_s`` are fitted together as before, ``launch_gap_s`` kept.
 
 Input: a JSON file of measured steps. Accepted shapes: a list of records, or an object holding
-one under ``records`` / ``results`` / ``rows``. A record is either ``{"case": {...},
-"measured_s": t}`` or flat; field names of the decode bench and of the HIL long-context suite
+one under ``records`` / ``results`` / ``rows``. A record is ``{"case": {...}, "eager_s": t,
+"graph_s": t}`` (bench/sim_calibration.py; either time may be missing or null, e.g. when the
+capture failed, with ``graph_error`` saying why), ``{"case": {...}, "measured_s": t}`` (an eager
+time; older files), or flat; field names of the decode bench and of the HIL long-context suite
 are both read: path (``path`` | ``kind``), batch (``num_seqs`` | ``batch``), context
 (``context`` | ``context_len`` | ``seq_len``; for prefill ``context`` counts the new tokens,
 the HIL suite's ``context_len`` only the cached prefix), ``query_len``, shape (``num_heads``,
 ``num_kv_heads``, ``head_size``, ``block_size``, default Qwen3.6), ``dtype``, and the time
-(``measured_s`` | ``median_s`` | ``time_s`` | ``median_ms``). Records carrying a ``variant``
-are kept only when it names attn-core (or matches ``--variant``).
+(``measured_s`` | ``median_s`` | ``time_s`` | ``median_ms`` | ``ms``; ``graph_s`` |
+``graph_ms``). Records carrying a ``variant`` are kept only when it names attn-core (or
+matches ``--variant``); the decode bench's ``"<variant>, CUDA graph"`` rows are the graph
+times of the same cases.
 
-Cases are sorted and split alternately: even ones fit the four constants (least squares on
-``log(predicted / measured)``; the traces are made once, only the constants move), odd ones
-validate. Writes the calibrated profile JSON and prints per-case errors before and after.
+Cases are sorted and split alternately: even ones fit the constants (least squares on
+``log(predicted / measured)`` with bounds: no throughput above the profile's peak, and a tiny
+pull towards the profile so terms the data cannot see stay put; the traces are made once, only
+the constants move), odd ones validate. Writes the calibrated profile JSON and reports per-case
+errors of both kinds of time, before and after.
 """
 
 from __future__ import annotations
@@ -22,27 +40,50 @@ import datetime
 import json
 import math
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 from attn_core.device_spec import DeviceSpec
 from attn_sim.cost import op_launch_shape, pipelined
 from attn_sim.designs import Shape
 from attn_sim.occupancy import blocks_per_sm, waves
-from attn_sim.profiles import CALIBRATABLE, save_profile
+from attn_sim.profiles import CALIBRATABLE, DEVICE_TERMS, HOST_TERMS, save_profile
 from attn_sim.workloads import Case, base_name, trace_case
 
 TIME_KEYS = (
+    ("eager_s", 1.0),
     ("measured_s", 1.0),
     ("median_s", 1.0),
     ("time_s", 1.0),
     ("median_ms", 1e-3),
     ("ms", 1e-3),  # bench/decode_bench.py rows
 )
+GRAPH_KEYS = (("graph_s", 1.0), ("graph_ms", 1e-3))
 # Variant names that mean "attn-core's default plan" (decode_bench also times forced tiers,
 # partition sizes and baselines under other names; those are not what the sim predicts).
 DEFAULT_VARIANTS = ("attn_core plan", "attn_core", "attn-core", "paged_decode")
+GRAPH_SUFFIX = ", CUDA graph"  # decode_bench: "attn_core plan, CUDA graph" = graph replay
 # decode_bench.py keeps the shape once, at the top level, under these names
 SHAPE_ALIASES = {"heads": "num_heads", "kv_heads": "num_kv_heads"}
+MODES = ("eager", "graph")
+EAGER_ONLY_TERMS = ("hbm_bandwidth", "fp16_flops", "fp32_flops", "launch_overhead_s")
+# Bounds, as factors of the profile's value: throughputs at most the profile's (a datasheet peak
+# or a measured copy rate; bandwidth gets 25 % above it for a profile whose number is a copy),
+# at least 1/100 of it. Latencies anywhere in [10 ns, 1 ms].
+UPPER = {"hbm_bandwidth": 1.25, "fp16_flops": 1.0, "fp32_flops": 1.0}
+LATENCY_BOUNDS = (1e-8, 1e-3)
+RIDGE = 1e-3  # pull per term, on log(value / profile value)^2; a 10 % case error costs 1e-2
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One measured case: its eager and/or CUDA-graph step time, seconds (None: not measured)."""
+
+    case: Case
+    eager_s: Optional[float] = None
+    graph_s: Optional[float] = None
+
+    def time(self, mode: str) -> Optional[float]:
+        return self.eager_s if mode == "eager" else self.graph_s
 
 
 def _first(record: dict, *keys, default=None):
@@ -52,11 +93,38 @@ def _first(record: dict, *keys, default=None):
     return default
 
 
-def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, float]]:
-    """``(case, measured seconds)`` pairs from any accepted file shape.
+def _seconds(rec: dict, keys) -> Optional[float]:
+    return next((float(rec[k]) * f for k, f in keys if rec.get(k) is not None), None)
 
-    ``variant``: keep only records of that exact variant name (default: attn-core's default
-    plan, :data:`DEFAULT_VARIANTS`); records without a variant are always kept.
+
+def _case_of(rec: dict, context) -> Case:
+    path = str(_first(rec, "path", "kind", default="decode"))
+    query_len = int(_first(rec, "query_len", default=1))
+    if path == "prefill" and "context" not in rec and "context_len" in rec:
+        context += query_len  # the HIL suite's context_len is the cached prefix only
+    shape = Shape(
+        num_heads=int(_first(rec, "num_heads", default=24)),
+        num_kv_heads=int(_first(rec, "num_kv_heads", default=4)),
+        head_size=int(_first(rec, "head_size", default=256)),
+        block_size=int(_first(rec, "block_size", default=16)),
+    )
+    dtype = str(_first(rec, "dtype", default="float16")).replace("torch.", "")
+    return Case(
+        path=path,
+        num_seqs=int(_first(rec, "num_seqs", "batch", default=1)),
+        context=int(context),
+        shape=shape,
+        dtype=dtype,
+        query_len=query_len,
+    )
+
+
+def parse_timings(data, variant: Optional[str] = None) -> list[Timing]:
+    """Every usable case of any accepted file shape, eager and graph times merged per case.
+
+    ``variant``: keep only records of that exact variant name (and its ``", CUDA graph"`` row);
+    default: attn-core's default plan, :data:`DEFAULT_VARIANTS`. Records without a variant are
+    always kept.
     """
     shared: dict = {}
     if isinstance(data, dict):
@@ -64,38 +132,33 @@ def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, 
         shared = {SHAPE_ALIASES.get(k, k): v for k, v in top.items()}
         data = _first(data, "records", "results", "rows", default=[])
     wanted = (variant,) if variant else DEFAULT_VARIANTS
-    out = []
+    merged: dict[Case, dict[str, float]] = {}
     for raw in data:
         case_part = raw.get("case") if isinstance(raw.get("case"), dict) else {}
         rec = {**shared, **raw, **case_part}
         name = rec.get("variant") or rec.get("impl")
+        graph_row = name is not None and str(name).endswith(GRAPH_SUFFIX)
+        if graph_row:
+            name = str(name)[: -len(GRAPH_SUFFIX)]
         if name is not None and str(name) not in wanted:
             continue
-        seconds = next((rec[k] * f for k, f in TIME_KEYS if rec.get(k) is not None), None)
         context = _first(rec, "context", "context_len", "seq_len")
-        if seconds is None or context is None or rec.get("skipped"):
+        if context is None or rec.get("skipped"):
             continue
-        path = str(_first(rec, "path", "kind", default="decode"))
-        query_len = int(_first(rec, "query_len", default=1))
-        if path == "prefill" and "context" not in rec and "context_len" in rec:
-            context += query_len  # the HIL suite's context_len is the cached prefix only
-        shape = Shape(
-            num_heads=int(_first(rec, "num_heads", default=24)),
-            num_kv_heads=int(_first(rec, "num_kv_heads", default=4)),
-            head_size=int(_first(rec, "head_size", default=256)),
-            block_size=int(_first(rec, "block_size", default=16)),
-        )
-        dtype = str(_first(rec, "dtype", default="float16")).replace("torch.", "")
-        case = Case(
-            path=path,
-            num_seqs=int(_first(rec, "num_seqs", "batch", default=1)),
-            context=int(context),
-            shape=shape,
-            dtype=dtype,
-            query_len=query_len,
-        )
-        out.append((case, float(seconds)))
-    return sorted(out, key=lambda cm: (cm[0].path, cm[0].num_seqs, cm[0].context))
+        if graph_row:
+            times = {"graph": _seconds(rec, TIME_KEYS)}
+        else:
+            times = {"eager": _seconds(rec, TIME_KEYS), "graph": _seconds(rec, GRAPH_KEYS)}
+        times = {k: v for k, v in times.items() if v is not None}
+        if times:
+            merged.setdefault(_case_of(rec, context), {}).update(times)
+    out = [Timing(c, t.get("eager"), t.get("graph")) for c, t in merged.items()]
+    return sorted(out, key=lambda t: (t.case.path, t.case.num_seqs, t.case.context))
+
+
+def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, float]]:
+    """``(case, eager seconds)`` pairs (cases with an eager time; see :func:`parse_timings`)."""
+    return [(t.case, t.eager_s) for t in parse_timings(data, variant) if t.eager_s is not None]
 
 
 @dataclasses.dataclass
@@ -127,86 +190,193 @@ def launches_of(spec: DeviceSpec, case: Case) -> list[_Launch]:
     return out
 
 
-def predict(launches: list[_Launch], params: dict) -> float:
-    """The cost model's pipelined step time with these constants."""
+def predict(launches: list[_Launch], params: dict, mode: str = "eager") -> float:
+    """The cost model's step time with these constants: ``eager`` (host issue pipelined with
+    the device, :attr:`StepCost.time_s`) or ``graph`` (device only, ``graph_time_s``)."""
+    gap = params.get("launch_gap_s", 0.0)
     runs = []
     for ln in launches:
         rate = params["fp16_flops"] if ln.half else params["fp32_flops"]
         memory = ln.nbytes / params["hbm_bandwidth"] / ln.memory_efficiency
-        runs.append(max(memory, ln.flops / rate / ln.efficiency))
+        runs.append(max(memory, ln.flops / rate / ln.efficiency) + gap)
+    if mode == "graph":
+        return sum(runs)
     return pipelined(runs, [params["launch_overhead_s"]] * len(runs))
 
 
-def fit(samples: list[tuple[list[_Launch], float]], start: dict) -> dict:
-    """Constants minimising the squared log error over ``samples`` (scipy's Nelder-Mead)."""
+def _bounds(key: str, start: float) -> tuple[float, float]:
+    if key in UPPER:
+        return math.log(start / 100), math.log(start * UPPER[key])
+    return tuple(math.log(b) for b in LATENCY_BOUNDS)  # type: ignore[return-value]
+
+
+def fit(
+    samples: list[tuple[list[_Launch], float]],
+    start: dict,
+    keys: tuple[str, ...] = EAGER_ONLY_TERMS,
+    mode: str = "eager",
+) -> dict:
+    """``start`` with ``keys`` moved to minimise the squared log error over ``samples``
+    (bounded Nelder-Mead in log space, plus :data:`RIDGE` towards ``start``)."""
     from scipy.optimize import minimize
 
-    keys = list(CALIBRATABLE)
-    x0 = [math.log(start[k]) for k in keys]
+    x0 = [math.log(max(start[k], LATENCY_BOUNDS[0])) for k in keys]
+    bounds = [_bounds(k, start[k]) for k in keys]
+    x0 = [min(max(x, lo), hi) for x, (lo, hi) in zip(x0, bounds, strict=True)]
+
+    def params_of(x) -> dict:
+        return {**start, **{k: math.exp(v) for k, v in zip(keys, x, strict=True)}}
 
     def loss(x) -> float:
-        params = {k: math.exp(v) for k, v in zip(keys, x, strict=True)}
-        return sum(math.log(predict(ls, params) / m) ** 2 for ls, m in samples)
+        params = params_of(x)
+        data = sum(math.log(predict(ls, params, mode) / m) ** 2 for ls, m in samples)
+        pull = sum((v - x0v) ** 2 for v, x0v in zip(x, x0, strict=True))
+        return data + RIDGE * pull
 
-    best = minimize(loss, x0, method="Nelder-Mead", options={"maxiter": 4000, "xatol": 1e-4})
-    return {k: math.exp(v) for k, v in zip(keys, best.x, strict=True)}
+    best = minimize(
+        loss,
+        x0,
+        method="Nelder-Mead",
+        bounds=bounds,
+        options={"maxiter": 4000, "xatol": 1e-4, "fatol": 1e-9},
+    )
+    return params_of(best.x)
+
+
+def _timings(measurements) -> list[Timing]:
+    out = []
+    for m in measurements:
+        out.append(m if isinstance(m, Timing) else Timing(m[0], eager_s=float(m[1])))
+    return out
 
 
 def calibrate(
-    spec: DeviceSpec, measurements: list[tuple[Case, float]], source: str
+    spec: DeviceSpec,
+    measurements: list[Union[Timing, tuple[Case, float]]],
+    source: str,
 ) -> tuple[DeviceSpec, list[dict], dict]:
-    """Fit on the even cases; returns ``(calibrated spec, per-case rows, provenance)``."""
-    if len(measurements) < 2:
-        raise ValueError(f"measurements must hold at least 2 usable cases, got {len(measurements)}")
-    traced = [(launches_of(spec, c), m) for c, m in measurements]
-    train = [t for i, t in enumerate(traced) if i % 2 == 0]
+    """Fit on the even cases; returns ``(calibrated spec, per-case rows, provenance)``.
+
+    ``measurements``: :class:`Timing` values, or ``(case, eager seconds)`` pairs. With at least
+    two graph times among the fit cases the device terms are fitted on graph times and then the
+    host term on eager times; otherwise everything but ``launch_gap_s`` on eager times.
+    ``provenance`` holds an entry for each fitted term only.
+    """
+    timings = _timings(measurements)
+    if len(timings) < 2:
+        raise ValueError(f"measurements must hold at least 2 usable cases, got {len(timings)}")
+    traced = [launches_of(spec, t.case) for t in timings]
+    train = [i for i in range(len(timings)) if i % 2 == 0]
+
+    def samples(mode: str) -> list[tuple[list[_Launch], float]]:
+        return [(traced[i], timings[i].time(mode)) for i in train if timings[i].time(mode)]
+
     start = {k: getattr(spec, k) for k in CALIBRATABLE}
-    fitted = fit(train, start)
-    rows = []
-    for i, ((case, measured), (ls, _)) in enumerate(zip(measurements, traced, strict=True)):
-        before, after = predict(ls, start), predict(ls, fitted)
-        rows.append(
-            {
-                "case": case.label(),
-                "split": "fit" if i % 2 == 0 else "validate",
-                "measured_ms": measured * 1e3,
-                "uncalibrated_ms": before * 1e3,
-                "uncalibrated_err_pct": 100 * (before - measured) / measured,
-                "calibrated_ms": after * 1e3,
-                "calibrated_err_pct": 100 * (after - measured) / measured,
-            }
-        )
+    graph_fit, eager_fit = samples("graph"), samples("eager")
     when = datetime.date.today().isoformat()
+    prov = {}
+    if len(graph_fit) >= 2:
+        fitted = fit(graph_fit, start, DEVICE_TERMS, "graph")
+        note = f"CUDA-graph replay times ({len(graph_fit)} fit cases)"
+        prov.update({k: note for k in DEVICE_TERMS})
+        if eager_fit:
+            fitted = fit(eager_fit, fitted, HOST_TERMS, "eager")
+            note = f"eager times, device terms held ({len(eager_fit)} fit cases)"
+            prov.update({k: note for k in HOST_TERMS})
+    elif eager_fit:
+        fitted = fit(eager_fit, start, EAGER_ONLY_TERMS, "eager")
+        note = f"eager times only ({len(eager_fit)} fit cases)"
+        prov.update({k: note for k in EAGER_ONLY_TERMS})
+    else:
+        raise ValueError("measurements must hold a time for at least one fit case")
     prov = {
-        k: f"measured: calibrated from {source} ({len(train)} fit cases, {when}); "
-        f"{getattr(spec, k):.4g} before"
-        for k in CALIBRATABLE
+        k: f"measured: calibrated from {source}, {v}, {when}; {getattr(spec, k):.4g} before"
+        for k, v in prov.items()
     }
+    rows = []
+    for i, (t, ls) in enumerate(zip(timings, traced, strict=True)):
+        row: dict = {"case": t.case.label(), "split": "fit" if i % 2 == 0 else "validate"}
+        for mode in MODES:
+            measured = t.time(mode)
+            before, after = predict(ls, start, mode), predict(ls, fitted, mode)
+            row[f"{mode}_measured_ms"] = measured * 1e3 if measured else None
+            row[f"{mode}_uncalibrated_ms"] = before * 1e3
+            row[f"{mode}_calibrated_ms"] = after * 1e3
+            for tag, value in (("uncalibrated", before), ("calibrated", after)):
+                err = 100 * (value - measured) / measured if measured else None
+                row[f"{mode}_{tag}_err_pct"] = err
+        rows.append(row)
     name = f"{base_name(spec)}+calibrated"
-    calibrated = dataclasses.replace(spec, name=name, **fitted)
+    calibrated = dataclasses.replace(spec, name=name, **{k: fitted[k] for k in CALIBRATABLE})
     return calibrated, rows, prov
 
 
 def summary(rows: list[dict]) -> dict:
+    """Max and median |error| per split, kind of time, before/after; ``None`` where no case."""
     out = {}
     for split in ("fit", "validate"):
         sel = [r for r in rows if r["split"] == split]
-        for col in ("uncalibrated_err_pct", "calibrated_err_pct"):
-            errs = sorted(abs(r[col]) for r in sel)
-            out[f"{split}_{col}_max"] = errs[-1] if errs else None
-            out[f"{split}_{col}_median"] = errs[len(errs) // 2] if errs else None
+        for mode in MODES:
+            for tag in ("uncalibrated", "calibrated"):
+                col = f"{mode}_{tag}_err_pct"
+                errs = sorted(abs(r[col]) for r in sel if r.get(col) is not None)
+                out[f"{split}_{col}_max"] = errs[-1] if errs else None
+                out[f"{split}_{col}_median"] = errs[len(errs) // 2] if errs else None
+            out[f"{split}_{mode}_cases"] = sum(1 for r in sel if r.get(f"{mode}_measured_ms"))
     return out
+
+
+def compact_rows(rows: list[dict]) -> list[dict]:
+    """The per-case table to print: measured ms and error % after (and before) calibration."""
+
+    def err(r: dict, mode: str) -> Optional[str]:
+        after, before = r[f"{mode}_calibrated_err_pct"], r[f"{mode}_uncalibrated_err_pct"]
+        return None if after is None else f"{after:+.1f} ({before:+.1f})"
+
+    out = []
+    for r in rows:
+        out.append(
+            {
+                "case": r["case"],
+                "split": r["split"],
+                "eager_ms": r["eager_measured_ms"],
+                "eager_err_% (uncal.)": err(r, "eager"),
+                "graph_ms": r["graph_measured_ms"],
+                "graph_err_% (uncal.)": err(r, "graph"),
+            }
+        )
+    return out
+
+
+def verdicts(result: dict, tolerance_pct: float) -> list[str]:
+    """One line per kind of time measured: held-out max |error| after and before, PASS/FAIL."""
+    s = result["summary"]
+    lines = []
+    for mode in MODES:
+        worst = s.get(f"validate_{mode}_calibrated_err_pct_max")
+        if worst is None:
+            continue
+        before = s[f"validate_{mode}_uncalibrated_err_pct_max"]
+        verdict = "PASS" if worst <= tolerance_pct else "FAIL"
+        lines.append(
+            f"{mode}: validation half ({s[f'validate_{mode}_cases']} cases) max |error| "
+            f"{worst:.1f}% calibrated ({before:.1f}% uncalibrated); +-{tolerance_pct:.0f}%: "
+            f"{verdict}"
+        )
+    return lines
 
 
 def run(spec: DeviceSpec, measurement_file: Path, out: Path, variant: Optional[str]) -> dict:
     data = json.loads(Path(measurement_file).read_text())
-    pairs = parse_measurements(data, variant)
-    calibrated, rows, prov = calibrate(spec, pairs, str(measurement_file))
+    timings = parse_timings(data, variant)
+    calibrated, rows, prov = calibrate(spec, timings, str(measurement_file))
     profile_path = save_profile(calibrated, base_name(spec), out / "calibrated_profile.json", prov)
     result = {
         "profile": str(profile_path),
+        "fitted_terms": sorted(prov),
         "fields": {k: getattr(calibrated, k) for k in CALIBRATABLE},
         "before": {k: getattr(spec, k) for k in CALIBRATABLE},
+        "provenance": prov,
         "rows": rows,
         "summary": summary(rows),
     }

@@ -94,10 +94,14 @@ def _calibrate(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result = calibrate.run(load_profile(args.profile), Path(args.measurements), out, args.variant)
-    print(tabulate(result["rows"], headers="keys", tablefmt="github", floatfmt=".3f"))
-    fields = [(k, result["before"][k], v) for k, v in result["fields"].items()]
-    print(tabulate(fields, headers=("constant", "before", "calibrated"), tablefmt="github"))
-    print(json.dumps(result["summary"], indent=1))
+    rows = calibrate.compact_rows(result["rows"])
+    print(tabulate(rows, headers="keys", tablefmt="github", floatfmt=".3f"))
+    fields = [
+        (k, result["before"][k], v, "fitted" if k in result["fitted_terms"] else "kept")
+        for k, v in result["fields"].items()
+    ]
+    print(tabulate(fields, headers=("constant", "before", "calibrated", ""), tablefmt="github"))
+    print("\n".join(calibrate.verdicts(result, args.tolerance)))
     print(f"wrote {result['profile']} and {out / 'calibration.json'}")
     return 0
 
@@ -170,6 +174,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--variant",
         default=None,
         help="keep records of this variant (default: attn-core's default plan)",
+    )
+    p.add_argument(
+        "--tolerance", type=float, default=25.0, help="held-out |error| %% for PASS (the issue's)"
     )
     p.set_defaults(func=_calibrate)
 

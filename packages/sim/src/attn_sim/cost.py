@@ -2,18 +2,23 @@
 
 Per launch: a grid from the op's size, occupancy and waves on the profile, then
 
-    time = max(bytes / hbm_bandwidth / memory_efficiency,
-               flops / rate / efficiency) + launch_overhead_s
+    device = max(bytes / hbm_bandwidth / memory_efficiency,
+                 flops / rate / efficiency) + launch_gap_s
+    time = device + launch_overhead_s
 
 with the two wave-quantisation factors of :class:`attn_sim.occupancy.Waves`: compute-bound
 blocks lose the tail wave's idle slots (``exact_waves / ceil(waves)``); bandwidth-bound ones
 lose bandwidth only when the tail (or the grid) has fewer blocks than SMs.
 
-A step is its launches in order. ``launch_overhead_s`` is the host's time to issue one launch;
-the device runs kernels in issue order, so the step is simulated as a pipeline: kernel ``i``
-starts once issued (``(i + 1) * launch_overhead_s``) and once kernel ``i - 1`` is done. Short
-kernels are then launch-bound (the sum of overheads) and long ones device-bound (the sum of
-device times), as eager PyTorch behaves; ``serial_time_s`` (the plain sum) is kept beside it.
+A step is its launches in order. ``launch_gap_s`` is device time every launch costs (launch
+latency, a tiny kernel's ramp; measured from CUDA-graph replay on the H200: ~2.8 us);
+``launch_overhead_s`` is the host's time to issue one launch from eager PyTorch. The device
+runs kernels in issue order, so an eager step is simulated as a pipeline: kernel ``i`` starts
+once issued (``(i + 1) * launch_overhead_s``) and once kernel ``i - 1`` is done. Short kernels
+are then launch-bound (the sum of overheads) and long ones device-bound (the sum of device
+times), as eager PyTorch behaves (``time_s``). A CUDA-graph replay (how vLLM runs decode) has
+no host issue: ``graph_time_s`` is the sum of device times. ``serial_time_s`` (the plain sum of
+both) is kept beside them.
 
 Grids of torch's own kernels (assumed from PyTorch's CUDA sources, good enough to count waves):
 elementwise and gather kernels run 128 threads x 4 elements per block (``Loops.cuh``);
@@ -49,7 +54,7 @@ class LaunchCost:
     memory_efficiency: float  # SM quantisation (bandwidth-bound)
     bytes: int
     flops: int
-    time_s: float  # device time + one launch overhead
+    time_s: float  # device time (with launch_gap_s) + one launch overhead
     memory_s: float  # bytes / bandwidth before wave quantisation
     compute_s: float
     overhead_s: float = 0.0  # the launch overhead included in time_s
@@ -103,7 +108,7 @@ def launch_time(
     memory_s = nbytes / spec.hbm_bandwidth
     compute_s = flops / rate if rate else 0.0
     busy = max(memory_s / w.memory_efficiency, compute_s / w.efficiency)
-    return busy + spec.launch_overhead_s, memory_s, compute_s
+    return busy + spec.launch_gap_s + spec.launch_overhead_s, memory_s, compute_s
 
 
 def op_cost(spec: DeviceSpec, op: OpRecord) -> LaunchCost:
@@ -141,6 +146,11 @@ class StepCost:
     def time_s(self) -> float:
         """Pipelined: host issue and device execution overlap (see the module docstring)."""
         return pipelined([c.device_s for c in self.launches], [c.overhead_s for c in self.launches])
+
+    @property
+    def graph_time_s(self) -> float:
+        """The step replayed from a CUDA graph: device times only, back to back."""
+        return sum(c.device_s for c in self.launches)
 
     @property
     def serial_time_s(self) -> float:

@@ -17,7 +17,10 @@ from pathlib import Path
 
 from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, get_device_spec
 
-CALIBRATABLE = ("hbm_bandwidth", "fp16_flops", "fp32_flops", "launch_overhead_s")
+# Device terms (fitted on CUDA-graph replay times) then the host term (fitted on eager times).
+DEVICE_TERMS = ("hbm_bandwidth", "fp16_flops", "fp32_flops", "launch_gap_s")
+HOST_TERMS = ("launch_overhead_s",)
+CALIBRATABLE = DEVICE_TERMS + HOST_TERMS
 
 
 def load_profile(name_or_path: str) -> DeviceSpec:

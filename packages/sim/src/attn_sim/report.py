@@ -57,6 +57,7 @@ ASSUMPTION_FIELDS = (
     "fp16_flops",
     "fp32_flops",
     "launch_overhead_s",
+    "launch_gap_s",
     "memory_bytes",
 )
 
@@ -157,6 +158,7 @@ def result_row(r: CaseResult) -> dict:
         "smem/budget": f"{r.smem_max}/{r.smem_budget}",
         "fits": r.plan_fits,
         "time_ms": round(r.time_s * 1e3, 3),
+        "graph_ms": round(r.graph_time_s * 1e3, 3),
         "transient_MB": round(r.transient_bytes / 1e6, 1),
         "kv_MB": round(r.kv_bytes / 1e6, 1),
         "cache_fits_device": r.cache_fits_device,

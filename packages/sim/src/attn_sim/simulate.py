@@ -51,7 +51,7 @@ class CaseResult:
     bytes: int
     flops: int
     max_waves: int
-    time_s: float
+    time_s: float  # eager: host issue pipelined with device execution
     peak_bytes: int  # new allocations live at once during the steady call
     workspace_bytes: int  # reusable scratch kept between calls
     kv_bytes: int  # K+V of the cached context
@@ -59,6 +59,7 @@ class CaseResult:
     smem_budget: int
     designs: list[DesignCheck] = field(default_factory=list)
     trace_s: float = 0.0
+    graph_time_s: float = 0.0  # the same launches replayed from a CUDA graph (device only)
 
     @property
     def transient_bytes(self) -> int:
@@ -155,6 +156,7 @@ def simulate(
         flops=cost.flops,
         max_waves=cost.max_waves,
         time_s=cost.time_s,
+        graph_time_s=cost.graph_time_s,
         peak_bytes=record.peak_bytes,
         workspace_bytes=workspace,
         kv_bytes=kv,
