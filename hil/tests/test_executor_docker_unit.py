@@ -115,3 +115,16 @@ def test_container_arguments_carry_devices_mounts_limits():
     assert kw["mem_limit"] == kw["memswap_limit"] == "8g" and kw["shm_size"] == "1g"
     req = kw["device_requests"][0]
     assert req["Driver"] == "nvidia" and req["Count"] == -1
+
+
+def test_cancel_kills_and_removes_the_running_container(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setattr("hil.executor_docker.POLL_S", 0.01)
+    c = FakeContainer()
+    ex = executor(FakeClient(c))
+    ex.cancel = threading.Event()
+    ex.cancel.set()
+    outcome = ex.run(SUITE, 300.0, tmp_path, {}, "n")
+    assert "interrupted" in outcome.infra_error and not outcome.watchdog_fired
+    assert c.killed and c.removed

@@ -94,3 +94,20 @@ def test_long_context_quick_writes_calibration_records(make_ctx):
     for r in records:
         assert want <= set(r)
         assert r["rel_error"] <= r["tolerance"] and r["median_s"] > 0
+
+
+def test_interrupt_kills_the_running_suite_and_skips_the_rest(make_ctx):
+    """Ctrl-C in the runner sets ctx.cancel: the running tree dies, the rest is NOT_RUN."""
+    import threading
+
+    suites = [
+        fault_suite("hang", ("block", "fault_native_block.py", 0), timeout_s=300.0),
+        fault_suite("after", OK),
+    ]
+    ctx = make_ctx("local")
+    threading.Timer(3.0, ctx.cancel.set).start()
+    results = run_all([Target("local")], suites, ctx)
+    assert [r.status for r in results] == [Status.ERROR, Status.NOT_RUN]
+    assert "interrupted" in results[0].detail and results[0].duration_s < 60
+    assert processes_of_run(ctx.run_id) == []
+    assert ctx.store.get("local") is None  # an interrupt says nothing about the device

@@ -95,6 +95,7 @@ class DockerExecutor:
         self.client, self.image, self.target = client, image, target
         self.repo, self.console = repo, console
         self.log_client = log_client or client
+        self.cancel = None  # a threading.Event: when set, the running container is killed
 
     def run(self, suite: Suite, timeout_s: float, out: Path, env: dict, name: str) -> RunOutcome:
         out.mkdir(parents=True, exist_ok=True)
@@ -148,6 +149,11 @@ class DockerExecutor:
             state = container.attrs["State"]
             if state["Status"] in ("exited", "dead"):
                 return state
+            if self.cancel is not None and self.cancel.is_set():
+                outcome.infra_error = "interrupted: the container was killed"
+                container.kill()
+                container.reload()
+                return container.attrs["State"]
             if time.monotonic() > deadline:
                 self.console.line(container.name, "suite timeout reached: killing the container")
                 outcome.watchdog_fired = True

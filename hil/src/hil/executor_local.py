@@ -30,6 +30,7 @@ from hil.payload import PAYLOAD_ROOT, RUNNER, SPEC_NAME, build_payload, suite_sp
 from hil.status import RunOutcome
 
 LOG_JOIN_S = 5.0
+POLL_S = 0.2
 
 
 def tree_pythonpath(repo: Path, inherited: str) -> str:
@@ -38,9 +39,10 @@ def tree_pythonpath(repo: Path, inherited: str) -> str:
 
 
 class LocalExecutor:
-    def __init__(self, target: Target, repo: Path, console: Console, python: str = ""):
+    def __init__(self, target: Target, repo: Path, console: Console, python: str = "", cancel=None):
         self.target, self.repo, self.console = target, repo, console
         self.python = python or sys.executable
+        self.cancel = cancel  # a threading.Event: when set, the running process tree is killed
 
     def run(self, suite: Suite, timeout_s: float, out: Path, env: dict, name: str) -> RunOutcome:
         out.mkdir(parents=True, exist_ok=True)
@@ -75,18 +77,29 @@ class LocalExecutor:
             )
             pump.start()
             try:
-                outcome.exit_code = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.console.line(name, "suite timeout reached: killing the process group")
-                outcome.watchdog_fired = True
-                kill_run(token)
-                proc.wait()
+                outcome.exit_code = self._watch(proc, t0 + timeout_s, token, outcome, name)
             finally:
                 kill_run(token)  # children a finished runner left behind
                 outcome.duration_s = time.monotonic() - t0
                 pump.join(LOG_JOIN_S)
         outcome.started = (out / "started").exists()
         return outcome
+
+    def _watch(self, proc, deadline: float, token: str, outcome: RunOutcome, name: str):
+        """The exit code, or None after killing the run on the deadline or a cancel."""
+        while proc.poll() is None:
+            if self.cancel is not None and self.cancel.is_set():
+                outcome.infra_error = "interrupted: the process tree was killed"
+            elif time.monotonic() > deadline:
+                self.console.line(name, "suite timeout reached: killing the process tree")
+                outcome.watchdog_fired = True
+            else:
+                time.sleep(POLL_S)
+                continue
+            kill_run(token)
+            proc.wait()
+            return None
+        return proc.returncode
 
 
 def kill_run(token: str) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ class RunContext:
     wheels: str = ""
     on_result: Optional[Callable[[SuiteResult], None]] = None
     extra_env: dict = field(default_factory=dict)
+    cancel: threading.Event = field(default_factory=threading.Event)  # set on Ctrl-C
 
 
 def probe_suite(target: Target) -> Suite:
@@ -66,7 +68,7 @@ def make_executor(target: Target, ctx: RunContext):
     if ctx.executor == "local":
         from hil.executor_local import LocalExecutor
 
-        return LocalExecutor(target, ctx.repo, ctx.console), None
+        return LocalExecutor(target, ctx.repo, ctx.console, cancel=ctx.cancel), None
     from hil.executor_docker import DockerExecutor, connect
     from hil.image import BuildFailed, ensure_image
 
@@ -103,7 +105,9 @@ def make_executor(target: Target, ctx: RunContext):
         log_client = connect(target, timeout_s=None)
     except ConnectionError as exc:
         return None, str(exc)
-    return DockerExecutor(client, image, target, ctx.repo, ctx.console, log_client), None
+    executor = DockerExecutor(client, image, target, ctx.repo, ctx.console, log_client)
+    executor.cancel = ctx.cancel
+    return executor, None
 
 
 def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path) -> SuiteResult:
@@ -214,9 +218,13 @@ def run_target(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list
         ctx.store.release(target.name)
         ctx.console.line(target.name, "recheck probe passed: quarantine lifted")
     for i, suite in enumerate(suites):
+        if ctx.cancel.is_set():
+            return results + not_run(target, suites[i:], "interrupted before it started", ctx)
         result = run_one(executor, target, suite, ctx, suite.name)
         results.append(result)
         rest = suites[i + 1 :]
+        if ctx.cancel.is_set():
+            return results + not_run(target, rest, "interrupted before it started", ctx)
         if result.status == Status.HANG:
             ctx.store.quarantine(target.name, f"suite {suite.name} hung", ctx.run_id)
             return results + not_run(target, rest, f"target quarantined: {suite.name} hung", ctx)
@@ -231,6 +239,13 @@ def run_all(targets: Sequence[Target], suites: Sequence[Suite], ctx: RunContext)
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
         futures = [pool.submit(run_target, t, suites, ctx) for t in targets]
+        try:
+            while not all(f.done() for f in futures):
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            # stop the running containers / process trees; workers record ERROR and NOT_RUN
+            ctx.console.line("hil", "interrupted: stopping the running suites")
+            ctx.cancel.set()
         results = [r for f in futures for r in f.result()]
     ctx.console.line("hil", f"all targets done in {time.monotonic() - t0:.1f} s")
     return results
