@@ -139,3 +139,18 @@ def test_targets_run_concurrently_one_worker_each(monkeypatch, make_ctx):
     ctx = make_ctx()
     results = run_all([Target("t1"), Target("t2")], suites("a"), ctx)
     assert [(r.target, r.status) for r in results] == [("t1", Status.PASS), ("t2", Status.PASS)]
+
+
+def test_a_runner_bug_on_one_target_leaves_the_others(monkeypatch, make_ctx):
+    def make(target, ctx):
+        if target.name == "broken":
+            raise KeyError("surprise")
+        return ScriptedExecutor({}), None
+
+    monkeypatch.setattr(runner, "make_executor", make)
+    results = run_all([Target("broken"), Target("fine")], suites("a"), make_ctx())
+    assert [(r.target, r.status) for r in results] == [
+        ("broken", Status.ERROR),
+        ("fine", Status.PASS),
+    ]
+    assert "KeyError" in results[0].detail

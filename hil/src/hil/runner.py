@@ -99,8 +99,8 @@ def make_executor(target: Target, ctx: RunContext):
         )
     except BuildFailed as exc:
         return None, f"image build failed (log: {build_log}): {exc}"
-    except ConnectionError as exc:
-        return None, str(exc)
+    except Exception as exc:  # the engine failing mid-build/lookup: infrastructure all the same
+        return None, f"image setup failed: {type(exc).__name__}: {exc}"
     try:
         log_client = connect(target, timeout_s=None)
     except ConnectionError as exc:
@@ -233,12 +233,32 @@ def run_target(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list
     return results
 
 
+def run_target_safely(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list:
+    """run_target, with a runner bug turned into ERROR rows instead of a lost summary."""
+    try:
+        return run_target(target, suites, ctx)
+    except Exception as exc:
+        why = f"runner failed on this target: {type(exc).__name__}: {exc}"
+        return [
+            SuiteResult(
+                target.name,
+                s.name,
+                Status.ERROR,
+                Counts(),
+                0.0,
+                why,
+                str(ctx.out / target.name / s.name),
+            )
+            for s in suites
+        ]
+
+
 def run_all(targets: Sequence[Target], suites: Sequence[Suite], ctx: RunContext) -> list:
     """All targets at once, one worker thread each; results in target order."""
     ctx.out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        futures = [pool.submit(run_target, t, suites, ctx) for t in targets]
+        futures = [pool.submit(run_target_safely, t, suites, ctx) for t in targets]
         try:
             while not all(f.done() for f in futures):
                 time.sleep(0.2)
