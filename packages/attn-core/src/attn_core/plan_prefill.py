@@ -207,7 +207,8 @@ class _TileSizing:
         state = rows * (self.head_size + _STATE_FLOATS_EXTRA) * 4
         query_and_pv = 2 * rows * self.head_size * self.operand_bytes
         masks = 3 * tq * tk  # bool temporaries of a causal / window mask (shared by all heads)
-        alibi = 4 * (tq * tk + tq + 2 * tk) if self.alibi else 0  # distances + positions
+        # fp32 distances (+ a score-dtype copy) and positions
+        alibi = (4 + self.score_bytes) * tq * tk + 4 * (tq + 2 * tk) if self.alibi else 0
         return scores + state + query_and_pv + masks + alibi + rows * self.score_bytes
 
     def fused_bytes(self, tq: int) -> int:

@@ -168,10 +168,14 @@ class _Workspace:
         self._alpha = buf("correction", rows, torch.float32)
         self._slopes = None
         if problem.alibi_slopes is not None:
-            self._slopes = problem.alibi_slopes.float().view(self.kvh, self.group, 1, 1)
-            # fp32 key - query distances of one tile, shared by all heads (see _add_alibi).
+            # Slopes and one tile's key - query distances (shared by all heads) in the score
+            # dtype, the distances computed in fp32 first (see _add_alibi).
+            slopes = problem.alibi_slopes.view(self.kvh, self.group, 1, 1)
+            self._slopes = buf("alibi_slopes", slopes.numel(), sd).view(slopes.shape)
+            self._slopes.copy_(slopes)
             tq, tk = plan.query_tile, plan.key_tile
-            self._dist = buf("alibi_dist", tq * tk, torch.float32)
+            self._dist32 = buf("alibi_dist32", tq * tk, torch.float32)
+            self._dist = self._dist32 if sd == torch.float32 else buf("alibi_dist", tq * tk, sd)
             self._q_idx = torch.arange(tq, out=buf("alibi_query_idx", tq, torch.float32))[:, None]
             self._k_idx = torch.arange(tk, out=buf("alibi_key_idx", tk, torch.float32))
             self._k_pos = buf("alibi_key_pos", tk, torch.float32)
@@ -253,13 +257,22 @@ class _Workspace:
         logits at ``slope * t``: ~200 for a 257-token chunk, where an fp16 score has a 0.125
         ulp, which put 0.4 % of the outputs off by up to 0.15 on the H200 (gpu-run-1,
         ``test_cuda_torch_windows_alibi_fp8[alibi-*]``; reproduced bit-for-bit on the CPU by
-        ``test_prefill.py::test_alibi_with_fp16_scores_and_large_tiles``). ``addcmul_``
-        computes ``s + slope * dist`` in fp32 and rounds once to the score dtype; ``dist`` is
-        a ``[t, n]`` fp32 tile (exact integers), 1/(heads)th of the score tile's traffic.
+        ``test_prefill.py::test_alibi_with_fp16_scores_and_large_tiles``).
+
+        ``addcmul_`` on same-dtype operands (mixed-dtype in-place promotion is not safe to
+        rely on across torch versions) computes ``s + slope * dist`` in fp32 on CUDA and
+        rounds once. In fp16, slopes carry a 2^-11 relative error and distances are exact to
+        2048 and clamped at 65504 (bias <= -256 at the smallest standard slope 2^-8: no
+        weight), so the near keys' bias is within ~0.005 where it matters; fp32 scores take
+        both exactly. ``dist`` is a ``[t, n]`` tile: 1/heads of the score tile's traffic.
         """
-        dist = self._dist[: self.t * n].view(self.t, n)
+        dist32 = self._dist32[: self.t * n].view(self.t, n)
         k_pos = torch.add(self._k_idx[:n], lo - self.first_pos, out=self._k_pos[:n])
-        torch.sub(k_pos[None, :], self._q_idx[: self.t], out=dist)
+        torch.sub(k_pos[None, :], self._q_idx[: self.t], out=dist32)
+        dist = dist32
+        if self._dist is not self._dist32:
+            big = torch.finfo(self._dist.dtype).max
+            dist = self._dist[: self.t * n].view(self.t, n).copy_(dist32.clamp_(-big, big))
         s4.addcmul_(self._slopes, dist)
 
     def finish(self, out: torch.Tensor) -> None:
