@@ -6,6 +6,8 @@ tables are random permutations padded with stray ids, and every output starts as
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 from conftest import assert_close
@@ -76,12 +78,12 @@ def test_explicit_scale() -> None:
     assert_close(run_decode(case, scale=0.3), reference(case, scale=0.3), torch.float32)
 
 
-@pytest.mark.parametrize("gather", ("token", "block"))
+@pytest.mark.parametrize("gather_bytes", (8, 16))
 @pytest.mark.parametrize("partition_size", (32, 64))
-def test_partition_boundaries(partition_size: int, gather: str, clean_decode_env) -> None:
+def test_partition_boundaries(partition_size: int, gather_bytes: int, clean_decode_env) -> None:
     clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", str(partition_size))
     clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", "partitioned")
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
+    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER_BYTES", str(gather_bytes))
     ps = partition_size
     lens = (1, ps - 1, ps, ps + 1, 2 * ps - 1, 2 * ps, 2 * ps + 1, 5 * ps + 3)
     case = make_paged_case(lens, 8, 2, 64, 16, torch.float32, seed=ps)
@@ -104,18 +106,23 @@ def test_non_contiguous_block_tables() -> None:
     assert_close(run_decode(case), reference(case), torch.float32)
 
 
-@pytest.mark.parametrize("tier", ("single_tile", "partitioned"))
-@pytest.mark.parametrize("gather", ("token", "block"))
+@pytest.mark.parametrize("stream", (None, "32"))
+@pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @pytest.mark.parametrize("garbage", (float("nan"), float("inf"), -float("inf")))
 def test_masked_slots_cannot_poison(
-    garbage: float, gather: str, tier: str, clean_decode_env
+    garbage: float, tier: str, stream: Optional[str], clean_decode_env
 ) -> None:
-    """Slots past seq_len (tail of the last block, stray table entries) may hold inf/NaN."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
+    """Slots past seq_len (tail of the last block, stray table entries) may hold inf/NaN.
+
+    Lengths cover a sequence shorter than one block (its blocks past the end are copies of a
+    block with a garbage tail), exact block multiples, and streamed chunks that end before,
+    at and after a sequence's end."""
     clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
     clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "16")
+    if stream:
+        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", stream)
     block = 16
-    case = make_paged_case((5, 16, 33, 70), 8, 2, 64, block, torch.float16, spare_blocks=2)
+    case = make_paged_case((5, 16, 33, 70, 1), 8, 2, 64, block, torch.float16, spare_blocks=2)
     expected = reference(case)
     for s, n in enumerate(case.seq_lens.tolist()):
         row = case.block_tables[s].long()
@@ -142,14 +149,12 @@ def test_tiers_and_streaming_agree(dtype: torch.dtype, clean_decode_env) -> None
     clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "64")
     for tier in ("single_tile", "one_pass", "partitioned"):
         clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-        for gather in ("token", "block"):
-            clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
-            results[f"{tier} {gather}"] = run_decode(case)
-            clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "96")
-            results[f"{tier} {gather} stream"] = run_decode(case)
-            clean_decode_env.delenv("ATTN_CORE_DECODE_STREAM_TOKENS")
+        results[tier] = run_decode(case)
+        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "96")
+        results[f"{tier} stream"] = run_decode(case)
+        clean_decode_env.delenv("ATTN_CORE_DECODE_STREAM_TOKENS")
     expected = reference(case)
-    base = results["single_tile token"]
+    base = results["single_tile"]
     for name, got in results.items():
         assert_close(got, expected, dtype)
         # Same math, different grouping: closer to each other than to the reference.

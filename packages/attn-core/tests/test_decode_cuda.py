@@ -22,10 +22,10 @@ DEV = "cuda"
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @pytest.mark.parametrize("kv_cache_dtype", ("auto", "fp8"))
-@pytest.mark.parametrize("gather", ("token", "block"))
-def test_matches_reference_on_device(tier, dtype, kv_cache_dtype, gather, clean_decode_env):
+@pytest.mark.parametrize("gather_bytes", (8, 16))
+def test_matches_reference_on_device(tier, dtype, kv_cache_dtype, gather_bytes, clean_decode_env):
     clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
+    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER_BYTES", str(gather_bytes))
     clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "64")
     case = make_paged_case(
         (1, 63, 64, 65, 300, 1001),
@@ -51,12 +51,12 @@ def test_default_plan_long_context(heads) -> None:
     assert_close(run_decode(case), reference(case), torch.float16)
 
 
-@pytest.mark.parametrize("gather", ("token", "block"))
-def test_masked_garbage_on_device(gather: str, clean_decode_env) -> None:
+@pytest.mark.parametrize("tier", ("one_pass", "partitioned"))
+def test_masked_garbage_on_device(tier: str, clean_decode_env) -> None:
     """NaN in every slot no sequence owns, on the device's own kernels."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
+    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
     clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "64")
-    case = make_paged_case((5, 100, 1000), 24, 4, 128, 16, torch.float16, DEV, seed=9)
+    case = make_paged_case((5, 100, 1000, 16), 24, 4, 128, 16, torch.float16, DEV, seed=9)
     expected = reference(case)
     owned = torch.zeros(case.key_cache.shape[0], dtype=torch.bool, device=DEV)
     for s, n in enumerate(case.seq_lens.tolist()):
@@ -78,12 +78,25 @@ def _graph_case():
     return case, 4096
 
 
+def _value_scale(case) -> float:
+    """Largest |value| the sequences read: blocks a longer seq_len reaches through the table's
+    extra entries may be make_paged_case's spare blocks, whose values are 30x larger."""
+    used = case.block_tables.long().flatten()
+    return float(case.value_cache[used].float().abs().amax())
+
+
 def test_cuda_graph_capture_and_replay_after_seq_lens_change() -> None:
+    """Replay equals an eager call on the same inputs bit for bit (same kernels, same data),
+    and the float64 reference within fp16's tolerance scaled to the values read.
+
+    GPU run 1 failed this test on the reference check alone: 3/18432 elements off by at most
+    0.0076 where the longer lengths reach spare blocks of |v| ~ 30 (fp16's ulp at 30 is
+    0.0156, so that is half an ulp of rounding in P and the output, not a replay bug)."""
     case, capture_len = _graph_case()
     ws = Workspace()
     out = poisoned_like(case.query)
 
-    def step() -> None:
+    def step(dst: torch.Tensor, workspace: Workspace) -> None:
         paged_decode(
             case.query,
             case.key_cache,
@@ -91,25 +104,38 @@ def test_cuda_graph_capture_and_replay_after_seq_lens_change() -> None:
             case.block_tables,
             case.seq_lens,
             capture_len,
-            out=out,
-            workspace=ws,
+            out=dst,
+            workspace=workspace,
         )
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):  # warm-up: plans, probes and workspace buffers exist before capture
-            step()
+            step(out, ws)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        step()
+        step(out, ws)
+    eager_ws = Workspace()
     for lens in ((700, 5, 2048), (701, 1, 2100), (1, 1, 1), (3000, 17, 3168)):
         case.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
         out.fill_(float("nan"))
         graph.replay()
+        eager = poisoned_like(case.query)
+        step(eager, eager_ws)
         torch.cuda.synchronize()
-        assert_close(out, reference(case), torch.float16)
+        assert torch.equal(out, eager), (lens, (out.float() - eager.float()).abs().max())
+        expected = reference(case)
+        assert torch.isfinite(out).all()
+        scale = max(1.0, _value_scale(case))
+        torch.testing.assert_close(
+            out.double().cpu(),
+            expected,
+            atol=2.5e-3 * scale,
+            rtol=5e-3,
+            msg=lambda m, lens=lens: f"{lens}: {m}",
+        )
 
 
 def test_steady_state_allocates_nothing_new() -> None:
@@ -153,12 +179,12 @@ def _transient_peak(case, ws) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-@pytest.mark.parametrize("gather", ("token", "block"))
-def test_transient_memory_at_100k_within_budget(gather: str, clean_decode_env) -> None:
+@pytest.mark.parametrize("tier", ("one_pass", "partitioned"))
+def test_transient_memory_at_100k_within_budget(tier: str, clean_decode_env) -> None:
     """Issue 2: one step at 100K (24/4 heads, head 256, fp16) <= 1.25x its gathered K+V,
     counting the workspace it creates (a fresh workspace). A hidden copy of K or V inside a
     bmm (strides cuBLAS cannot take) would show up here as +0.5x."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", gather)
+    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
     case = make_paged_case((100_000,), 24, 4, 256, 16, torch.float16, DEV, seed=1)
     gathered_kv = 2 * 4 * 100_000 * 256 * 2
     peak = _transient_peak(case, Workspace())

@@ -22,7 +22,7 @@ problems = st.fixed_dictionaries(
         "lens": st.lists(st.integers(1, 300), min_size=1, max_size=4),
         "slack": st.integers(0, 200),
         "tier": st.sampled_from((None, "single_tile", "one_pass", "partitioned")),
-        "gather": st.sampled_from((None, "token", "block")),
+        "gather_bytes": st.sampled_from((None, 8, 16)),
         "partition_blocks": st.integers(1, 6),
         "stream_blocks": st.one_of(st.none(), st.integers(1, 12)),
         "seed": st.integers(0, 2**16),
@@ -35,13 +35,13 @@ problems = st.fixed_dictionaries(
 )
 @given(p=problems)
 def test_random_problems_match_reference(p, clean_decode_env: pytest.MonkeyPatch) -> None:
-    for name in ("TIER", "GATHER", "PARTITION_SIZE", "STREAM_TOKENS"):
+    for name in ("TIER", "GATHER_BYTES", "PARTITION_SIZE", "STREAM_TOKENS"):
         clean_decode_env.delenv(f"ATTN_CORE_DECODE_{name}", raising=False)
     bs = p["block_size"]
     if p["tier"]:
         clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", p["tier"])
-    if p["gather"]:
-        clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER", p["gather"])
+    if p["gather_bytes"]:
+        clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER_BYTES", str(p["gather_bytes"]))
     clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", str(bs * p["partition_blocks"]))
     if p["stream_blocks"]:
         clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", str(bs * p["stream_blocks"]))

@@ -4,26 +4,32 @@ One query token per sequence attends to its paged context. Work is organised per
 ``group`` query heads of a KV head form the rows of one batched matmul against that head's keys,
 so K/V are read once per KV head and never repeated to query heads.
 
-Execution of one chunk of ``C`` token slots (the whole context unless streaming):
+One step over ``C`` token slots (``C >= max_seq_len + block_size - 1``, so every sequence's row
+holds at least ``block_size - 1`` masked slots after its last token):
 
-1. cache coordinates of the chunk's slots (:mod:`attn_core.decode_gather`): per token
-   (``gather="token"``; slots at or past ``seq_lens[s]`` read the sequence's token 0, so they
-   hold finite values) or per block (``gather="block"``);
-2. one gather each for K and V from a permuted view of the cache: keys token-major
-   ``[kv_heads, S, C, head]`` as 16-byte vectors; values token-major (token gather) or D-major
-   ``[head, kv_heads, S, C]`` (block gather), each already the layout its bmm reads;
-3. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm, scale, ALiBi, mask to ``-inf``
-   (masking replaces whatever a masked slot's key produced, inf and NaN included);
-4. per-partition max / exp / sum on the scores (``C = partitions * partition_size``),
-   probabilities normalised per partition and cast to the compute dtype;
-5. one bmm with V over every (row, partition); with block gathers, partitions holding no real
-   token are zeroed and each sequence's boundary partition is recomputed from token-gathered
-   values, because a real cache's unused slots may hold inf/NaN and ``0 * NaN`` is NaN;
-6. log-sum-exp merge of partitions in fp32 (and of chunks when streaming); divide on the
-   output side.
+1. ``masked = pos >= seq_lens`` (``[S, C]``); block ids, blocks past a sequence's end pointed
+   at its first block (:func:`attn_core.decode_gather.block_ids`);
+2. one ``index_select`` each for K (token-major) and V (D-major) by whole blocks;
+3. the ``block_size - 1`` slots after each sequence's last token are zeroed in the gathered V
+   (one small ``index_put_``): the cache's unused tail slots may hold inf/NaN and the
+   ``P . V`` product would turn ``0 * NaN`` into NaN. Blocks past the end are copies of the
+   first block, which is all real tokens unless the sequence is shorter than one block; those
+   short sequences take their output from the first block alone (one ``[G, block]`` bmm and a
+   ``where`` at the end);
+4. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm (scale folded into q where that is
+   exact), ALiBi, masked slots set to ``-1e30`` (finite: an all-masked partition then yields
+   finite statistics whose merge weight is exactly 0; whatever a masked key produced, inf and
+   NaN included, is replaced);
+5. ``single_tile`` / ``one_pass``: fp32 softmax, cast, one ``P . V`` bmm, written to ``out``;
+   ``partitioned``: per-partition max / exp / sum on the score tensor, probabilities normalised
+   per partition and cast, one bmm over every (row, partition), then a fp32 log-sum-exp merge
+   (``softmax`` of ``max + log(sum)`` over partitions weights the partial outputs).
 
-The number of ops is fixed per chunk; nothing reads device values on the host, so a step can be
-captured in a CUDA graph. ``max_seq_len`` only sizes the chunk.
+Op counts (CPU, fp16, no ALiBi, scale a power of two): 15 single_tile / one_pass, 24
+partitioned; +1 when the step spans more columns than ``block_tables`` has, +1 for a scale that
+is not a power of two, +3 for ALiBi. Nothing reads device values on the host, so a step can be
+captured in a CUDA graph; ``max_seq_len`` only sizes the step. Streaming (``num_chunks > 1``)
+repeats the partitioned machinery per chunk and merges chunks by log-sum-exp.
 """
 
 from __future__ import annotations
@@ -42,22 +48,15 @@ from attn_core.cache_layout import (
     validate_caches,
 )
 from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
-from attn_core.decode_gather import (
-    block_indices,
-    gather_keys_blocks,
-    gather_keys_tokens,
-    gather_values_dmajor,
-    gather_values_tokens,
-    slot_indices,
-    to_compute,
-    token_indices,
-)
+from attn_core.decode_gather import block_ids, gather_keys, gather_values, to_compute
 from attn_core.device_spec import DeviceSpec, detect_device_spec
-from attn_core.lse_merge import merge_partitions, merge_two, normalise, safe_max
+from attn_core.lse_merge import merge_lse
 from attn_core.plan_decode import DecodePlan, plan_decode
 from attn_core.workspace import Workspace, default_workspace, is_capturing
 
-Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+# Score of a masked slot: finite, so an all-masked partition's max/exp/sum stay finite, yet
+# exp(-1e30 - m) is exactly 0 next to any real score.
+MASKED_SCORE = -1e30
 
 
 def paged_decode(
@@ -219,6 +218,21 @@ def bmm_writes_fp32(device_type: str, dtype: torch.dtype) -> bool:
         return False
 
 
+@functools.cache
+def bmm_supports(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether ``torch.bmm`` runs in ``dtype`` on this device type.
+
+    torch 2.1's CPU has no fp16 bmm ("baddbmm_with_gemm" not implemented for 'Half'); decode
+    then runs its matmuls in fp32 there.
+    """
+    try:
+        a = torch.ones(1, 2, 8, dtype=dtype, device=device_type)
+        torch.bmm(a, a.transpose(1, 2))
+        return True
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
+
+
 def plan_for(
     query: torch.Tensor,
     layout: CacheLayout,
@@ -236,13 +250,14 @@ def plan_for(
             "ATTN_CORE_DECODE_STREAM_TOKENS",
             "ATTN_CORE_DECODE_TIER",
             "ATTN_CORE_DECODE_SUBSCRIPTION",
-            "ATTN_CORE_DECODE_GATHER",
+            "ATTN_CORE_DECODE_GATHER_BYTES",
             "ATTN_CORE_DECODE_SCORES",
         )
     )
     num_seqs, num_heads, _ = query.shape
     cache_elem = 1 if layout.is_fp8 else query.element_size()
     fp32_scores = bmm_writes_fp32(query.device.type, query.dtype)
+    half_bmm = bmm_supports(query.device.type, query.dtype)
     return _cached_plan(
         num_seqs,
         num_heads,
@@ -255,6 +270,7 @@ def plan_for(
         cache_elem,
         spec,
         fp32_scores,
+        half_bmm,
         env,
     )
 
@@ -277,6 +293,7 @@ def _cached_plan(
     cache_elem: int,
     spec: DeviceSpec,
     fp32_scores: bool,
+    half_bmm: bool,
     env: tuple,
 ) -> DecodePlan:
     return plan_decode(
@@ -291,10 +308,15 @@ def _cached_plan(
         cache_element_size=cache_elem,
         device_spec=spec,
         scores_fp32_from_bmm=fp32_scores,
+        bmm_in_compute_dtype=half_bmm,
     )
 
 
 # ----------------------------------------------------------------------------------- execute
+def _is_power_of_two(x: float) -> bool:
+    return x > 0 and math.frexp(x)[0] == 0.5
+
+
 def _execute(
     plan: DecodePlan,
     ws: Workspace,
@@ -313,41 +335,72 @@ def _execute(
     num_seqs, _, head_size = query.shape
     kv_heads, group = layout.num_kv_heads, plan.group
     rows = kv_heads * num_seqs
-    # Grouped queries [kv_heads * S, group, D]: row (h, s) holds query heads h*group..+group.
-    qg = ws.take("q", (kv_heads, num_seqs, group, head_size), query.dtype, query.device)
-    qg.copy_(query.reshape(num_seqs, kv_heads, group, head_size).transpose(0, 1))
+    if not layout.is_fp8:  # vLLM applies k_scale / v_scale to fp8 caches only
+        k_scale = v_scale = 1.0
+    score_scale = scale * k_scale  # fp8 keys are dequantised unscaled; k_scale rides on q
+    # Grouped queries [kv_heads * S, group, D] in the score bmm's input dtype: row (h, s) holds
+    # query heads h*group..+group. Folding the scale into q rounds q once more in fp16/bf16,
+    # so it is folded only where exact (fp32 q, or a power-of-two scale: head 64 / 256).
+    qg = ws.take("q", (kv_heads, num_seqs, group, head_size), plan.score_input_dtype, query.device)
+    by_head = query.reshape(num_seqs, kv_heads, group, head_size).transpose(0, 1)
+    fold = query.dtype == torch.float32 or _is_power_of_two(score_scale)
+    if fold:
+        torch.mul(by_head, score_scale, out=qg)
+    else:
+        qg.copy_(by_head)
     qg = qg.view(rows, group, head_size)
-    slopes = None
-    if alibi_slopes is not None:
-        slopes = alibi_slopes.reshape(kv_heads, 1, group, 1)
-    merged: Optional[Triple] = None
-    for chunk in range(plan.num_chunks):  # 1 unless streaming (plan.streaming)
-        part = _chunk(
-            plan,
-            ws,
-            qg,
-            key_cache,
-            value_cache,
-            block_tables,
-            seq_lens,
-            scale,
-            slopes,
-            layout,
-            k_scale,
-            v_scale,
-            chunk * plan.chunk_tokens,
-        )
-        merged = part if merged is None else merge_two(merged, part)
-    assert merged is not None
-    result = normalise(merged[0], merged[2])  # [rows, group, D] fp32
-    by_seq = result.view(kv_heads, num_seqs, group, head_size).transpose(0, 1)
-    if out.is_contiguous():
-        out.view(num_seqs, kv_heads, group, head_size).copy_(by_seq)
-    else:  # e.g. empty_like of a head-major query: any strides work, via one small copy
-        out.copy_(by_seq.reshape(out.shape))
+    slopes = None if alibi_slopes is None else alibi_slopes.view(kv_heads, 1, group, 1)
+    post_scale = 1.0 if fold else score_scale
+
+    if not plan.streaming and plan.tier != "partitioned":
+        o, small = _direct(
+            plan, ws, qg, key_cache, value_cache, block_tables, seq_lens, slopes, layout,
+            post_scale,
+        )  # fmt: skip
+    else:
+        o = lse = small = None
+        for chunk in range(plan.num_chunks):  # 1 unless streaming (plan.streaming)
+            part_o, part_lse, part_small = _partitioned(
+                plan, ws, qg, key_cache, value_cache, block_tables, seq_lens, slopes, layout,
+                post_scale, chunk * plan.chunk_tokens,
+            )  # fmt: skip
+            if o is None:
+                o, lse, small = part_o, part_lse, part_small
+            else:
+                assert lse is not None and part_lse is not None
+                o, lse = merge_lse(torch.stack((o, part_o), 1), torch.stack((lse, part_lse), -1))
+    assert o is not None and small is not None
+    _write_out(out, o, small, seq_lens, plan, v_scale)
 
 
-def _chunk(
+def _write_out(
+    out: torch.Tensor,
+    o: torch.Tensor,
+    small: torch.Tensor,
+    seq_lens: torch.Tensor,
+    plan: DecodePlan,
+    v_scale: float,
+) -> None:
+    """``out`` from ``o [rows, G, D]``; sequences shorter than a block take ``small``.
+
+    ``out`` may have any strides (vLLM's ``empty_like`` of a strided query): it is written
+    through a ``[kv_heads, S, G, D]`` view by one ``where`` (after a cast when dtypes differ).
+    """
+    num_seqs = seq_lens.shape[0]
+    kv_heads = o.shape[0] // num_seqs
+    shape = (kv_heads, num_seqs, plan.group, plan.head_size)
+    dst = out.unflatten(1, (kv_heads, plan.group)).transpose(0, 1)
+    if o.dtype != out.dtype:
+        o = o.to(out.dtype)
+    if small.dtype != out.dtype:
+        small = small.to(out.dtype)
+    short = (seq_lens < plan.block_size).view(1, num_seqs, 1, 1)
+    torch.where(short, small.view(shape), o.view(shape), out=dst)
+    if v_scale != 1.0:
+        dst.mul_(v_scale)
+
+
+def _gather_and_score(
     plan: DecodePlan,
     ws: Workspace,
     qg: torch.Tensor,
@@ -355,115 +408,143 @@ def _chunk(
     value_cache: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
-    scale: float,
     slopes: Optional[torch.Tensor],
     layout: CacheLayout,
-    k_scale: float,
-    v_scale: float,
+    post_scale: float,
     start: int,
-) -> Triple:
-    """One chunk's merged ``(out [rows, G, D], max [rows, G], sum [rows, G])`` in fp32."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scores [rows, G, C] fp32, values [D, kv_heads, S, C] in the bmm dtype)``."""
     rows, group, head_size = qg.shape
     num_seqs = seq_lens.shape[0]
     kv_heads = rows // num_seqs
-    c, p, ps, bs = plan.chunk_tokens, plan.num_partitions, plan.partition_size, plan.block_size
-    dtype, device = qg.dtype, qg.device
-    if plan.gather == "block":
-        ids = block_indices(bs, c, block_tables, seq_lens, start)
-        keys = gather_keys_blocks(ws, key_cache, ids, layout)
-        masked = torch.arange(start, start + c, device=device)[None, :] >= seq_lens[:, None]
-    else:
-        blocks, offsets, masked = token_indices(bs, c, block_tables, seq_lens, start)
-        keys = gather_keys_tokens(ws, key_cache, blocks, offsets, layout)
+    c, bs, device = plan.chunk_tokens, plan.block_size, qg.device
+    # chunk-relative positions: slot i of this chunk is masked when i >= seq_len - start
+    end = seq_lens if start == 0 else seq_lens - start
+    pos = ws.arange(c, device)
+    masked = pos[None, :] >= end[:, None]  # [S, C]
+    ids = block_ids(block_tables, masked[:, ::bs], start // bs, c // bs, ws)
+    keys = gather_keys(ws, key_cache, ids, layout, plan.gather_bytes)
+    values = gather_values(ws, value_cache, ids, layout, plan.gather_bytes)
+    _zero_value_tails(ws, values, end, plan)
 
-    # scores [rows, G, C] fp32
     keys = keys.view(rows, c, head_size)
     if plan.scores_in_compute_dtype:
-        keys = to_compute(ws, "k_c", keys, layout, k_scale, dtype)
-        rounded = ws.take("scores_c", (rows, group, c), dtype, device)
+        keys = to_compute(ws, "k_c", keys, layout, plan.matmul_dtype)
+        rounded = ws.take("scores_c", (rows, group, c), plan.matmul_dtype, device)
         torch.bmm(qg, keys.transpose(1, 2), out=rounded)
         scores = ws.take("scores", (rows, group, c), torch.float32, device)
         scores.copy_(rounded)
-    elif plan.scores_fp32_from_bmm and dtype != torch.float32:
-        keys = to_compute(ws, "k_c", keys, layout, k_scale, dtype)
+    elif plan.score_input_dtype != torch.float32:  # the device's bmm writes fp32 itself
+        keys = to_compute(ws, "k_c", keys, layout, plan.score_input_dtype)
         scores = torch.bmm(qg, keys.transpose(1, 2), out_dtype=torch.float32)
     else:
-        keys = to_compute(ws, "k_c", keys, layout, k_scale, torch.float32)
+        keys = to_compute(ws, "k_c", keys, layout, torch.float32)
         scores = ws.take("scores", (rows, group, c), torch.float32, device)
-        torch.bmm(qg.to(torch.float32), keys.transpose(1, 2), out=scores)
+        torch.bmm(qg, keys.transpose(1, 2), out=scores)
     scores4 = scores.view(kv_heads, num_seqs, group, c)
-    scores4.mul_(scale)
-    if slopes is not None:
-        rel = torch.arange(start, start + c, device=device)[None, :] - seq_lens[:, None] + 1
-        scores4.add_(slopes * rel.view(1, num_seqs, 1, c).float())
-    scores4.masked_fill_(masked.view(1, num_seqs, 1, c), -math.inf)
-
-    # per-partition softmax statistics
-    parts = scores.view(rows, group, p, ps)
-    maxes = parts.amax(-1)  # [rows, G, P]
-    parts.sub_(safe_max(maxes).unsqueeze(-1)).exp_()
-    sums = parts.sum(-1)
-    # Normalise each partition before the cast, as vLLM's kernels do: an unnormalised fp16
-    # product P.V can reach partition_size * max|v| and overflow fp16's 65504.
-    parts.div_(sums.clamp(min=1e-30).unsqueeze(-1))
-    probs = ws.take("probs", (rows, p, group, ps), dtype, device)
-    probs.copy_(parts.transpose(1, 2))
-
-    # partial outputs [rows, P, G, D], normalised per partition
-    if plan.gather == "block":
-        partial = _values_by_blocks(
-            plan, ws, probs, value_cache, block_tables, seq_lens, ids, sums, layout, v_scale, start
-        )
-    else:
-        values = gather_values_tokens(ws, value_cache, blocks, offsets, layout)
-        values = to_compute(ws, "v_c", values, layout, v_scale, dtype)
-        partial = torch.bmm(probs.view(rows * p, group, ps), values.view(rows * p, ps, head_size))
-        partial = partial.view(rows, p, group, head_size)
-    if p == 1:  # back to the unnormalised triple, in fp32
-        return partial[:, 0] * sums[..., 0].unsqueeze(-1), maxes[..., 0], sums[..., 0]
-    return merge_partitions(partial, maxes.transpose(1, 2), sums.transpose(1, 2), normalised=True)
+    if post_scale != 1.0:
+        scores4.mul_(post_scale)
+    if slopes is not None:  # vLLM's bias: slope * (position - seq_len + 1)
+        rel = pos[None, :] - (end[:, None] - 1)
+        scores4.addcmul_(slopes, rel.view(1, num_seqs, 1, c).to(torch.float32))
+    scores4.masked_fill_(masked.view(1, num_seqs, 1, c), MASKED_SCORE)
+    values = to_compute(ws, "v_c", values, layout, plan.matmul_dtype)
+    return scores, values
 
 
-def _values_by_blocks(
+def _zero_value_tails(
+    ws: Workspace, values: torch.Tensor, end: torch.Tensor, plan: DecodePlan
+) -> None:
+    """Zero the ``block_size - 1`` gathered value slots after each sequence's last token.
+
+    ``values [D, kv_heads, S, C]``; ``end [S]``: each sequence's first masked slot relative to
+    the chunk (may be < 0 or >= C when streaming). Without streaming every such slot lies
+    inside the row (``C >= max_seq_len + block_size - 1``) and past the end, so one
+    ``index_put_`` of zeros does it. A streamed chunk may end before a sequence does: targets are clamped into the
+    chunk and slots that hold real tokens are written back unchanged.
+    """
+    num_seqs, c, bs = end.shape[0], plan.chunk_tokens, plan.block_size
+    device = values.device
+    step = ws.arange(bs - 1, device)
+    seqs = ws.arange(num_seqs, device)[:, None]
+    zero = ws.constant(
+        ("zero", values.dtype), lambda d: torch.zeros((), dtype=values.dtype, device=d), device
+    )
+    if not plan.streaming:
+        target = end[:, None] + step  # [S, BS - 1]
+        torch.ops.aten.index_put_(values, [None, None, seqs, target], zero)
+        return
+    target = (end[:, None] + step).clamp_(0, c - 1)
+    current = values[:, :, seqs, target]
+    keep = target < end[:, None]  # a clamped target on a real token: write it back as it is
+    torch.ops.aten.index_put_(values, [None, None, seqs, target], torch.where(keep, current, zero))
+
+
+def _direct(
     plan: DecodePlan,
     ws: Workspace,
-    probs: torch.Tensor,
+    qg: torch.Tensor,
+    key_cache: torch.Tensor,
     value_cache: torch.Tensor,
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
-    ids: torch.Tensor,
-    sums: torch.Tensor,
+    slopes: Optional[torch.Tensor],
     layout: CacheLayout,
-    v_scale: float,
+    post_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """single_tile / one_pass: ``(out [rows, G, D], first-block out [rows, G, D])``."""
+    scores, values = _gather_and_score(
+        plan, ws, qg, key_cache, value_cache, block_tables, seq_lens, slopes, layout,
+        post_scale, 0,
+    )  # fmt: skip
+    rows, group, c = scores.shape
+    probs = torch.softmax(scores, -1)
+    if plan.matmul_dtype != torch.float32:
+        cast = ws.take("probs", (rows, group, c), plan.matmul_dtype, probs.device)
+        probs = cast.copy_(probs)
+    v_rows = values.view(plan.head_size, rows, c).permute(1, 2, 0)  # [rows, C, D]
+    o = torch.bmm(probs, v_rows)
+    bs = plan.block_size
+    return o, torch.bmm(probs[:, :, :bs], v_rows[:, :bs])
+
+
+def _partitioned(
+    plan: DecodePlan,
+    ws: Workspace,
+    qg: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    slopes: Optional[torch.Tensor],
+    layout: CacheLayout,
+    post_scale: float,
     start: int,
-) -> torch.Tensor:
-    """``P . V`` per partition from D-major values: ``[rows, P, G, D]`` in the compute dtype.
+) -> tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+    """One chunk: ``(normalised out [rows, G, D] fp32, lse [rows, G] if streaming, first-block
+    out)``.
 
-    Masked slots were read from the cache as they are (possibly inf/NaN), so partitions with no
-    real token are zeroed and each sequence's boundary partition is recomputed from clean
-    token-level values.
+    Phase 1 on the small score tensor: per-partition max ``m``, ``exp(s - m)``, sum ``l``,
+    probabilities normalised per partition (as vLLM V2 does: an unnormalised fp16 ``P . V``
+    can reach ``partition_size * max|v|`` and overflow), one bmm for every partition's partial
+    output. Phase 2 in fp32: partition weights ``softmax(m + log l)``, a weighted sum.
     """
-    rows, p, group, ps = probs.shape
-    num_seqs = seq_lens.shape[0]
-    kv_heads, head_size, c = rows // num_seqs, layout.head_size, plan.chunk_tokens
-    vd = gather_values_dmajor(ws, value_cache, ids, layout)  # [D, KVH, S, C]
-    vd = to_compute(ws, "v_c", vd, layout, v_scale, probs.dtype)
-    # row b = (kv head, seq, partition) starts at b * ps; D is the slowest axis
-    vt = vd.as_strided((rows * p, head_size, ps), (ps, rows * c, 1))
-    partial = torch.bmm(probs.view(rows * p, group, ps), vt.transpose(1, 2))
-    partial = partial.view(rows, p, group, head_size)
-    empty = (sums.transpose(1, 2) == 0).unsqueeze(-1)  # [rows, P, G, 1]
-    partial = partial.masked_fill(empty, 0.0)
-
-    edge = ((seq_lens - (1 + start)) // ps).clamp_(0, p - 1)  # [S], int32
-    pos = edge[:, None] * ps + torch.arange(start, start + ps, device=edge.device)[None, :]
-    blocks, offsets, _ = slot_indices(plan.block_size, pos, block_tables, seq_lens)
-    values = gather_values_tokens(ws, value_cache, blocks, offsets, layout, name="v_edge")
-    values = to_compute(ws, "v_edge_c", values, layout, v_scale, probs.dtype)
-    seqs = torch.arange(num_seqs, device=edge.device)
-    edge_probs = probs.view(kv_heads, num_seqs, p, group, ps)[:, seqs, edge]  # [KVH, S, G, ps]
-    fixed = torch.bmm(edge_probs.reshape(rows, group, ps), values.view(rows, ps, head_size))
-    partial.view(kv_heads, num_seqs, p, group, head_size)[:, seqs, edge] = fixed.view(
-        kv_heads, num_seqs, group, head_size
-    )
-    return partial
+    scores, values = _gather_and_score(
+        plan, ws, qg, key_cache, value_cache, block_tables, seq_lens, slopes, layout,
+        post_scale, start,
+    )  # fmt: skip
+    rows, group, c = scores.shape
+    p, ps, head_size = plan.num_partitions, plan.partition_size, plan.head_size
+    parts = scores.view(rows, group, p, ps)
+    maxes = parts.amax(-1)  # [rows, G, P]
+    parts.sub_(maxes.unsqueeze(-1)).exp_()
+    sums = parts.sum(-1)  # >= 1: every partition's max contributes exp(0)
+    probs = ws.take("probs", (rows, p, group, ps), plan.matmul_dtype, scores.device)
+    torch.div(parts, sums.unsqueeze(-1), out=probs.transpose(1, 2))
+    v_parts = values.view(head_size, rows * p, ps).permute(1, 2, 0)  # [rows * P, ps, D]
+    partial = torch.bmm(probs.view(rows * p, group, ps), v_parts).view(rows, p, group, head_size)
+    o, lse = merge_lse(partial, maxes + sums.log(), with_lse=plan.streaming)
+    bs = plan.block_size
+    v_rows = values.view(head_size, rows, c).permute(1, 2, 0)
+    small = torch.bmm(probs[:, 0, :, :bs], v_rows[:, :bs])
+    return o, lse, small

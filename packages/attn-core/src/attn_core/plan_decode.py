@@ -33,15 +33,15 @@ Environment overrides (read on every plan; invalid values raise ``ValueError``):
   from fp16/bf16 inputs (torch 2.1, the CPU) exact fp32 scores cost an fp32 copy of the keys;
   ``compute`` instead rounds scores to the compute dtype (vLLM's kernels do not) to save that
   copy's traffic and memory.
-- ``ATTN_CORE_DECODE_GATHER``: ``token`` or ``block`` (see :mod:`attn_core.decode_gather`);
-  default ``block`` for the partitioned tier (whole-block 8-byte reads, values D-major) and
-  ``token`` otherwise (block mode recomputes one boundary partition per sequence, which for a
-  single-partition tier would read V twice).
+- ``ATTN_CORE_DECODE_GATHER_BYTES``: ``16`` (default) or ``8``: element width of the block
+  gathers (``complex128`` / ``int64`` views of the raw bytes; see
+  :mod:`attn_core.decode_gather`). ``bench/decode_bench.py`` times both.
 - ``ATTN_CORE_DEVICE``: the device profile (see :mod:`attn_core.device_spec`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -52,7 +52,7 @@ from attn_core.device_spec import DeviceSpec, detect_device_spec, get_device_spe
 from attn_core.plan_types import KernelStep
 
 TIERS = ("single_tile", "one_pass", "partitioned")
-GATHERS = ("token", "block")
+GATHER_BYTES = (8, 16)
 
 # Even-share oversubscription: 2 waves' worth of blocks lets the tail wave of uneven partitions
 # overlap the next (CUB uses a subscription factor for the same reason). Assumed, not yet swept.
@@ -82,7 +82,11 @@ class DecodePlan:
         chunk_tokens: tokens processed per chunk (``num_partitions * partition_size``).
         num_chunks: chunks (1 unless streaming).
         streaming: whether the executor loops over chunks.
-        gather: how K/V leave the cache, ``"token"`` or ``"block"``.
+        gather_bytes: element width of the block gathers (16 or 8).
+        matmul_dtype: dtype of K, V and probabilities in the bmms: the compute dtype, or fp32
+            where this torch has no bmm for it (torch 2.1's CPU has none for fp16).
+        score_input_dtype: dtype of q and K in the score bmm (fp32 unless the device's bmm
+            writes fp32 from fp16/bf16, or ``scores_in_compute_dtype``).
         scores_fp32_from_bmm: the device's bmm writes fp32 scores from fp16/bf16 inputs; if not,
             keys are upcast to fp32 before the score product (exact fp32 scores either way).
         scores_in_compute_dtype: opt-in (``ATTN_CORE_DECODE_SCORES=compute``): the score bmm
@@ -90,6 +94,8 @@ class DecodePlan:
         workspace_bytes: bytes of scratch one step needs (reused across calls).
         steps: launches as a device would run them; grids are
             ``(num_seqs, num_kv_heads, num_partitions)``.
+        torch_ops: kernel-launching torch ops the torch executor issues per step (default
+            scale, no ALiBi, ``v_scale`` 1); streaming counts every chunk.
         device_spec: the profile the plan was made for.
     """
 
@@ -106,13 +112,16 @@ class DecodePlan:
     chunk_tokens: int
     num_chunks: int
     streaming: bool
-    gather: str
+    gather_bytes: int
+    matmul_dtype: torch.dtype
+    score_input_dtype: torch.dtype
     compute_dtype: torch.dtype
     cache_element_size: int
     scores_fp32_from_bmm: bool
     scores_in_compute_dtype: bool
     workspace_bytes: int
     steps: tuple[KernelStep, ...]
+    torch_ops: int
     device_spec: DeviceSpec
 
     @property
@@ -222,8 +231,9 @@ def plan_decode(
     single_tile_max: Optional[int] = None,
     stream_tokens: Optional[int] = None,
     tier: Optional[str] = None,
-    gather: Optional[str] = None,
+    gather_bytes: Optional[int] = None,
     scores_fp32_from_bmm: bool = False,
+    bmm_in_compute_dtype: bool = True,
     scores: Optional[str] = None,
 ) -> DecodePlan:
     """Plan one decode step. Arguments override the environment, which overrides the profile.
@@ -232,6 +242,8 @@ def plan_decode(
         max_seq_len: upper bound on ``seq_lens`` (may exceed all of them).
         max_blocks_per_seq: width of ``block_tables``; caps the context at its capacity.
         cache_element_size: bytes per cache element (1 for fp8); defaults to ``dtype``'s.
+        scores_fp32_from_bmm: the device's bmm writes fp32 from ``dtype`` inputs.
+        bmm_in_compute_dtype: the device's bmm runs in ``dtype`` at all (else fp32 matmuls).
         device_spec: the profile; default ``ATTN_CORE_DEVICE`` or the one matching ``device``.
     """
     for name, value in (
@@ -275,7 +287,9 @@ def plan_decode(
     subscription = _env_int("ATTN_CORE_DECODE_SUBSCRIPTION") or SUBSCRIPTION
 
     threads = _threads(spec)
-    padded = _round_up(context, block_size)
+    # Every sequence's row keeps block_size - 1 slots past its last token (max_seq_len at
+    # most): decode zeroes those value slots with one fixed-size index_put (see decode.py).
+    padded = _round_up(context + block_size - 1, block_size)
     streaming = stream is not None
     # tokens one launch covers: the context, or one streamed chunk of it
     span = min(padded, max(block_size, stream // block_size * block_size)) if stream else padded
@@ -302,15 +316,30 @@ def plan_decode(
         ps = chunk
         num_partitions = 1
     num_chunks = -(-padded // chunk)
-    gather = gather or os.environ.get("ATTN_CORE_DECODE_GATHER") or None
-    if gather is None:
-        gather = "block" if tier == "partitioned" else "token"
-    if gather not in GATHERS:
-        raise ValueError(f"gather must be one of {GATHERS}, got {gather!r}")
+    gather_bytes = gather_bytes or _env_int("ATTN_CORE_DECODE_GATHER_BYTES") or 16
+    if gather_bytes not in GATHER_BYTES:
+        raise ValueError(f"gather_bytes must be one of {GATHER_BYTES}, got {gather_bytes!r}")
     scores = scores or os.environ.get("ATTN_CORE_DECODE_SCORES") or "fp32"
     if scores not in ("fp32", "compute"):
         raise ValueError(f"scores must be 'fp32' or 'compute', got {scores!r}")
-    in_compute = scores == "compute" and elem != 4 and not scores_fp32_from_bmm
+    matmul_dtype = dtype if bmm_in_compute_dtype else torch.float32
+    in_compute = (
+        scores == "compute" and elem != 4 and not scores_fp32_from_bmm and bmm_in_compute_dtype
+    )
+    exact_fp32 = scores_fp32_from_bmm and bmm_in_compute_dtype
+    score_input = dtype if (in_compute or exact_fp32) else torch.float32
+    ops = _torch_ops(
+        tier,
+        streaming,
+        num_chunks,
+        dtype,
+        matmul_dtype,
+        score_input,
+        in_compute,
+        cache_elem != elem,
+        head_size,
+        chunk * num_chunks > (max_blocks_per_seq or 1 << 62) * block_size,
+    )
 
     steps = _steps(
         spec,
@@ -335,9 +364,9 @@ def plan_decode(
         chunk,
         num_partitions,
         tier,
-        scores_fp32_from_bmm or in_compute,
+        score_input != torch.float32 or elem == 4,
         streaming,
-        gather,
+        matmul_dtype,
         in_compute,
     )
     return DecodePlan(
@@ -354,13 +383,16 @@ def plan_decode(
         chunk_tokens=chunk,
         num_chunks=num_chunks,
         streaming=streaming,
-        gather=gather,
+        gather_bytes=gather_bytes,
+        matmul_dtype=matmul_dtype,
+        score_input_dtype=score_input,
         compute_dtype=dtype,
         cache_element_size=cache_elem,
         scores_fp32_from_bmm=scores_fp32_from_bmm,
         scores_in_compute_dtype=in_compute,
         workspace_bytes=workspace,
         steps=steps,
+        torch_ops=ops,
         device_spec=spec,
     )
 
@@ -426,6 +458,56 @@ def _steps(
     return (one + (merge,)) * num_chunks
 
 
+def _torch_ops(
+    tier: str,
+    streaming: bool,
+    num_chunks: int,
+    dtype: torch.dtype,
+    matmul_dtype: torch.dtype,
+    score_input: torch.dtype,
+    in_compute: bool,
+    fp8: bool,
+    head_size: int,
+    past_table: bool,
+) -> int:
+    """Kernel-launching torch ops of one step, as ``attn_core.decode`` issues them.
+
+    Counted by ``tests/test_decode_structure.py`` (a dispatch-mode recorder) for every
+    combination below; the sim charges them as launches.
+    """
+    # mask, block ids, K and V gathers, tail zeroing (2), score bmm, masked_fill
+    per_chunk = 8
+    if fp8:
+        per_chunk += 2  # K and V dequantised (into the score / bmm dtypes)
+    else:
+        per_chunk += 1 if score_input == torch.float32 and dtype != torch.float32 else 0  # K up
+        per_chunk += 1 if matmul_dtype != dtype else 0  # V upcast (torch 2.1's CPU)
+    per_chunk += 1 if in_compute else 0  # rounded scores copied to fp32
+    if streaming:
+        per_chunk += 4  # clamp, read back, keep mask, where
+    if tier != "partitioned" and not streaming:
+        # softmax, cast to the bmm dtype, P.V, first-block P.V
+        per_chunk += 4 if matmul_dtype != torch.float32 else 3
+    else:
+        # max, sub, exp, sum, normalise+cast, P.V, log, add, softmax, mul, sum, first block
+        per_chunk += 12
+        per_chunk += 1 if streaming else 0  # the chunk's logsumexp
+    total = per_chunk * num_chunks
+    # each later chunk: its relative end (seq_lens - start), and the merge of chunks (2
+    # stacks, softmax, mul, sum, logsumexp)
+    total += 7 * (num_chunks - 1)
+    total += 1  # grouped query (scaled) copy
+    scale = head_size**-0.5
+    total += 0 if dtype == torch.float32 or math.frexp(scale)[0] == 0.5 else 1
+    total += 1 if past_table else 0
+    # output: short-sequence mask + where, plus a copy when the result is not out's dtype
+    total += 2
+    if tier == "partitioned" or streaming:
+        total += 1 if dtype != torch.float32 else 0
+    total += 1 if matmul_dtype != dtype else 0
+    return total
+
+
 def _workspace_bytes(
     num_seqs: int,
     num_kv_heads: int,
@@ -438,26 +520,26 @@ def _workspace_bytes(
     tier: str,
     scores_fp32_from_bmm: bool,
     streaming: bool,
-    gather: str,
+    matmul_dtype: torch.dtype,
     in_compute: bool,
 ) -> int:
     """Scratch bytes of one chunk, matching the buffers :mod:`attn_core.decode` takes."""
     b = num_seqs * num_kv_heads
     kv = b * chunk * head_size
+    mm = torch.empty((), dtype=matmul_dtype).element_size()
     total = 2 * kv * cache_elem  # gathered K and V in the cache's dtype
-    if cache_elem != elem:
-        total += 2 * kv * elem  # dequantised K and V
-    if not scores_fp32_from_bmm and elem != 4:
+    if cache_elem != mm:
+        total += kv * mm  # V in the bmm dtype (dequantised / upcast)
+        if scores_fp32_from_bmm or in_compute:
+            total += kv * mm  # K in the bmm dtype
+    if not scores_fp32_from_bmm and not in_compute and elem != 4:
         total += kv * 4  # keys upcast for exact fp32 scores
-    total += b * group * head_size * elem  # grouped, scaled queries
-    total += b * group * chunk * (4 + elem)  # fp32 scores, probabilities in compute dtype
-    total += num_seqs * chunk * (8 + 8 + 1)  # token indices (block, offset) and mask
-    total += b * num_partitions * group * (head_size + 2) * 4  # partial outputs, max, sum
+    total += b * group * head_size * 4  # grouped, scaled queries
+    total += b * group * chunk * (4 + mm)  # fp32 scores, probabilities in the bmm dtype
+    total += num_seqs * chunk  # mask
+    total += b * num_partitions * group * (head_size * mm + 2 * 4)  # partials, max, sum
     if streaming:
-        total += b * group * (head_size + 2) * 4  # running output, max, sum
+        total += 2 * b * group * (head_size + 1) * 4  # running output and log-sum-exp
     if in_compute:
         total += b * group * chunk * elem  # scores as the score bmm wrote them
-    if gather == "block":
-        edge = b * (chunk // num_partitions) * head_size
-        total += edge * (cache_elem + (elem if cache_elem != elem else 0))  # boundary values
     return total

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import torch
 
@@ -32,6 +32,7 @@ def is_capturing(device: torch.device) -> bool:
 class Workspace:
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, torch.dtype, str], torch.Tensor] = {}
+        self._constants: dict[tuple[Hashable, str], torch.Tensor] = {}
         self._retired: list[torch.Tensor] = []
         self._graph_seen = False
         self.allocations = 0
@@ -55,16 +56,48 @@ class Workspace:
             self.allocations += 1
         return buf[:numel].view(shape)
 
+    def constant(
+        self,
+        key: Hashable,
+        make: Callable[[torch.device], torch.Tensor],
+        device: torch.device,
+    ) -> torch.Tensor:
+        """A tensor that depends only on ``key`` (aranges, a zero): made once, on ``device``.
+
+        Steady-state calls then launch nothing for it; ``make(device)`` builds it on the device
+        itself (a host-to-device copy would be illegal inside a CUDA-graph capture).
+        """
+        full = (key, str(device))
+        t = self._constants.get(full)
+        if t is None:
+            t = self._constants[full] = make(device)
+            self.allocations += 1
+        return t
+
+    def arange(self, n: int, device: torch.device) -> torch.Tensor:
+        """``arange(n)`` (int64) as a view of one growing buffer: no launch in steady state."""
+        key = ("arange", str(device))
+        buf = self._constants.get(key)
+        if buf is None or buf.numel() < n:
+            if buf is not None and (self._graph_seen or is_capturing(device)):
+                self._graph_seen = True
+                self._retired.append(buf)
+            capacity = n if buf is None else n + n // GROWTH_SLACK
+            buf = self._constants[key] = torch.arange(capacity, device=device)
+            self.allocations += 1
+        return buf[:n]
+
     @property
     def nbytes(self) -> int:
         """Bytes held, retired buffers included."""
-        held = list(self._buffers.values()) + self._retired
+        held = list(self._buffers.values()) + self._retired + list(self._constants.values())
         return sum(b.numel() * b.element_size() for b in held)
 
     def clear(self) -> None:
         """Drop every buffer (do not call while a captured graph that used them may replay)."""
         self._buffers.clear()
         self._retired.clear()
+        self._constants.clear()
 
 
 _local = threading.local()
