@@ -240,7 +240,11 @@ def fit(
         bounds=bounds,
         options={"maxiter": 4000, "xatol": 1e-4, "fatol": 1e-9},
     )
-    return params_of(best.x)
+    out = params_of(best.x)
+    for k in keys:  # exp(log(x)) may land an ulp past a bound
+        if k in UPPER:
+            out[k] = min(max(out[k], start[k] / 100), start[k] * UPPER[k])
+    return out
 
 
 def _timings(measurements) -> list[Timing]:
