@@ -44,6 +44,10 @@ def good():
     first = run_gates([BI], gates, {"profiles": {}})
     decode = [r for r in first.results if r.path == "decode"]
     gates["decode"]["max_launches"] = max(r.launches for r in decode)
+    by_tier: dict = {}
+    for r in decode:
+        by_tier[r.tier] = max(by_tier.get(r.tier, 0), r.launches)
+    gates["decode"]["max_launches_by_tier"] = by_tier
     gates["decode"]["max_plan_launches"] = max(r.plan_launches for r in decode)
     gates["decode"]["profile"] = {
         "bi-v100": {"transient_kv_ratio": max(r.transient_bytes / r.kv_bytes for r in decode)}
@@ -110,6 +114,23 @@ def test_code_that_adds_launches_fails(good, monkeypatch):
     report = run_gates([BI], gates, baseline)
     gates_hit = {v.gate for v in report.violations}
     assert "launches" in gates_hit
+
+
+def test_one_extra_launch_fails_its_tier_under_a_loose_global_bound(good, monkeypatch):
+    gates, baseline = good
+    gates = {**gates, "decode": {**gates["decode"], "max_launches": 1000}}
+    real = attn_core.paged_decode
+
+    def one_more(*args, **kwargs):
+        return real(*args, **kwargs) * 1.0
+
+    monkeypatch.setattr(attn_core, "paged_decode", one_more)
+    report = run_gates([BI], gates, baseline)
+    hit = [v for v in report.violations if v.gate == "launches"]
+    assert hit and all(v.over_by == 1 for v in hit)
+    assert {v.detail.split("(")[1].rstrip(")") for v in hit} <= set(
+        gates["decode"]["max_launches_by_tier"]
+    )
 
 
 def test_host_sync_fails(good, monkeypatch):

@@ -4,7 +4,8 @@ Per profile in ``gates.toml``:
 
 1. ``shared_memory``: every design attn-core's plans choose over a grid of batches x contexts
    (decode) and query lengths x contexts (prefill) fits one block's budget and can launch.
-2. ``launches`` / ``plan_launches`` / ``syncs``: per traced decode step.
+2. ``launches`` / ``plan_launches`` / ``syncs``: per traced decode step (launches per tier where
+   ``max_launches_by_tier`` names it, else ``max_launches``).
 3. ``transient``: peak new allocations + reusable workspace of a step against the memory bound.
 4. ``time``: predicted step time against ``baseline.json`` plus the tolerance (a case with no
    baseline fails too: ``update-baseline`` is the explicit way to accept new numbers).
@@ -121,7 +122,9 @@ def check_result(
             report.violations.append(Violation(spec.name, name, r.label, value, limit, detail))
 
     if r.path == "decode":
-        gate("launches", r.launches, gates["decode"]["max_launches"], "torch launches per step")
+        by_tier = gates["decode"].get("max_launches_by_tier", {})
+        limit = by_tier.get(r.tier, gates["decode"]["max_launches"])
+        gate("launches", r.launches, limit, f"torch launches per step ({r.tier})")
         gate("plan_launches", r.plan_launches, gates["decode"]["max_plan_launches"])
         gate("syncs", r.syncs, gates["decode"]["max_syncs"], "host reads per step")
         ratio = decode_threshold(gates, base_name(spec), "transient_kv_ratio")
