@@ -21,8 +21,9 @@ compute floor (FLOPs / measured matmul rate), peak transient memory above the in
 (CUDA), device launches per call, and the max |error| against the shared float64 reference on the
 chunk's first and last ``CHECK_ROWS`` rows, for the first and last query head of the first and
 last KV head (the CPU reference's cost grows with heads x keys; see ``_CheckCase``).
-``floor_elem_ms`` is the torch path's own floor: 16 bytes of elementwise traffic per score
-(module docstring of attn_core.plan_prefill) at the measured copy bandwidth.
+``floor_elem_ms`` is the torch path's own floor: ``ELEMENTWISE_BYTES_PER_SCORE`` (14) bytes of
+elementwise traffic per score (module docstring of attn_core.plan_prefill) at the measured copy
+bandwidth.
 
 Running order and time: each row is printed (flushed) as soon as it is measured and
 ``<out>/prefill_bench.json`` is rewritten after every row, so a killed run keeps what it measured.
@@ -63,6 +64,7 @@ from _timing import (  # noqa: E402
 )
 
 from attn_core import paged_prefix_prefill, plan_prefill, write_to_paged_cache  # noqa: E402
+from attn_core.plan_prefill import ELEMENTWISE_BYTES_PER_SCORE  # noqa: E402
 from attn_core.prefill_backends import BACKENDS, ensure_verified  # noqa: E402
 from attn_core.prefill_case import PrefillCase, make_prefill_case  # noqa: E402
 from attn_core.testing import reference_prefix_prefill, tokens_from_cache  # noqa: E402
@@ -319,7 +321,7 @@ def _slow(run) -> Timing:
 def _add_rates(r: dict, matmul_rate: float, bandwidth: float, heads: int) -> None:
     """Derived columns of one row, in place."""
     r["floor_ms"] = 1e3 * r["flops"] / matmul_rate
-    r["floor_elem_ms"] = 1e3 * 16 * heads * r["pairs"] / bandwidth
+    r["floor_elem_ms"] = 1e3 * ELEMENTWISE_BYTES_PER_SCORE * heads * r["pairs"] / bandwidth
     if r.get("ms"):
         r["tflops"] = r["flops"] / (r["ms"] / 1e3) / 1e12
         r["pct_matmul"] = 100 * r["tflops"] * 1e12 / matmul_rate

@@ -8,9 +8,11 @@ How the numbers are chosen (torch backend):
 
 - The cost floor of the torch path is elementwise traffic over the score tile, not the matmuls:
   per score it writes the QK^T result, reads it for the row max, subtracts and exponentiates in
-  place and reads it twice more (row sum, P@V) - 16 bytes per score at 2-byte scores. At the
-  Qwen3.6 shape (24/4 heads, head 256), 100K context, 8K chunk that is ~21 G scores, 336 GB,
-  ~70 ms at the H200's 4.8 TB/s (the bench prints this floor beside the measurement).
+  place and reads it once more for P@V, whose GEMM also yields the row sums (a ones column
+  beside V, :data:`attn_core.prefill_gather.SUM_COLUMNS`; a separate sum pass took 2 more
+  bytes) - 14 bytes per score at 2-byte scores (:data:`ELEMENTWISE_BYTES_PER_SCORE`). At the
+  Qwen3.6 shape (24/4 heads, head 256), 100K context, 8K chunk that is ~21 G scores, 294 GB,
+  ~61 ms at the H200's 4.8 TB/s (the bench prints this floor beside the measurement).
 - Tile sizes do not change that traffic, so they are chosen to amortise launches (about a dozen
   small torch ops per tile update) under the transient-memory budget: the key tile is the
   plain loop's 4096 keys (the issue's baseline, measured at 327 ms with 13 GB transient), and
@@ -44,14 +46,16 @@ BUDGET_ENV = "ATTN_CORE_PREFILL_BUDGET_BYTES"
 BACKEND_ENV = "ATTN_CORE_PREFILL_BACKEND"
 STREAM_ENV = "ATTN_CORE_PREFILL_STREAM"
 DEFAULT_BUDGET_BYTES = 1 << 30  # the issue's bound on transient memory beyond the context
+# Elementwise bytes per score of the torch path with 2-byte scores (module docstring).
+ELEMENTWISE_BYTES_PER_SCORE = 14
 BACKENDS = ("torch", "sdpa", "vendor_flash")
 
 # The issue's baseline loop used 4096-token key tiles; kept until a device sweep says otherwise.
 DEFAULT_KEY_TILE = 4096
 MIN_QUERY_TILE = 16  # below this the launches per tile dominate; shrink the key tile instead
 MIN_KEY_TILE = 64
-# fp32 state per query row and head: acc (head_size) + max, new max, sum, tile sum, correction.
-_STATE_FLOATS_EXTRA = 5
+# fp32 state per query row and head: acc (head_size) + max, new max, sum, correction.
+_STATE_FLOATS_EXTRA = 4
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ class _TileSizing:
         per_score = self.score_bytes + (self.operand_bytes if self.separate_probs else 0)
         scores = rows * tk * per_score
         state = rows * (self.head_size + _STATE_FLOATS_EXTRA) * 4
-        query_and_pv = 2 * rows * self.head_size * self.operand_bytes
+        # query tile + P @ [V | 1] (8 extra columns, fp32 where the GEMM can write it)
+        query_and_pv = rows * self.head_size * self.operand_bytes + rows * (self.head_size + 8) * 4
         masks = 3 * tq * tk  # bool temporaries of a causal / window mask (shared by all heads)
         # fp32 distances (+ a score-dtype copy) and positions
         alibi = (4 + self.score_bytes) * tq * tk + 4 * (tq + 2 * tk) if self.alibi else 0
@@ -386,8 +391,7 @@ def _tile_steps(
         elementwise("prefill_row_max", scores),
         elementwise("prefill_sub_max", scores),
         elementwise("prefill_exp", scores),
-        elementwise("prefill_row_sum", scores),
-        gemm("prefill_pv", rows, head_size),
+        gemm("prefill_pv", rows, head_size + 8),  # + the row sums (prefill_gather.SUM_COLUMNS)
         elementwise("prefill_rescale_acc", kv_heads * rows * head_size),
     )
 

@@ -21,8 +21,8 @@ from typing import Optional
 import torch
 
 from attn_core.cache_layout import CacheLayout
-from attn_core.plan_prefill import PrefillPlan
-from attn_core.prefill_gather import gather_context, new_tokens_head_major
+from attn_core.plan_prefill import PrefillPlan, bmm_writes_fp32
+from attn_core.prefill_gather import SUM_COLUMNS, gather_context, new_tokens_head_major
 from attn_core.workspace import Workspace
 
 
@@ -75,7 +75,10 @@ def run_torch_prefill(
         if span.query_len == 0:
             continue
         new_k, new_v = new_tokens_head_major(
-            problem.key[span.q0 : span.q1], problem.value[span.q0 : span.q1], plan.matmul_dtype
+            problem.key[span.q0 : span.q1],
+            problem.value[span.q0 : span.q1],
+            plan.matmul_dtype,
+            sum_column=True,
         )
         # With a sliding window the chunk's first token sees only the last window - 1 cached
         # tokens; older ones are never gathered.
@@ -98,13 +101,18 @@ def run_torch_prefill(
 
 def scores_into(q: torch.Tensor, keys_t: torch.Tensor, out: torch.Tensor) -> None:
     """``out = q @ keys_t``; with fp32 ``out`` and 2-byte operands, the GEMM writes fp32."""
-    if out.dtype == q.dtype:
-        torch.bmm(q, keys_t, out=out)
+    _bmm_into(q, keys_t, out)
+
+
+def _bmm_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
+    if out.dtype == a.dtype:
+        torch.bmm(a, b, out=out)
     else:
-        torch.bmm(q, keys_t, out_dtype=out.dtype, out=out)
+        torch.bmm(a, b, out_dtype=out.dtype, out=out)
 
 
 def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtype) -> tuple:
+    """Context keys ``[kvh, n, hs]`` and values with the row-sum column ``[kvh, n, hs + 8]``."""
     return gather_context(
         problem.key_cache,
         problem.value_cache,
@@ -115,6 +123,7 @@ def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtyp
         dtype,
         problem.k_scale,
         problem.v_scale,
+        sum_column=True,
     )
 
 
@@ -155,16 +164,19 @@ class _Workspace:
         # fp32 scores with 2-byte operands: P@V reads a 2-byte copy of the probabilities.
         self._probs = buf("probs", rows * plan.key_tile, md) if md != sd else None
         self._q = buf("query", rows * self.hs, md)
-        self._pv = buf("pv", rows * self.hs, md)
+        # P @ [V | 1]: P @ V and the row sums (prefill_gather.SUM_COLUMNS), fp32 where the GEMM
+        # can write it (the sum then carries no 2-byte rounding; [rows, hs + 8] is small beside
+        # the score tile).
+        self._pv_dtype = md
+        if md != torch.float32 and dev.type == "cuda" and bmm_writes_fp32(str(dev), md):
+            self._pv_dtype = torch.float32
+        self._pv = buf("pv", rows * (self.hs + SUM_COLUMNS), self._pv_dtype)
         self._acc = buf("acc", rows * self.hs, torch.float32)
         # The running max is a max of score values, so it is exact in the score dtype; keeping
         # it there makes the big in-place subtract a same-dtype (vectorised) kernel.
         self._tile_max = buf("tile_max", rows, sd)
         self._m, self._m_new = buf("max", rows, sd), buf("new_max", rows, sd)
-        self._l, self._l_tile = (
-            buf("sum", rows, torch.float32),
-            buf("tile_sum", rows, torch.float32),
-        )
+        self._l = buf("sum", rows, torch.float32)
         self._alpha = buf("correction", rows, torch.float32)
         self._slopes = None
         if problem.alibi_slopes is not None:
@@ -199,7 +211,9 @@ class _Workspace:
         self.l = self._l[:n].view(self.kvh, self.rows).zero_()
 
     def attend_range(self, keys: torch.Tensor, values: torch.Tensor, first_key_pos: int) -> None:
-        """Fold keys ``[kvh, n, hs]`` at positions ``first_key_pos + j`` into the state."""
+        """Fold keys ``[kvh, n, hs]`` at positions ``first_key_pos + j`` and their values with
+        the row-sum column ``[kvh, n, hs + SUM_COLUMNS]`` (``sum_column_buffer``) into the
+        state."""
         tk, n = self.plan.key_tile, keys.shape[1]
         last_q = self.first_pos + self.t - 1
         window = self.problem.window
@@ -227,15 +241,14 @@ class _Workspace:
         alpha = self._alpha[:count].view(self.kvh, self.rows)
         alpha.copy_(self.m).sub_(self.m_new).exp_()  # in fp32: max differences stay exact
         s.sub_(self.m_new.unsqueeze(-1)).exp_()  # probabilities, in place in the score tile
-        l_tile = self._l_tile[:count].view(self.kvh, self.rows)
-        torch.sum(s, dim=-1, dtype=torch.float32, out=l_tile)
-        self.l.mul_(alpha).add_(l_tile)
-        pv = self._pv[: count * self.hs].view(self.kvh, self.rows, self.hs)
+        width = self.hs + SUM_COLUMNS
+        pv = self._pv[: count * width].view(self.kvh, self.rows, width)
         probs = s
         if self._probs is not None:
             probs = self._probs[: count * n].view(self.kvh, self.rows, n).copy_(s)
-        torch.bmm(probs, values, out=pv)
-        self.acc.mul_(alpha.unsqueeze(-1)).add_(pv)
+        _bmm_into(probs, values, pv)  # values [kvh, n, hs + 8]: P @ V and the row sums
+        self.l.mul_(alpha).add_(pv[..., self.hs])
+        self.acc.mul_(alpha.unsqueeze(-1)).add_(pv[..., : self.hs])
         self.m, self.m_new = self.m_new, self.m
 
     def _mask(self, lo: int, n: int) -> torch.Tensor:
