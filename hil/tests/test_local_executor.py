@@ -99,13 +99,23 @@ def test_long_context_quick_writes_calibration_records(make_ctx):
 def test_interrupt_kills_the_running_suite_and_skips_the_rest(make_ctx):
     """Ctrl-C in the runner sets ctx.cancel: the running tree dies, the rest is NOT_RUN."""
     import threading
+    import time
 
     suites = [
         fault_suite("hang", ("block", "fault_native_block.py", 0), timeout_s=300.0),
         fault_suite("after", OK),
     ]
     ctx = make_ctx("local")
-    threading.Timer(3.0, ctx.cancel.set).start()
+
+    def interrupt_once_hung():
+        started = ctx.out / "local" / "hang" / "started"
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # inside the blocked test by now
+        ctx.cancel.set()
+
+    threading.Thread(target=interrupt_once_hung, daemon=True).start()
     results = run_all([Target("local")], suites, ctx)
     assert [r.status for r in results] == [Status.ERROR, Status.NOT_RUN]
     assert "interrupted" in results[0].detail and results[0].duration_s < 60

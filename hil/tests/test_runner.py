@@ -49,7 +49,7 @@ def suites(*names):
 def scripted(monkeypatch):
     def install(script):
         ex = ScriptedExecutor(script)
-        monkeypatch.setattr(runner, "make_executor", lambda target, ctx: (ex, None))
+        monkeypatch.setattr(runner, "make_executor", lambda target, ctx, suites: (ex, None))
         return ex
 
     return install
@@ -118,7 +118,7 @@ def test_test_failures_exit_1_and_executor_bugs_are_errors(scripted, make_ctx):
 
 
 def test_infrastructure_error_marks_every_suite(monkeypatch, make_ctx):
-    monkeypatch.setattr(runner, "make_executor", lambda t, c: (None, "daemon unreachable at x"))
+    monkeypatch.setattr(runner, "make_executor", lambda t, c, s: (None, "daemon unreachable at x"))
     ctx, results = run(make_ctx, ["a", "b"])
     assert [r.status for r in results] == [Status.ERROR, Status.ERROR]
     assert ctx.store.get("t") is None  # not the device's fault
@@ -135,14 +135,14 @@ def test_targets_run_concurrently_one_worker_each(monkeypatch, make_ctx):
                 barrier.wait()  # both targets must be inside a suite at once
             return super().run(suite, timeout_s, out, env, name)
 
-    monkeypatch.setattr(runner, "make_executor", lambda t, c: (Meeting({}), None))
+    monkeypatch.setattr(runner, "make_executor", lambda t, c, s: (Meeting({}), None))
     ctx = make_ctx()
     results = run_all([Target("t1"), Target("t2")], suites("a"), ctx)
     assert [(r.target, r.status) for r in results] == [("t1", Status.PASS), ("t2", Status.PASS)]
 
 
 def test_a_runner_bug_on_one_target_leaves_the_others(monkeypatch, make_ctx):
-    def make(target, ctx):
+    def make(target, ctx, suites):
         if target.name == "broken":
             raise KeyError("surprise")
         return ScriptedExecutor({}), None

@@ -86,22 +86,35 @@ def container_kwargs(target: Target, env: dict) -> dict:
     return kwargs
 
 
+def container_payload(repo: Path, suite: Suite, target: Target) -> bytes:
+    """The payload archive for a container (fixed paths: /hil/payload, /hil/out)."""
+    spec = suite_spec(suite, "/" + str(PAYLOAD_ROOT), "/" + str(OUT_ROOT), target.test_timeout_s)
+    return build_payload(repo, suite, spec)
+
+
 class DockerExecutor:
     """``log_client``: a client without request timeout for the log stream (default: client)."""
 
     def __init__(
-        self, client, image: str, target: Target, repo: Path, console: Console, log_client=None
+        self,
+        client,
+        image: str,
+        target: Target,
+        repo: Path,
+        console: Console,
+        log_client=None,
+        archives: Optional[dict] = None,
     ):
         self.client, self.image, self.target = client, image, target
         self.repo, self.console = repo, console
         self.log_client = log_client or client
+        self.archives = archives or {}  # suite name -> payload taken with the image's context
         self.cancel = None  # a threading.Event: when set, the running container is killed
 
     def run(self, suite: Suite, timeout_s: float, out: Path, env: dict, name: str) -> RunOutcome:
         out.mkdir(parents=True, exist_ok=True)
-        payload_dir, out_dir = "/" + str(PAYLOAD_ROOT), "/" + str(OUT_ROOT)
-        spec = suite_spec(suite, payload_dir, out_dir, self.target.test_timeout_s)
-        archive = build_payload(self.repo, suite, spec)
+        payload_dir = "/" + str(PAYLOAD_ROOT)
+        archive = self.archives.get(suite.name) or container_payload(self.repo, suite, self.target)
         prefix = f"{self.target.name}/{suite.name}"
         outcome = RunOutcome()
         container = None

@@ -63,14 +63,21 @@ def container_name(ctx: RunContext, target: Target, label: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", raw)
 
 
-def make_executor(target: Target, ctx: RunContext):
-    """(executor, None) or (None, infra error message) for this target."""
+def make_executor(target: Target, ctx: RunContext, suites: Sequence[Suite] = ()):
+    """(executor, None) or (None, infra error message) for this target.
+
+    For Docker, the suites' payloads (their tests) are archived before the image (their code)
+    is built, so a tree edited during a long build cannot pair new tests with old code.
+    """
     if ctx.executor == "local":
         from hil.executor_local import LocalExecutor
 
         return LocalExecutor(target, ctx.repo, ctx.console, cancel=ctx.cancel), None
-    from hil.executor_docker import DockerExecutor, connect
+    from hil.executor_docker import DockerExecutor, connect, container_payload
     from hil.image import BuildFailed, ensure_image
+
+    archives = {s.name: container_payload(ctx.repo, s, target) for s in suites}
+    archives["probe"] = container_payload(ctx.repo, probe_suite(target), target)
 
     build_log = ctx.out / target.name / "build.log"
     build_log.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +112,9 @@ def make_executor(target: Target, ctx: RunContext):
         log_client = connect(target, timeout_s=None)
     except ConnectionError as exc:
         return None, str(exc)
-    executor = DockerExecutor(client, image, target, ctx.repo, ctx.console, log_client)
+    executor = DockerExecutor(
+        client, image, target, ctx.repo, ctx.console, log_client, archives=archives
+    )
     executor.cancel = ctx.cancel
     return executor, None
 
@@ -195,7 +204,7 @@ def run_target(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list
     entry = ctx.store.get(target.name)
     if entry and not ctx.recheck:
         return not_run(target, suites, refusal(target.name, entry), ctx)
-    executor, error = make_executor(target, ctx)
+    executor, error = make_executor(target, ctx, suites)
     if executor is None:
         infra = [
             SuiteResult(
