@@ -3,17 +3,19 @@
 Shape: Qwen3.6's full-attention layer (24 query heads, 4 KV heads, head 256, fp16, block 16) at
 8K / 32K / 100K context with batch 1 and 8, and batch 64 x 8K. Per row: median time, achieved
 K+V bandwidth and its ratio to the measured device-to-device copy bandwidth, transient peak
-memory (fresh workspace) and steady-state peak, kernel launches per step (torch.profiler), max
-error against a reference (float64 on the CPU for small rows, fp32 on the device for large).
+memory (fresh workspace), kernel launches per step (torch.profiler), max error against a
+reference (float64 on the CPU for small rows, fp32 on the device for large).
 
-Variants of attn-core (forced partition sizes, one_pass, streaming) and two gather-only
-microbenchmarks (token-level ``index`` as decode uses, block-level ``index_select``) run in the
-same process, so one GPU run shows which layout and partition size to keep.
+Each shape times the default plan eagerly (host dispatch included: ~30 us per launch on the
+H200 of GPU run 1) and replayed from a CUDA graph (device time, how vLLM runs decode), plus
+graph replays of the other tier (one_pass vs partitioned) and of 8-byte instead of 16-byte
+gather elements, and the gathers alone, so one GPU run shows where the remaining time goes.
 
-    python3 bench/decode_bench.py [--out results] [--quick] [--device cuda]
+    python3 bench/decode_bench.py [--out results] [--quick] [--device cuda] [--shapes 1x100000]
 
-``--quick`` runs tiny sizes (works on a CPU in seconds). Prints a table last; full results go
-to ``OUT/decode_bench.json``.
+``--quick`` runs tiny sizes (works on a CPU in seconds). Prints each row as it is measured and
+a table plus the summary against the H200 targets last; full results go to
+``OUT/decode_bench.json`` (rewritten after every shape).
 """
 
 from __future__ import annotations
@@ -34,19 +36,13 @@ import _timing  # noqa: E402
 from attn_core import paged_decode  # noqa: E402
 from attn_core.cache_layout import validate_caches  # noqa: E402
 from attn_core.decode import plan_for  # noqa: E402
-from attn_core.decode_gather import (  # noqa: E402
-    block_indices,
-    gather_keys_blocks,
-    gather_keys_tokens,
-    gather_values_dmajor,
-    gather_values_tokens,
-    token_indices,
-)
+from attn_core.decode_gather import block_ids, gather_keys, gather_values  # noqa: E402
 from attn_core.testing import reference_decode  # noqa: E402
 from attn_core.workspace import Workspace  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
-FULL_SHAPES = [(1, 8192), (8, 8192), (1, 32768), (8, 32768), (1, 100_000), (8, 100_000), (64, 8192)]
+# the target shapes first, so a run cut short still answers the targets
+FULL_SHAPES = [(1, 100_000), (8, 100_000), (64, 8192), (1, 8192), (8, 8192), (1, 32768), (8, 32768)]
 QUICK_SHAPES = [(1, 256), (2, 1000), (4, 300)]
 # float64 reference on the CPU costs ~0.4 s per 1M (token x head) pairs; above this the row is
 # checked against an fp32 reference on the device instead.
@@ -152,27 +148,24 @@ def sdpa_fn(c: Case) -> tuple[Callable[[], torch.Tensor], str]:
         return (lambda: sdpa(q, k, v).squeeze(2)), "sdpa (K/V pre-expanded)"
 
 
-def gather_fn(c: Case, mode: str) -> Callable[[], object]:
-    """Only the K and V gathers decode does in ``mode`` ("token" or "block"), whole context."""
+def gather_fn(c: Case, width: int) -> Callable[[], object]:
+    """Only the K and V block gathers decode does (``width``-byte elements), whole context."""
     layout = validate_caches(
         c.key_cache, c.value_cache, "auto", compute_dtype=c.query.dtype, device=c.query.device
     )
     ws = Workspace()
-    if mode == "token":
-        blocks, offs, _ = token_indices(BLOCK, c.tokens, c.block_tables, c.seq_lens, 0)
-        return lambda: (
-            gather_keys_tokens(ws, c.key_cache, blocks, offs, layout),
-            gather_values_tokens(ws, c.value_cache, blocks, offs, layout),
-        )
-    ids = block_indices(BLOCK, -(-c.tokens // BLOCK) * BLOCK, c.block_tables, c.seq_lens, 0)
+    nblk = c.block_tables.shape[1]
+    pos = torch.arange(nblk * BLOCK, device=c.query.device)
+    past_end = (pos[None, :] >= c.seq_lens[:, None])[:, ::BLOCK]
+    ids = block_ids(c.block_tables, past_end, 0, nblk, ws)
     return lambda: (
-        gather_keys_blocks(ws, c.key_cache, ids, layout),
-        gather_values_dmajor(ws, c.value_cache, ids, layout),
+        gather_keys(ws, c.key_cache, ids, layout, width),
+        gather_values(ws, c.value_cache, ids, layout, width),
     )
 
 
 def graph_replay_fn(c: Case) -> Optional[Callable[[], object]]:
-    """The default plan captured in a CUDA graph: device time without Python dispatch."""
+    """One decode step (under the current env) captured in a CUDA graph: device time."""
     if c.query.device.type != "cuda":
         return None
     ws, out = Workspace(), torch.empty_like(c.query)
@@ -258,6 +251,8 @@ def plan_row(c: Case) -> dict[str, Any]:
         "partition_size": plan.partition_size,
         "num_partitions": plan.num_partitions,
         "num_chunks": plan.num_chunks,
+        "torch_ops": plan.torch_ops,
+        "gather_bytes": plan.gather_bytes,
         "workspace_MB": plan.workspace_bytes / 1e6,
         "scores_fp32_from_bmm": plan.scores_fp32_from_bmm,
         "device_spec": plan.device_spec.name,
@@ -273,22 +268,16 @@ def plan_row(c: Case) -> dict[str, Any]:
     }
 
 
-def variants(quick: bool) -> list[tuple[str, dict[str, Optional[str]]]]:
-    sizes = ("64", "128") if quick else ("256", "512", "1024", "2048")
-    out: list[tuple[str, dict[str, Optional[str]]]] = [("attn_core plan", {})]
-    out += [
-        (
-            f"attn_core ps={s}",
-            {"ATTN_CORE_DECODE_TIER": "partitioned", "ATTN_CORE_DECODE_PARTITION_SIZE": s},
-        )
-        for s in sizes
+def variants(c: Case) -> list[tuple[str, dict[str, Optional[str]]]]:
+    """Graph-replayed alternatives to the default plan at this shape: the other tier, the
+    other gather width. (GPU run 1's partition-size sweep and token gathers are gone: the
+    one-pass rewrite leaves one gather and a tier choice.)"""
+    tier = plan_row(c)["tier"]
+    other = "one_pass" if tier == "partitioned" else "partitioned"
+    return [
+        (f"graph, tier={other}", {"ATTN_CORE_DECODE_TIER": other}),
+        ("graph, gather 8-byte", {"ATTN_CORE_DECODE_GATHER_BYTES": "8"}),
     ]
-    out.append(("attn_core plan, gather=token", {"ATTN_CORE_DECODE_GATHER": "token"}))
-    out.append(("attn_core plan, gather=block", {"ATTN_CORE_DECODE_GATHER": "block"}))
-    out.append(("attn_core one_pass", {"ATTN_CORE_DECODE_TIER": "one_pass"}))
-    stream = "128" if quick else "8192"
-    out.append((f"attn_core stream={stream}", {"ATTN_CORE_DECODE_STREAM_TOKENS": stream}))
-    return out
 
 
 def bench_shape(
@@ -296,46 +285,74 @@ def bench_shape(
 ) -> list[dict[str, Any]]:
     c = Case(batch, tokens, device)
     rows: list[dict[str, Any]] = []
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        print(
+            f"  {row['variant']:<28} {batch:>3} x {tokens:<7} {row['ms']:8.3f} ms  "
+            f"launches {row.get('launches')}  err {row.get('max_err', '-')}",
+            flush=True,
+        )
+
     out = torch.empty_like(c.query)
-    for name, overrides in variants(quick):
-        if "stream" in name and tokens <= int(overrides["ATTN_CORE_DECODE_STREAM_TOKENS"] or 0):
-            continue
+    ws = Workspace()
+    row = measure(
+        "attn_core plan",
+        c,
+        lambda: c.decode(ws, out),
+        device,
+        copy_bw,
+        iters,
+        check=lambda: c.decode(ws, torch.full_like(c.query, math.nan)),
+        fresh=lambda: c.decode(Workspace(), out),
+    )
+    row.update(plan_row(c))
+    emit(row)
+    graphs = [("attn_core plan, CUDA graph", {})] + variants(c)
+    for name, overrides in graphs:
         with env(**overrides):
-            ws = Workspace()
+            replay = graph_replay_fn(c)
+            if replay is None:
+                continue
+            row = measure(name, c, replay, device, copy_bw, iters, check=replay)
+            row.update(plan_row(c))
+        emit(row)
+        del replay
+        _release(device)
+    if not quick and tokens >= 32768 and batch == 1:
+        with env(ATTN_CORE_DECODE_STREAM_TOKENS="8192"):
+            sws = Workspace()
             row = measure(
-                name,
+                "attn_core stream=8192",
                 c,
-                lambda ws=ws: c.decode(ws, out),
+                lambda: c.decode(sws, out),
                 device,
                 copy_bw,
-                iters,
-                check=lambda ws=ws: c.decode(ws, torch.full_like(c.query, math.nan)),
+                max(3, iters // 4),
+                check=lambda: c.decode(sws, torch.full_like(c.query, math.nan)),
                 fresh=lambda: c.decode(Workspace(), out),
             )
             row.update(plan_row(c))
-        rows.append(row)
+        emit(row)
+        del sws
         _release(device)
-    rows.append(
-        measure(
-            "old: gather+repeat+matmul",
-            c,
-            lambda: old_way(c),
-            device,
-            copy_bw,
-            iters,
-            check=lambda: old_way(c),
-        )
-    )
-    _release(device)
     fn, label = sdpa_fn(c)
-    rows.append(measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))
-    replay = graph_replay_fn(c)
-    if replay is not None:
-        rows.append(
-            measure("attn_core plan, CUDA graph", c, replay, device, copy_bw, iters, check=replay)
+    emit(measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))
+    for width in (16, 8):
+        emit(measure(f"gather only: {width}-byte", c, gather_fn(c, width), device, copy_bw, iters))
+    _release(device)
+    if batch * tokens <= 8 * 32768 or not quick:  # the old way needs 7.5x K+V of memory
+        emit(
+            measure(
+                "old: gather+repeat+matmul",
+                c,
+                lambda: old_way(c),
+                device,
+                copy_bw,
+                max(3, iters // 4),
+                check=lambda: old_way(c),
+            )
         )
-    for mode in ("token", "block"):
-        rows.append(measure(f"gather only: {mode}", c, gather_fn(c, mode), device, copy_bw, iters))
     _release(device)
     return rows
 
@@ -359,6 +376,7 @@ COLUMNS = [
     "tier",
     "partition_size",
     "num_partitions",
+    "torch_ops",
 ]
 
 
@@ -386,61 +404,68 @@ def main(argv: Optional[list[str]] = None) -> int:
         _timing.matmul_flops(device, torch.float16, 256 if args.quick else 8192, iters=3) / 1e12
     )
     rows: list[dict[str, Any]] = []
+    meta = {
+        "device": info,
+        "shape": {
+            "heads": HEADS,
+            "kv_heads": KV_HEADS,
+            "head_size": HEAD,
+            "block_size": BLOCK,
+            "dtype": "float16",
+        },
+        "targets_ms_h200": TARGETS,
+    }
+    print(
+        f"device: {info.get('name')}  copy {copy_bw / 1e9:.0f} GB/s (read+write)  "
+        f"fp16 matmul {info['fp16_TFLOPs']:.0f} TFLOP/s  torch {torch.__version__}",
+        flush=True,
+    )
+    path = ""
     for batch, tokens in shapes:
         rows += bench_shape(batch, tokens, device, copy_bw, iters, args.quick)
         _release(device)  # the shape's caches are garbage now
-    targets = {"1x100000": 0.35, "8x100000": 2.8, "64x8192": 2.5}
-    summary = target_summary(rows, targets)
-    path = _timing.write_results(
-        args.out,
-        "decode_bench.json",
-        {
-            "device": info,
-            "shape": {
-                "heads": HEADS,
-                "kv_heads": KV_HEADS,
-                "head_size": HEAD,
-                "block_size": BLOCK,
-                "dtype": "float16",
-            },
-            "targets_ms_h200": targets,
-            "target_summary": summary,
-            "rows": rows,
-        },
-    )
-    print(
-        f"device: {info.get('name')}  copy {copy_bw / 1e9:.0f} GB/s (read+write)  "
-        f"fp16 matmul {info['fp16_TFLOPs']:.0f} TFLOP/s  torch {torch.__version__}"
-    )
+        summary = target_summary(rows, TARGETS)
+        path = _timing.write_results(
+            args.out, "decode_bench.json", {**meta, "target_summary": summary, "rows": rows}
+        )
     print(f"results: {path}")
     _timing.print_table(rows, COLUMNS)
+    summary = target_summary(rows, TARGETS)
     if summary:
-        print("\nH200 targets (eager plan / CUDA-graph plan / best attn_core variant):")
+        print(
+            "\nAgainst the H200 targets (eager: host dispatch included; graph: CUDA-graph replay)"
+        )
         _timing.print_table(summary, list(summary[0]))
     return 0
 
 
+TARGETS = {"1x100000": 0.35, "8x100000": 2.8, "64x8192": 2.5}
+
+
 def target_summary(rows: list[dict[str, Any]], targets: dict[str, float]) -> list[dict[str, Any]]:
-    """Per target shape: the default plan (eager and graph-replayed), the best variant, target."""
+    """Per measured shape: the default plan eager and graph-replayed, the best graph variant,
+    the target where the issue sets one, and whether each meets it."""
     out = []
-    for key, target in targets.items():
-        batch, context = (int(v) for v in key.split("x"))
+    shapes = dict.fromkeys((r["batch"], r["context"]) for r in rows)
+    for batch, context in shapes:
+        key = f"{batch}x{context}"
         mine = [r for r in rows if (r["batch"], r["context"]) == (batch, context)]
-        ours = [r for r in mine if r["variant"].startswith("attn_core")]
-        if not ours:
-            continue
-        by_name = {r["variant"]: r["ms"] for r in ours}
-        best = min(ours, key=lambda r: r["ms"])
-        plan_ms = by_name.get("attn_core plan")
+        by_name = {r["variant"]: r["ms"] for r in mine}
+        graphs = [r for r in mine if "graph" in r["variant"]]
+        best = min(graphs, key=lambda r: r["ms"]) if graphs else None
+        target = targets.get(key)
+        eager, graph = by_name.get("attn_core plan"), by_name.get("attn_core plan, CUDA graph")
         out.append(
             {
                 "shape": key,
                 "target_ms": target,
-                "plan_ms": plan_ms,
-                "graph_ms": by_name.get("attn_core plan, CUDA graph"),
-                "best_ms": best["ms"],
-                "best_variant": best["variant"],
-                "plan_meets": plan_ms is not None and plan_ms <= target,
+                "eager_ms": eager,
+                "graph_ms": graph,
+                "best_graph_ms": best["ms"] if best else None,
+                "best_graph_variant": best["variant"] if best else None,
+                "eager_meets": None if target is None or eager is None else eager <= target,
+                "graph_meets": None if target is None or graph is None else graph <= target,
+                "gather_only_ms": by_name.get("gather only: 16-byte"),
             }
         )
     return out

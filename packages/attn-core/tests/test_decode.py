@@ -221,3 +221,10 @@ def test_query_with_any_strides() -> None:
     case.query = case.query.transpose(0, 1).contiguous().transpose(0, 1)  # heads outermost
     assert not case.query.is_contiguous()
     assert_close(run_decode(case), reference(case), torch.float32)
+
+
+def test_scales_apply_to_fp8_caches_only() -> None:
+    """vLLM multiplies by k_scale / v_scale only when dequantising fp8; "auto" ignores them."""
+    case = make_paged_case((9, 70), 8, 2, 64, 16, torch.float16, k_scale=0.5, v_scale=2.0)
+    plain = make_paged_case((9, 70), 8, 2, 64, 16, torch.float16)
+    assert_close(run_decode(case), reference(plain), torch.float16)

@@ -25,11 +25,15 @@ holds at least ``block_size - 1`` masked slots after its last token):
    per partition and cast, one bmm over every (row, partition), then a fp32 log-sum-exp merge
    (``softmax`` of ``max + log(sum)`` over partitions weights the partial outputs).
 
-Op counts (CPU, fp16, no ALiBi, scale a power of two): 15 single_tile / one_pass, 24
-partitioned; +1 when the step spans more columns than ``block_tables`` has, +1 for a scale that
-is not a power of two, +3 for ALiBi. Nothing reads device values on the host, so a step can be
-captured in a CUDA graph; ``max_seq_len`` only sizes the step. Streaming (``num_chunks > 1``)
-repeats the partitioned machinery per chunk and merges chunks by log-sum-exp.
+Ops per step (CUDA, fp16, no ALiBi, scale a power of two; ``DecodePlan.torch_ops`` counts
+every case): 15 single_tile / one_pass, 24 partitioned (59-66 before this pipeline); +1 when
+the step spans more columns than ``block_tables`` has, +1 for a scale that is not a power of
+two, +4 for ALiBi, +1 on a CPU (keys upcast for exact fp32 scores), +3 where torch has no
+fp16 bmm (torch 2.1's CPU: matmuls in fp32).
+
+Nothing reads device values on the host, so a step can be captured in a CUDA graph;
+``max_seq_len`` only sizes the step. Streaming (``num_chunks > 1``) repeats the partitioned
+machinery per chunk and merges chunks by log-sum-exp.
 """
 
 from __future__ import annotations
@@ -460,8 +464,8 @@ def _zero_value_tails(
     ``values [D, kv_heads, S, C]``; ``end [S]``: each sequence's first masked slot relative to
     the chunk (may be < 0 or >= C when streaming). Without streaming every such slot lies
     inside the row (``C >= max_seq_len + block_size - 1``) and past the end, so one
-    ``index_put_`` of zeros does it. A streamed chunk may end before a sequence does: targets are clamped into the
-    chunk and slots that hold real tokens are written back unchanged.
+    ``index_put_`` of zeros does it. A streamed chunk may end before a sequence does: targets
+    are clamped into the chunk and slots that hold real tokens are written back unchanged.
     """
     num_seqs, c, bs = end.shape[0], plan.chunk_tokens, plan.block_size
     device = values.device

@@ -503,8 +503,10 @@ def _torch_ops(
     # output: short-sequence mask + where, plus a copy when the result is not out's dtype
     total += 2
     if tier == "partitioned" or streaming:
-        total += 1 if dtype != torch.float32 else 0
-    total += 1 if matmul_dtype != dtype else 0
+        total += 1 if dtype != torch.float32 else 0  # the fp32 merge's result
+    else:
+        total += 1 if matmul_dtype != dtype else 0  # P.V's result in fp32 (torch 2.1's CPU)
+    total += 1 if matmul_dtype != dtype else 0  # the first-block output likewise
     return total
 
 
