@@ -374,7 +374,12 @@ def parse_args(argv=None):
         help="comma-separated context lengths (default: $HIL_LC_CONTEXTS, else all)",
     )
     p.add_argument("--kinds", default=os.environ.get("HIL_LC_KINDS", "decode,prefill"))
-    p.add_argument("--dtype", default="", help="float16 | bfloat16 | float32")
+    p.add_argument(
+        "--dtype",
+        default=os.environ.get("HIL_LC_DTYPE", ""),
+        help="float16 | bfloat16 | float32 (default: $HIL_LC_DTYPE, else float16 "
+        "on cuda, float32 on cpu)",
+    )
     p.add_argument("--repeats", type=int, default=0)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument(
