@@ -162,6 +162,7 @@ def test_parse_graph_times_of_both_writers():
                 "case": {"path": "decode", "num_seqs": 4, "context": 8192},
                 "eager_s": 2e-3,
                 "graph_s": 3e-4,
+                "device_launches": 24,
             },
             {
                 "case": {"path": "decode", "num_seqs": 1, "context": 8192},
@@ -175,8 +176,11 @@ def test_parse_graph_times_of_both_writers():
             },
         ]
     }
-    got = [(t.case.num_seqs, t.eager_s, t.graph_s) for t in calibrate.parse_timings(script)]
-    assert got == [(1, 2e-3, None), (4, 2e-3, 3e-4)]
+    got = [
+        (t.case.num_seqs, t.eager_s, t.graph_s, t.device_launches)
+        for t in calibrate.parse_timings(script)
+    ]
+    assert got == [(1, 2e-3, None, None), (4, 2e-3, 3e-4, 24)]
 
 
 def test_too_few_cases_is_an_error():
@@ -227,3 +231,14 @@ def test_calibration_model_is_the_cost_model():
     constants = {k: getattr(H200, k) for k in CALIBRATABLE}
     predicted = calibrate.predict(calibrate.launches_of(H200, case), constants)
     assert predicted == pytest.approx(step_cost(H200, record).time_s, rel=1e-9)
+
+
+def test_launch_warnings_flag_measurements_of_other_code():
+    rows = [
+        {"case": "a", "traced_launches": 25, "device_launches": 64},  # run 1 vs dd81135
+        {"case": "b", "traced_launches": 25, "device_launches": 27},  # memsets: fine
+        {"case": "c", "traced_launches": 25, "device_launches": None},
+    ]
+    lines = calibrate.launch_warnings(rows)
+    assert len(lines) == 2 and lines[1] == "a: 64 kernels measured, 25 traced"
+    assert calibrate.launch_warnings(rows[1:]) == []

@@ -40,7 +40,7 @@ import datetime
 import json
 import math
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from attn_core.device_spec import DeviceSpec
 from attn_sim.cost import op_launch_shape, pipelined
@@ -81,6 +81,7 @@ class Timing:
     case: Case
     eager_s: Optional[float] = None
     graph_s: Optional[float] = None
+    device_launches: Optional[int] = None  # kernels the profiler saw in one eager step
 
     def time(self, mode: str) -> Optional[float]:
         return self.eager_s if mode == "eager" else self.graph_s
@@ -132,7 +133,7 @@ def parse_timings(data, variant: Optional[str] = None) -> list[Timing]:
         shared = {SHAPE_ALIASES.get(k, k): v for k, v in top.items()}
         data = _first(data, "records", "results", "rows", default=[])
     wanted = (variant,) if variant else DEFAULT_VARIANTS
-    merged: dict[Case, dict[str, float]] = {}
+    merged: dict[Case, dict[str, Any]] = {}
     for raw in data:
         case_part = raw.get("case") if isinstance(raw.get("case"), dict) else {}
         rec = {**shared, **raw, **case_part}
@@ -151,8 +152,11 @@ def parse_timings(data, variant: Optional[str] = None) -> list[Timing]:
             times = {"eager": _seconds(rec, TIME_KEYS), "graph": _seconds(rec, GRAPH_KEYS)}
         times = {k: v for k, v in times.items() if v is not None}
         if times:
+            launches = _first(rec, "device_launches", "launches")  # decode_bench: launches
+            if launches is not None and not graph_row:
+                times["launches"] = int(launches)
             merged.setdefault(_case_of(rec, context), {}).update(times)
-    out = [Timing(c, t.get("eager"), t.get("graph")) for c, t in merged.items()]
+    out = [Timing(c, t.get("eager"), t.get("graph"), t.get("launches")) for c, t in merged.items()]
     return sorted(out, key=lambda t: (t.case.path, t.case.num_seqs, t.case.context))
 
 
@@ -299,7 +303,12 @@ def calibrate(
     }
     rows = []
     for i, (t, ls) in enumerate(zip(timings, traced, strict=True)):
-        row: dict = {"case": t.case.label(), "split": "fit" if i % 2 == 0 else "validate"}
+        row: dict = {
+            "case": t.case.label(),
+            "split": "fit" if i % 2 == 0 else "validate",
+            "traced_launches": len(ls),
+            "device_launches": t.device_launches,
+        }
         for mode in MODES:
             measured = t.time(mode)
             before, after = predict(ls, start, mode), predict(ls, fitted, mode)
@@ -343,6 +352,7 @@ def compact_rows(rows: list[dict]) -> list[dict]:
             {
                 "case": r["case"],
                 "split": r["split"],
+                "launches traced/device": f"{r['traced_launches']}/{r['device_launches'] or '-'}",
                 "eager_ms": r["eager_measured_ms"],
                 "eager_err_% (uncal.)": err(r, "eager"),
                 "graph_ms": r["graph_measured_ms"],
@@ -368,6 +378,20 @@ def verdicts(result: dict, tolerance_pct: float) -> list[str]:
             f"{verdict}"
         )
     return lines
+
+
+def launch_warnings(rows: list[dict], tolerance: float = 0.25) -> list[str]:
+    """Cases whose measured kernel count is off the traced one by more than ``tolerance``: the
+    measurements were probably made on other code than the tree traced here (the profiler also
+    counts memsets and copies, ~10 % more on GPU run 1), and the fit would absorb the gap."""
+    out = []
+    for r in rows:
+        traced, device = r["traced_launches"], r["device_launches"]
+        if device and abs(device - traced) > tolerance * traced:
+            out.append(f"{r['case']}: {device} kernels measured, {traced} traced")
+    if out:
+        out.insert(0, "warning: measured and traced launches differ (other code measured?):")
+    return out
 
 
 def run(spec: DeviceSpec, measurement_file: Path, out: Path, variant: Optional[str]) -> dict:
