@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Every GPU measurement this repository records, in one go on a lab GPU (or the H200 stand-in).
+#
+#   bash bench/gpu_all.sh OUT_DIR [STEP ...]     # default: all steps, in this order
+#
+# Steps: cuda_tests decode_bench prefill_bench occupancy sim_calibration long_context
+# Each step runs under its own timeout, writes OUT_DIR/STEP.log, and appends "STEP rc=N" to
+# OUT_DIR/steps.txt; a failing or hung step does not stop the others. No nox needed: the
+# packages run from the tree. Record what it prints in docs/benchmarks.md.
+set -u
+OUT="${1:-results}"
+shift || true
+mkdir -p "$OUT"
+cd "$(dirname "$0")/.."
+export PYTHONPATH="packages/attn-core/src:packages/engine-patch/src:packages/sim/src:hil/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s)"
+    timeout -k 5 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc" | tee -a "$OUT/steps.txt"
+}
+
+run() {
+    case "$1" in
+    cuda_tests) step cuda_tests 180 python3 -m pytest -q -m cuda -p no:cacheprovider \
+        packages/attn-core/tests packages/engine-patch/tests packages/sim/tests ;;
+    decode_bench) step decode_bench 150 python3 bench/decode_bench.py --out "$OUT" ;;
+    prefill_bench) step prefill_bench 200 python3 bench/prefill_bench.py --out "$OUT" --budget-s 170 ;;
+    occupancy) step occupancy 60 python3 bench/occupancy_check.py --out "$OUT" ;;
+    sim_calibration) step sim_calibration 130 python3 bench/sim_calibration.py --out "$OUT" ;;
+    long_context) step long_context 240 python3 -m hil --executor local --target h200-local \
+        --suite long-context --out "$OUT/hil" --state "$OUT/hil/state.json" ;;
+    *) echo "unknown step: $1" >&2; return 2 ;;
+    esac
+}
+
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(cuda_tests decode_bench prefill_bench occupancy sim_calibration long_context)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT/device.txt"
+python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT/device.txt"
+for s in "${steps[@]}"; do run "$s"; done
+cat "$OUT/steps.txt"
