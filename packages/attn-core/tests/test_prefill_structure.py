@@ -47,6 +47,14 @@ def test_allocations_do_not_grow_with_key_tiles() -> None:
     assert many.allocating == one.allocating
 
 
+def test_row_sums_come_from_the_pv_gemm() -> None:
+    """No reduction pass per key tile beyond the row max: the P@V GEMM yields the row sums
+    (a ones column beside V), so 8 more key tiles add amax calls but no sum calls."""
+    one, many = _trace(32), _trace(32 * 9)
+    assert many.names["amax"] - one.names["amax"] == 8
+    assert many.names["sum"] == one.names["sum"]
+
+
 def test_no_per_head_kv_expansion() -> None:
     ops = _trace(100)
     for name in ("repeat_interleave", "repeat", "expand_copy"):
