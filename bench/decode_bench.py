@@ -241,6 +241,15 @@ def measure(
     return row
 
 
+def safe_measure(name: str, c: Case, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`measure`, or a row saying why it failed (one variant must not end the run)."""
+    try:
+        return measure(name, c, *args, **kwargs)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        return {"variant": name, "batch": c.batch, "context": c.tokens, "ms": math.nan,
+                "error": f"{type(exc).__name__}: {str(exc)[:160]}"}  # fmt: skip
+
+
 def plan_row(c: Case) -> dict[str, Any]:
     layout = validate_caches(
         c.key_cache, c.value_cache, "auto", compute_dtype=c.query.dtype, device=c.query.device
@@ -288,6 +297,9 @@ def bench_shape(
 
     def emit(row: dict[str, Any]) -> None:
         rows.append(row)
+        if "error" in row:
+            print(f"  {row['variant']:<28} {batch:>3} x {tokens:<7} failed: {row['error']}")
+            return
         print(
             f"  {row['variant']:<28} {batch:>3} x {tokens:<7} {row['ms']:8.3f} ms  "
             f"launches {row.get('launches')}  err {row.get('max_err', '-')}",
@@ -296,7 +308,7 @@ def bench_shape(
 
     out = torch.empty_like(c.query)
     ws = Workspace()
-    row = measure(
+    row = safe_measure(
         "attn_core plan",
         c,
         lambda: c.decode(ws, out),
@@ -311,10 +323,15 @@ def bench_shape(
     graphs = [("attn_core plan, CUDA graph", {})] + variants(c)
     for name, overrides in graphs:
         with env(**overrides):
-            replay = graph_replay_fn(c)
+            try:
+                replay = graph_replay_fn(c)
+            except RuntimeError as exc:
+                emit({"variant": name, "batch": batch, "context": tokens, "ms": math.nan,
+                      "error": f"capture: {str(exc)[:160]}"})  # fmt: skip
+                continue
             if replay is None:
                 continue
-            row = measure(name, c, replay, device, copy_bw, iters, check=replay)
+            row = safe_measure(name, c, replay, device, copy_bw, iters, check=replay)
             row.update(plan_row(c))
         emit(row)
         del replay
@@ -322,7 +339,7 @@ def bench_shape(
     if not quick and tokens >= 32768 and batch == 1:
         with env(ATTN_CORE_DECODE_STREAM_TOKENS="8192"):
             sws = Workspace()
-            row = measure(
+            row = safe_measure(
                 "attn_core stream=8192",
                 c,
                 lambda: c.decode(sws, out),
@@ -337,13 +354,17 @@ def bench_shape(
         del sws
         _release(device)
     fn, label = sdpa_fn(c)
-    emit(measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))
+    emit(safe_measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))
     for width in (16, 8):
-        emit(measure(f"gather only: {width}-byte", c, gather_fn(c, width), device, copy_bw, iters))
+        emit(
+            safe_measure(
+                f"gather only: {width}-byte", c, gather_fn(c, width), device, copy_bw, iters
+            )
+        )
     _release(device)
     if batch * tokens <= 8 * 32768 or not quick:  # the old way needs 7.5x K+V of memory
         emit(
-            measure(
+            safe_measure(
                 "old: gather+repeat+matmul",
                 c,
                 lambda: old_way(c),
