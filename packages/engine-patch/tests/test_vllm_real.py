@@ -246,7 +246,7 @@ def test_write_to_paged_cache(vllm):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_forward_prefix(vllm, sliding_window, dtype):
     _, paged = vllm
-    context_lens, query_lens = [1, 45, 300], [5, 17, 33]
+    context_lens, query_lens = [0, 45, 300], [5, 17, 33]
     case, query, key, value, slots, starts = _prefix_case(
         context_lens, query_lens, 24, 4, 256, dtype, 15
     )

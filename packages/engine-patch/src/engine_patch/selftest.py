@@ -147,9 +147,8 @@ def _decode(shape: ModelShape, device: torch.device, seq_lens: list[int]) -> Che
 def _prefix(shape: ModelShape, device: torch.device) -> list[Check]:
     """Write a chunk's K/V into the cache, then prefix attention over context + chunk."""
     dtype = shape.torch_dtype
-    # Context 0 (plain causal prefill) is left out: the shared reference's tokens_from_cache
-    # cannot gather zero tokens (reported to the lead); attn-core's own tests cover it.
-    context_lens, query_lens = [1, 45, 300], [5, 17, 33]
+    # Context 0 is plain causal prefill; 45 and 300 span partial and many blocks.
+    context_lens, query_lens = [0, 45, 300], [5, 17, 33]
     total = [c + q for c, q in zip(context_lens, query_lens, strict=True)]
     case = make_paged_case(
         total,
