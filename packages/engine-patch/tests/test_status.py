@@ -174,3 +174,8 @@ def test_plans_show_the_platform_v2_once_it_matched(monkeypatch, clean_state):
     assert rows[1]["tier"] == "platform V2 kernel" and rows[1]["partitions"] == 64
     assert "matched the reference" in rows[1]["reason"]
     assert "platform V2 kernel" in render(report)
+
+
+def test_status_is_the_default_command(no_vllm, capsys):
+    assert cli.main(["--json", "--no-self-test", "--contexts", "1024"]) == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["decode_plans"][0]["context"] == 1024

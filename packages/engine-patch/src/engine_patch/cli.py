@@ -91,9 +91,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("status", "-h", "--help"):
+        argv = ["status", *argv]  # status is the only command: `engine-patch --json` works too
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["status", *(argv if argv is not None else sys.argv[1:])])
     try:
         shape = _shape_from(args)
         contexts = [int(c) for c in args.contexts.split(",") if c.strip()]
