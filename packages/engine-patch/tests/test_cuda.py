@@ -66,14 +66,19 @@ def test_upstream_v2_replacement_on_device(seq_lens):
 
 
 def test_fork_route_on_device(monkeypatch, clean_state):
-    """Within V1's reach the platform's (stand-in) V1 runs; beyond it attn-core, on the GPU."""
+    """Within V1's reach the platform's (stand-in) V1 runs; beyond it attn-core, on the GPU.
+
+    The fork's V2 raises NotImplementedError (as on BI-V100): the first call beyond V1's reach
+    probes it once, then attn-core serves that call and every later one.
+    """
     monkeypatch.setenv(PLATFORM_ENV, "generic")
     monkeypatch.setenv("ENGINE_PATCH_V1_MAX_SEQ_LEN", "512")
     mods = fake_vllm.install(monkeypatch)
     register()
     paged = mods["vllm.attention.ops.paged_attn"].PagedAttention
     mapping = torch.arange(16, dtype=torch.int32, device=CUDA) // 8
-    for lens, calls in (([100, 500], ["native_v1"]), ([513, 20000], [])):
+    cases = (([100, 500], ["native_v1"]), ([513, 20000], ["native_v2"]), ([600, 9000], []))
+    for lens, calls in cases:
         fake_vllm.CALLS.clear()
         case = make_paged_case(lens, 16, 2, 256, 16, torch.bfloat16, CUDA, seed=22)
         out = paged.forward_decode(
