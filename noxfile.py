@@ -85,7 +85,7 @@ def tests(session: nox.Session) -> None:
     _cpu_tests(session, "-m", "not cuda")
     # The HIL tests drive a real Docker engine (DOCKER_HOST); under CI=true an unreachable
     # engine fails them instead of skipping.
-    _pytest(session, f"{HIL}/tests")
+    _pytest(session, f"{HIL}/tests", "-n", "2")
     session.notify("vllm")
     session.notify("compat")
 
