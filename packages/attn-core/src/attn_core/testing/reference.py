@@ -51,7 +51,9 @@ def tokens_from_cache(
     return _dequant(keys, kv_cache_dtype, k_scale), _dequant(values, kv_cache_dtype, v_scale)
 
 
-def alibi_bias(slopes: torch.Tensor, query_pos: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+def alibi_bias(
+    slopes: torch.Tensor, query_pos: torch.Tensor, key_pos: torch.Tensor
+) -> torch.Tensor:
     """ALiBi bias ``slope[h] * (key_pos - query_pos)``: ``[heads, queries, keys]`` float64.
 
     This is the bias of vLLM's paged-attention kernels (decode: query at position len-1) and of
