@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from attn_core import DecodePlan, get_device_spec, plan_decode
-from attn_core.plan_decode import MIN_PARTITION, SUBSCRIPTION, blocks_per_sm
+from attn_core.plan_decode import (
+    MIN_PARTITION,
+    ONE_PASS_MIN_SOFTMAX_FILL,
+    SUBSCRIPTION,
+    blocks_per_sm,
+    softmax_row_slots,
+)
 
 QWEN = {"num_heads": 24, "num_kv_heads": 4, "head_size": 256, "block_size": 16}
 
@@ -32,6 +38,49 @@ def test_tiers_follow_context_and_batch() -> None:
     assert qwen(512, 1500).tier == "one_pass"
 
 
+@pytest.mark.parametrize(
+    ("device", "num_seqs", "tokens", "tier"),
+    [
+        # GPU run 2 (H200): partitioned won at 24 rows, one_pass at 192 and 1536 rows
+        ("h200", 1, 32_768, "partitioned"),
+        ("h200", 1, 100_000, "partitioned"),
+        ("h200", 8, 8192, "one_pass"),
+        ("h200", 8, 32_768, "one_pass"),
+        ("h200", 8, 100_000, "one_pass"),
+        ("h200", 64, 8192, "one_pass"),
+        # extrapolated by resident softmax blocks: 4 per SM x 16 SMs, threshold 32 rows
+        ("bi-v100", 1, 100_000, "partitioned"),
+        ("bi-v100", 2, 32_768, "one_pass"),
+    ],
+)
+def test_tier_follows_softmax_rows(device: str, num_seqs: int, tokens: int, tier: str) -> None:
+    assert qwen(num_seqs, tokens, device).tier == tier
+
+
+@pytest.mark.parametrize("device", ("bi-v100", "h200", "a100"))
+def test_one_pass_threshold_is_half_the_softmax_slots(device: str) -> None:
+    """One sequence below the threshold stays partitioned, one at or above it takes one_pass."""
+    spec = get_device_spec(device)
+    rows = ONE_PASS_MIN_SOFTMAX_FILL * softmax_row_slots(spec)
+    heads = {"num_heads": 8, "num_kv_heads": 8, "head_size": 128, "block_size": 16}
+    at = -(-int(rows) // 8)  # sequences of 8 heads reaching the threshold
+    assert plan_decode(at, max_seq_len=65_536, device_spec=spec, **heads).tier == "one_pass"
+    if at > 1:
+        below = plan_decode(at - 1, max_seq_len=65_536, device_spec=spec, **heads)
+        assert below.tier == "partitioned"
+    assert softmax_row_slots(get_device_spec("h200")) == 2 * 132
+
+
+def test_forced_tier_and_partition_size_beat_the_row_rule(clean_decode_env) -> None:
+    assert qwen(8, 100_000, "h200", tier="partitioned").tier == "partitioned"
+    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", "partitioned")
+    assert qwen(8, 100_000, "h200").tier == "partitioned"
+    clean_decode_env.delenv("ATTN_CORE_DECODE_TIER")
+    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "4096")
+    forced = qwen(8, 100_000, "h200")
+    assert forced.tier == "partitioned" and forced.partition_size == 4096
+
+
 @pytest.mark.parametrize("device", ("bi-v100", "h200", "a100"))
 def test_even_share_partition_count(device: str) -> None:
     """Partitions x (seqs x kv heads) reach occupancy x SMs x subscription when context allows."""
@@ -50,7 +99,8 @@ def test_devices_differ_and_batch_shrinks_partitions_count() -> None:
     bi = qwen(1, 100_000, "bi-v100")
     h200 = qwen(1, 100_000, "h200")
     assert h200.num_partitions > bi.num_partitions
-    assert qwen(8, 100_000, "h200").num_partitions < h200.num_partitions
+    batch = qwen(8, 100_000, "h200", tier="partitioned")  # the row rule would take one_pass
+    assert 1 < batch.num_partitions < h200.num_partitions
 
 
 @pytest.mark.parametrize("device", ("bi-v100", "bi-v100-smem48k", "h200"))

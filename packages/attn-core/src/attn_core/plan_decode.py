@@ -7,13 +7,19 @@ Tiers (``tier``):
 
 - ``single_tile``: the whole (padded) context fits one partition whose logits fit the block's
   shared memory; direct softmax . V, no partition machinery. One step.
-- ``one_pass``: one partition per (sequence, KV head) is already enough blocks to fill the
-  device (large batches); a device kernel would loop over tiles with an online softmax. The torch
-  path computes the same exact whole-sequence softmax as ``single_tile``. One step.
+- ``one_pass``: the batch alone has enough softmax rows (``num_seqs x num_heads``) to fill the
+  device (see :data:`ONE_PASS_MIN_SOFTMAX_FILL`); a device kernel would loop over tiles with an
+  online softmax. The torch path computes the same exact whole-sequence softmax as
+  ``single_tile``. One step.
 - ``partitioned``: phase 1 computes every partition's max, exp-sum and unnormalised partial
   output at once; phase 2 merges them by log-sum-exp in fp32 and divides on the output side.
 
-Partition count follows CUB's even-share rule: the phase-1 grid should offer
+The tier is chosen for the code that runs (the torch path): one_pass over partitioned once the
+softmax rows fill at least :data:`ONE_PASS_MIN_SOFTMAX_FILL` of the device's resident softmax
+blocks (measured on the H200, see the constant). The steps still describe the device kernel of
+the chosen tier, so the simulator judges its grid, shared memory and waves.
+
+Partition count (partitioned tier) follows CUB's even-share rule: the phase-1 grid should offer
 ``blocks_per_sm x sm_count x SUBSCRIPTION`` blocks, so ``num_partitions`` =
 ``ceil(target / (num_seqs x num_kv_heads))``, then the partition size is rounded up to a
 multiple of the block size and clamped to [``MIN_PARTITION``, what shared memory holds].
@@ -48,7 +54,12 @@ from typing import Optional
 
 import torch
 
-from attn_core.device_spec import DeviceSpec, detect_device_spec, get_device_spec
+from attn_core.device_spec import (
+    DeviceSpec,
+    detect_device_spec,
+    get_device_spec,
+    occupancy_limits,
+)
 from attn_core.plan_types import KernelStep
 
 TIERS = ("single_tile", "one_pass", "partitioned")
@@ -66,6 +77,22 @@ WARPS_PER_BLOCK = 4
 REGISTERS_PER_THREAD = 64
 # Shared memory for the cross-warp reductions (max and sum): 2 floats per warp plus padding.
 REDUCE_SCRATCH_BYTES = 2 * 4 * 32
+
+# Tier rule of the torch path, from GPU run 2 (H200, torch 2.11, Qwen3.6 24/4 heads, head 256,
+# fp16, CUDA-graph replay; bench/decode_bench.py). one_pass ends in torch's softmax over
+# [rows, context] with rows = num_seqs x num_heads; for long rows torch's CUDA softmax runs one
+# block of up to 1024 threads per row (aten/native/cuda/SoftMax.cu), so few rows leave SMs idle,
+# while partitioned splits rows into partitions at the price of 9 more launches (~25 us
+# replayed). Measured, ms, partitioned -> one_pass:
+#   24 rows:   1x32K 0.220 -> 0.273, 1x100K 0.536 -> 0.752 (1x8K 0.113 -> 0.109: launches)
+#   192 rows:  8x8K 0.377 -> 0.333, 8x32K 1.20 -> 1.13, 8x100K 3.94 -> 3.62
+#   1536 rows: 64x8K 2.62 -> 2.51
+# The H200 keeps 2 such blocks per SM (2048 threads), 264 in all: 24 rows (9%) lost, 192 rows
+# (73%) won. The threshold sits between them at half, 132 rows (one per SM) on the H200. Other
+# devices are extrapolated by their resident-block count (bi-v100: 4 per SM x 16 SMs, so 32
+# rows: Qwen batch 1, 24 rows, stays partitioned; batch 2 takes one_pass), unmeasured there.
+SOFTMAX_THREADS = 1024
+ONE_PASS_MIN_SOFTMAX_FILL = 0.5
 
 
 @dataclass(frozen=True)
@@ -170,14 +197,20 @@ def _smem_bytes(spec: DeviceSpec, group: int, head_size: int, elem: int, logits:
 
 
 def blocks_per_sm(spec: DeviceSpec, threads: int, smem: int, regs: int) -> int:
-    """Resident blocks per SM as CUDA's occupancy calculator computes it."""
-    warps = -(-threads // spec.warp_size)
-    by_threads = spec.max_threads_per_sm // threads
-    regs_per_warp = _round_up(regs * spec.warp_size, spec.register_alloc_unit)
-    by_regs = spec.registers_per_sm // (regs_per_warp * warps)
-    per_block_smem = smem + spec.shared_mem_reserved_per_block
-    by_smem = spec.shared_mem_per_sm // per_block_smem if per_block_smem else spec.max_blocks_per_sm
-    return max(0, min(spec.max_blocks_per_sm, by_threads, by_regs, by_smem))
+    """Resident blocks per SM: the shared occupancy rule (0 where the block cannot launch)."""
+    return max(0, min(occupancy_limits(spec, threads, regs, smem).values()))
+
+
+def softmax_row_slots(spec: DeviceSpec) -> int:
+    """Softmax rows the device runs at once: resident 1024-thread blocks per SM x SMs."""
+    return blocks_per_sm(spec, min(SOFTMAX_THREADS, spec.max_threads_per_block), 0, 0) * (
+        spec.sm_count
+    )
+
+
+def one_pass_fills_device(spec: DeviceSpec, num_seqs: int, num_heads: int) -> bool:
+    """Whether the torch path's one_pass beats partitioned (:data:`ONE_PASS_MIN_SOFTMAX_FILL`)."""
+    return num_seqs * num_heads >= ONE_PASS_MIN_SOFTMAX_FILL * softmax_row_slots(spec)
 
 
 def _largest_partition(spec: DeviceSpec, group: int, head_size: int, elem: int, bs: int) -> int:
@@ -294,7 +327,7 @@ def plan_decode(
     # tokens one launch covers: the context, or one streamed chunk of it
     span = min(padded, max(block_size, stream // block_size * block_size)) if stream else padded
     rows = num_seqs * num_kv_heads
-    ps, wanted = _even_share(
+    ps, _ = _even_share(
         spec, span, rows, group, head_size, elem, block_size, largest, subscription, threads
     )
     if forced_ps is not None:
@@ -303,8 +336,8 @@ def plan_decode(
     if tier is None:
         if span <= tile_max:
             tier = "single_tile"
-        elif span <= ps or (forced_ps is None and wanted == 1):
-            tier = "one_pass"  # the batch alone fills the device
+        elif span <= ps or (forced_ps is None and one_pass_fills_device(spec, num_seqs, num_heads)):
+            tier = "one_pass"  # the batch's softmax rows alone fill the device
         else:
             tier = "partitioned"
 
