@@ -356,6 +356,8 @@ def _execute(
     slopes = None if alibi_slopes is None else alibi_slopes.view(kv_heads, 1, group, 1)
     post_scale = 1.0 if fold else score_scale
 
+    o: Optional[torch.Tensor]
+    small: Optional[torch.Tensor]
     if not plan.streaming and plan.tier != "partitioned":
         o, small = _direct(
             plan, ws, qg, key_cache, value_cache, block_tables, seq_lens, slopes, layout,
