@@ -242,3 +242,39 @@ def test_launch_warnings_flag_measurements_of_other_code():
     lines = calibrate.launch_warnings(rows)
     assert len(lines) == 2 and lines[1] == "a: 64 kernels measured, 25 traced"
     assert calibrate.launch_warnings(rows[1:]) == []
+
+
+def test_measured_tier_is_traced_and_both_halves_get_each_tier():
+    bench = {  # decode_bench.py run 2: the plan's tier, and the other tier replayed
+        "rows": [
+            {
+                "variant": "attn_core plan",
+                "batch": 8,
+                "context": c,
+                "ms": 1.0,
+                "tier": "partitioned",
+            }
+            for c in (1024, 2048)
+        ]
+        + [
+            {
+                "variant": "graph, tier=one_pass",
+                "batch": 8,
+                "context": c,
+                "ms": 0.5,
+                "tier": "one_pass",
+            }
+            for c in (1024, 2048)
+        ]
+    }
+    timings = calibrate.parse_timings(bench)
+    assert [(t.case.context, t.case.tier, t.eager_s, t.graph_s) for t in timings] == [
+        (1024, "one_pass", None, 0.5e-3),
+        (1024, "partitioned", 1e-3, None),
+        (2048, "one_pass", None, 0.5e-3),
+        (2048, "partitioned", 1e-3, None),
+    ]
+    assert calibrate.fit_half(timings) == [0, 1]  # the first of each tier
+    one_pass = calibrate.launches_of(H200, timings[0].case)
+    partitioned = calibrate.launches_of(H200, timings[1].case)
+    assert len(one_pass) < len(partitioned)  # the forced tier is what gets traced

@@ -26,11 +26,12 @@ the HIL suite's ``context_len`` only the cached prefix), ``query_len``, shape (`
 matches ``--variant``); the decode bench's ``"<variant>, CUDA graph"`` rows are the graph
 times of the same cases.
 
-Cases are sorted and split alternately: even ones fit the constants (least squares on
-``log(predicted / measured)`` with bounds: no throughput above the profile's peak, and a tiny
-pull towards the profile so terms the data cannot see stay put; the traces are made once, only
-the constants move), odd ones validate. Writes the calibrated profile JSON and reports per-case
-errors of both kinds of time, before and after.
+Cases are sorted and split alternately within each (path, tier) group: even ones fit the
+constants (least squares on ``log(predicted / measured)`` with bounds: no throughput above the
+profile's peak, and a tiny pull towards the profile so terms the data cannot see stay put; the
+traces are made once, only the constants move), odd ones validate. A record's ``tier`` (the
+decode bench's) is forced while tracing, so the trace runs what was measured. Writes the
+calibrated profile JSON and reports per-case errors of both kinds of time, before and after.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def _case_of(rec: dict, context) -> Case:
         shape=shape,
         dtype=dtype,
         query_len=query_len,
+        tier=str(rec["tier"]) if path == "decode" and rec.get("tier") else None,
     )
 
 
@@ -141,6 +143,8 @@ def parse_timings(data, variant: Optional[str] = None) -> list[Timing]:
         graph_row = name is not None and str(name).endswith(GRAPH_SUFFIX)
         if graph_row:
             name = str(name)[: -len(GRAPH_SUFFIX)]
+        elif variant is None and rec.get("tier") and name == f"graph, tier={rec['tier']}":
+            graph_row, name = True, DEFAULT_VARIANTS[0]  # decode_bench: the other tier, replayed
         if name is not None and str(name) not in wanted:
             continue
         context = _first(rec, "context", "context_len", "seq_len")
@@ -157,7 +161,9 @@ def parse_timings(data, variant: Optional[str] = None) -> list[Timing]:
                 times["launches"] = int(launches)
             merged.setdefault(_case_of(rec, context), {}).update(times)
     out = [Timing(c, t.get("eager"), t.get("graph"), t.get("launches")) for c, t in merged.items()]
-    return sorted(out, key=lambda t: (t.case.path, t.case.num_seqs, t.case.context))
+    return sorted(
+        out, key=lambda t: (t.case.path, t.case.num_seqs, t.case.context, t.case.tier or "")
+    )
 
 
 def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, float]]:
@@ -251,6 +257,19 @@ def fit(
     return out
 
 
+def fit_half(timings: list[Timing]) -> list[int]:
+    """Indices of the fit cases: every other case of each (path, forced tier) group in order, so
+    each tier a file measured (decode_bench replays both) lands in both halves."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for i, t in enumerate(timings):
+        key = (t.case.path, t.case.tier)
+        if seen.get(key, 0) % 2 == 0:
+            out.append(i)
+        seen[key] = seen.get(key, 0) + 1
+    return out
+
+
 def _timings(measurements) -> list[Timing]:
     out = []
     for m in measurements:
@@ -274,7 +293,7 @@ def calibrate(
     if len(timings) < 2:
         raise ValueError(f"measurements must hold at least 2 usable cases, got {len(timings)}")
     traced = [launches_of(spec, t.case) for t in timings]
-    train = [i for i in range(len(timings)) if i % 2 == 0]
+    train = set(fit_half(timings))
 
     def samples(mode: str) -> list[tuple[list[_Launch], float]]:
         return [(traced[i], timings[i].time(mode)) for i in train if timings[i].time(mode)]
@@ -304,8 +323,8 @@ def calibrate(
     rows = []
     for i, (t, ls) in enumerate(zip(timings, traced, strict=True)):
         row: dict = {
-            "case": t.case.label(),
-            "split": "fit" if i % 2 == 0 else "validate",
+            "case": t.case.label() + (f" {t.case.tier}" if t.case.tier else ""),
+            "split": "fit" if i in train else "validate",
             "traced_launches": len(ls),
             "device_launches": t.device_launches,
         }

@@ -29,6 +29,7 @@ from attn_core.device_spec import DeviceSpec
 from attn_sim.designs import Shape
 from attn_sim.tracer import Trace, trace
 
+TIER_ENV = "ATTN_CORE_DECODE_TIER"  # attn-core's override of the plan's tier
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -46,6 +47,7 @@ class Case:
     shape: Shape = Shape()
     dtype: str = "float16"
     query_len: int = 1
+    tier: Optional[str] = None  # decode: force this plan tier (what a measurement ran)
 
     def label(self) -> str:
         """Baseline key: path, batch, context (and the chunk for prefill)."""
@@ -188,7 +190,8 @@ def trace_case(spec: DeviceSpec, case: Case) -> tuple[Trace, int]:
     else:
         raise ValueError(f"case.path must be 'decode' or 'prefill', got {case.path!r}")
     workspace = _fresh_workspace(fn)
-    with profile_env(spec):
+    forced = env_var(TIER_ENV, case.tier) if case.tier else contextlib.nullcontext()
+    with profile_env(spec), forced:
         args, kwargs, shadows = build(case)
         if workspace is not None:
             kwargs["workspace"] = workspace
