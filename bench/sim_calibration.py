@@ -110,8 +110,17 @@ def measure_case(num_seqs: int, context: int, device: torch.device, iters: int) 
         )
 
     rec: dict[str, Any] = {"eager_s": median_time_s(step, device, warmup=WARMUP, iters=iters)}
+    try:  # the tier measured, so a later calibrate traces the same one even if the rule moves
+        from attn_core.cache_layout import validate_caches
+        from attn_core.decode import plan_for
+
+        layout = validate_caches(kc, vc, "auto", compute_dtype=query.dtype, device=query.device)
+        rec["tier"] = plan_for(query, layout, tables.shape[1], context).tier
+    except Exception as err:  # noqa: BLE001 - informational only
+        rec["tier_error"] = _error(err)
     eager_out = out.clone()
-    rec["device_launches"] = kernel_launches(step, device)
+    # kernels the profiler sees (CPU: aten ops incl. views, not comparable with the trace)
+    rec["device_launches"] = kernel_launches(step, device) if device.type == "cuda" else None
     rec["graph_s"] = None
     if device.type != "cuda":
         rec["graph_error"] = "CUDA graphs need a CUDA device"
