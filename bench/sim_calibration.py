@@ -231,7 +231,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if failed:
         print(f"{len(failed)} graph captures failed, first: {failed[0]['graph_error']}")
     print(f"measured in {measured_s:.0f} s; wrote {src}, {result['profile']}")
-    print("\n".join(calibrate.launch_warnings(result["rows"])[:6]))
+    for line in calibrate.launch_warnings(result["rows"])[:6]:
+        print(line)
     print("\n".join(calibrate.verdicts(result, TOLERANCE_PCT)))
     return 0
 

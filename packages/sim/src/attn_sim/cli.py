@@ -101,7 +101,8 @@ def _calibrate(args) -> int:
         for k, v in result["fields"].items()
     ]
     print(tabulate(fields, headers=("constant", "before", "calibrated", ""), tablefmt="github"))
-    print("\n".join(calibrate.launch_warnings(result["rows"])[:6]))
+    for line in calibrate.launch_warnings(result["rows"])[:6]:
+        print(line)
     print("\n".join(calibrate.verdicts(result, args.tolerance)))
     print(f"wrote {result['profile']} and {out / 'calibration.json'}")
     return 0
