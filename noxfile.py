@@ -43,7 +43,8 @@ def _interpreter(version: str) -> str:
 
 COMPAT_PYTHON = _interpreter("3.10")
 
-TEST_DEPS = ["pytest>=7", "pytest-xdist>=3", "pytest-timeout>=2.2", "hypothesis>=6"]
+# tabulate: attn-core's tests run the benchmark scripts' --quick mode, which print tables.
+TEST_DEPS = ["pytest>=7", "pytest-xdist>=3", "pytest-timeout>=2.2", "hypothesis>=6", "tabulate"]
 ATTN_CORE = "packages/attn-core"
 ENGINE_PATCH = "packages/engine-patch"
 SIM = "packages/sim"
