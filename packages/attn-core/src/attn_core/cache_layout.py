@@ -42,8 +42,8 @@ def fp8_dtype(kv_cache_dtype: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if dtype is None:
         raise ValueError(
-            f"kv_cache_dtype={kv_cache_dtype!r} needs torch.{name}, which torch {torch.__version__} "
-            "does not have"
+            f"kv_cache_dtype={kv_cache_dtype!r} needs torch.{name}, "
+            f"which torch {torch.__version__} does not have"
         )
     return dtype
 

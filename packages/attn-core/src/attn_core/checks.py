@@ -9,7 +9,8 @@ value checks live behind ``ATTN_CORE_CHECKS=1`` (see :func:`value_checks_enabled
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 import torch
 

@@ -10,7 +10,6 @@ judge the code that actually runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
 
 
 @dataclass(frozen=True)
@@ -27,7 +26,7 @@ class KernelStep:
     """
 
     name: str
-    grid: Tuple[int, int, int]
+    grid: tuple[int, int, int]
     threads_per_block: int
     shared_mem_bytes: int
     registers_per_thread: int = 64

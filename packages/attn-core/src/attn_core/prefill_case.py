@@ -17,6 +17,10 @@ import torch
 # The submodule, not the package: attn_core.testing re-exports this module's names lazily.
 from attn_core.testing.paged_inputs import make_paged_case
 
+_T = torch.Tensor
+# Fixed length, so a type checker knows ``scale`` and the keywords are not among them.
+PrefillArgs = tuple[_T, _T, _T, _T, _T, _T, _T, _T, _T, int]
+
 
 @dataclass
 class PrefillCase:
@@ -40,8 +44,8 @@ class PrefillCase:
     alibi_slopes: Optional[torch.Tensor] = None
     sliding_window: Optional[int] = None
 
-    def args(self) -> tuple:
-        """Positional arguments of :func:`attn_core.paged_prefix_prefill`."""
+    def args(self) -> PrefillArgs:
+        """Positional arguments of :func:`attn_core.paged_prefix_prefill` (all ten, none more)."""
         return (
             self.query,
             self.key,

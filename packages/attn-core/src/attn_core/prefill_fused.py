@@ -9,6 +9,8 @@ chunk. Query tiles bound the fp32 merge state to ``plan.query_tile`` tokens.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from attn_core.plan_prefill import PrefillPlan
@@ -44,7 +46,7 @@ def run_fused_prefill(plan: PrefillPlan, problem: Problem, spans: list, out: tor
             if a > 0:
                 merged.add(*attend(q, new_k[:, :a], new_v[:, :a], problem.scale, False))
             merged.add(*attend(q, new_k[:, a:b], new_v[:, a:b], problem.scale, True))
-            out[span.q0 + a : span.q0 + b].copy_(merged.out.transpose(0, 1))
+            out[span.q0 + a : span.q0 + b].copy_(merged.result().transpose(0, 1))
 
 
 def _gather(problem: Problem, span, c0: int, c1: int, dtype: torch.dtype) -> tuple:
@@ -65,14 +67,19 @@ class _Merge:
     """Running log-sum-exp merge of normalised parts: out ``[heads, t, hs]``, lse ``[heads, t]``."""
 
     def __init__(self) -> None:
-        self.out = None
-        self.lse = None
+        self.out: Optional[torch.Tensor] = None
+        self.lse: Optional[torch.Tensor] = None
 
     def add(self, out: torch.Tensor, lse: torch.Tensor) -> None:
-        if self.out is None:
+        if self.out is None or self.lse is None:
             self.out, self.lse = out, lse
             return
         new_lse = torch.logaddexp(self.lse, lse)
         self.out.mul_((self.lse - new_lse).exp_().unsqueeze(-1))
         self.out.add_(out * (lse - new_lse).exp_().unsqueeze(-1))
         self.lse = new_lse
+
+    def result(self) -> torch.Tensor:
+        if self.out is None:
+            raise RuntimeError("no part was merged")  # every query tile has its causal part
+        return self.out

@@ -232,7 +232,7 @@ class _Workspace:
         scores_into(self.q, keys.transpose(1, 2), s)
         s4 = s.view(self.kvh, self.group, self.t, n)
         if self._slopes is not None:
-            self._add_alibi(s4, lo, n)
+            self._add_alibi(s4, self._slopes, lo, n)
         if needs_mask:
             s4.masked_fill_(self._mask(lo, n), -math.inf)
         tile_max = self._tile_max[:count].view(self.kvh, self.rows)
@@ -261,7 +261,7 @@ class _Workspace:
             mask |= k_pos <= q_pos - self.problem.window
         return mask
 
-    def _add_alibi(self, s4: torch.Tensor, lo: int, n: int) -> None:
+    def _add_alibi(self, s4: torch.Tensor, slopes: torch.Tensor, lo: int, n: int) -> None:
         """``s4 [kvh, g, t, n] += slope * (key_pos - query_pos)``, vLLM's bias, in one pass.
 
         The bias is relative to each row's own query position, so the keys that carry weight
@@ -286,7 +286,7 @@ class _Workspace:
         if self._dist is not self._dist32:
             big = torch.finfo(self._dist.dtype).max
             dist = self._dist[: self.t * n].view(self.t, n).copy_(dist32.clamp_(-big, big))
-        s4.addcmul_(self._slopes, dist)
+        s4.addcmul_(slopes, dist)
 
     def finish(self, out: torch.Tensor) -> None:
         """Normalise and write ``out [t, heads, hs]`` (the query dtype)."""
