@@ -64,6 +64,7 @@ from _timing import (  # noqa: E402
 )
 
 from attn_core import paged_prefix_prefill, plan_prefill, write_to_paged_cache  # noqa: E402
+from attn_core.decode import bmm_supports  # noqa: E402
 from attn_core.plan_prefill import ELEMENTWISE_BYTES_PER_SCORE  # noqa: E402
 from attn_core.prefill_backends import BACKENDS, ensure_verified  # noqa: E402
 from attn_core.prefill_case import PrefillCase, make_prefill_case  # noqa: E402
@@ -399,6 +400,8 @@ def _baseline_loop(case, k_all, v_all) -> Callable:
     kvh = k_all.shape[0]
     ctx = k_all.shape[1] - n
     scale = hs**-0.5
+    # torch 2.1 has no half matmul on the CPU: the baseline then multiplies in fp32 there.
+    mm = q.dtype if bmm_supports(q.device.type, q.dtype) else torch.float32
 
     def run():
         qg = q.view(n, kvh, heads // kvh, hs).permute(1, 2, 0, 3).reshape(kvh, -1, hs)
@@ -408,13 +411,13 @@ def _baseline_loop(case, k_all, v_all) -> Callable:
         q_pos = (ctx + torch.arange(n, device=q.device)).repeat(heads // kvh)[:, None]
         for k0 in range(0, k_all.shape[1], BASELINE_KEY_TILE):
             k1 = min(k0 + BASELINE_KEY_TILE, k_all.shape[1])
-            s = (qg @ k_all[:, k0:k1].transpose(1, 2)).float() * scale
+            s = (qg.to(mm) @ k_all[:, k0:k1].transpose(1, 2).to(mm)).float() * scale
             s = s.masked_fill(torch.arange(k0, k1, device=q.device)[None] > q_pos, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             p = torch.exp(s - m_new)
             alpha = torch.exp(m - m_new)
             l = l * alpha + p.sum(-1, keepdim=True)  # noqa: E741
-            acc = acc * alpha + (p.to(q.dtype) @ v_all[:, k0:k1]).float()
+            acc = acc * alpha + (p.to(mm) @ v_all[:, k0:k1].to(mm)).float()
             m = m_new
         res = (acc / l).view(kvh, heads // kvh, n, hs).permute(2, 0, 1, 3).reshape(n, heads, hs)
         return res.to(q.dtype)
