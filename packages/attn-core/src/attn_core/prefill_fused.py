@@ -15,8 +15,8 @@ import torch
 
 from attn_core.plan_prefill import PrefillPlan
 from attn_core.prefill_backends import BACKENDS
-from attn_core.prefill_gather import gather_context, new_tokens_head_major
-from attn_core.prefill_torch import Problem
+from attn_core.prefill_gather import new_tokens_head_major
+from attn_core.prefill_torch import Problem, gather_span
 
 
 def run_fused_prefill(plan: PrefillPlan, problem: Problem, spans: list, out: torch.Tensor) -> None:
@@ -35,32 +35,21 @@ def run_fused_prefill(plan: PrefillPlan, problem: Problem, spans: list, out: tor
             contexts = [(c0, min(c0 + step, span.ctx)) for c0 in range(0, span.ctx, step)]
         whole = None
         if len(contexts) == 1:
-            whole = _gather(problem, span, 0, span.ctx, dtype)
+            whole = gather_span(problem, span, 0, span.ctx, dtype, sum_column=False)
         for a in range(0, span.query_len, plan.query_tile):
             b = min(a + plan.query_tile, span.query_len)
             q = problem.query[span.q0 + a : span.q0 + b]
             merged = _Merge()
             for c0, c1 in contexts:
-                keys, values = whole if whole is not None else _gather(problem, span, c0, c1, dtype)
+                if whole is not None:
+                    keys, values = whole
+                else:
+                    keys, values = gather_span(problem, span, c0, c1, dtype, sum_column=False)
                 merged.add(*attend(q, keys, values, problem.scale, False))
             if a > 0:
                 merged.add(*attend(q, new_k[:, :a], new_v[:, :a], problem.scale, False))
             merged.add(*attend(q, new_k[:, a:b], new_v[:, a:b], problem.scale, True))
             out[span.q0 + a : span.q0 + b].copy_(merged.result().transpose(0, 1))
-
-
-def _gather(problem: Problem, span, c0: int, c1: int, dtype: torch.dtype) -> tuple:
-    return gather_context(
-        problem.key_cache,
-        problem.value_cache,
-        problem.block_tables[span.index],
-        c0,
-        c1,
-        problem.layout,
-        dtype,
-        problem.k_scale,
-        problem.v_scale,
-    )
 
 
 class _Merge:

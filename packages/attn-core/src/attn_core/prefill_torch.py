@@ -85,7 +85,7 @@ def run_torch_prefill(
         lo = max(0, span.ctx - problem.window + 1) if problem.window > 0 else 0
         whole = None
         if span.ctx > lo and plan.stream_chunk == 0:
-            whole = _gather(problem, span, lo, span.ctx, plan.matmul_dtype)
+            whole = gather_span(problem, span, lo, span.ctx, plan.matmul_dtype, sum_column=True)
         for a in range(0, span.query_len, plan.query_tile):
             b = min(a + plan.query_tile, span.query_len)
             ws.begin(problem.query[span.q0 + a : span.q0 + b], span.ctx + a)
@@ -93,7 +93,9 @@ def run_torch_prefill(
                 if whole is not None:
                     keys, values = whole[0][:, c0 - lo : c1 - lo], whole[1][:, c0 - lo : c1 - lo]
                 else:
-                    keys, values = _gather(problem, span, c0, c1, plan.matmul_dtype)
+                    keys, values = gather_span(
+                        problem, span, c0, c1, plan.matmul_dtype, sum_column=True
+                    )
                 ws.attend_range(keys, values, c0)
             ws.attend_range(new_k[:, :b], new_v[:, :b], span.ctx)
             ws.finish(out[span.q0 + a : span.q0 + b])
@@ -111,8 +113,17 @@ def _bmm_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
         torch.bmm(a, b, out_dtype=out.dtype, out=out)
 
 
-def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtype) -> tuple:
-    """Context keys ``[kvh, n, hs]`` and values with the row-sum column ``[kvh, n, hs + 8]``."""
+def gather_span(
+    problem: Problem,
+    span: SeqSpan,
+    c0: int,
+    c1: int,
+    dtype: torch.dtype,
+    *,
+    sum_column: bool,
+) -> tuple:
+    """Context tokens ``[c0, c1)`` of one sequence: keys ``[kvh, n, hs]``, values
+    ``[kvh, n, hs]`` (``[kvh, n, hs + 8]`` with the row-sum column the torch path's P@V uses)."""
     return gather_context(
         problem.key_cache,
         problem.value_cache,
@@ -123,7 +134,7 @@ def _gather(problem: Problem, span: SeqSpan, c0: int, c1: int, dtype: torch.dtyp
         dtype,
         problem.k_scale,
         problem.v_scale,
-        sum_column=True,
+        sum_column=sum_column,
     )
 
 
