@@ -4,6 +4,7 @@
 #   bash bench/gpu_all.sh OUT_DIR [STEP ...]     # default: all steps, in this order
 #
 # Steps: cuda_tests decode_bench prefill_bench occupancy sim_calibration long_context
+#        native_build native_status native_tests native_sanitize native_bench vllm_build
 # Each step runs under its own timeout, writes OUT_DIR/STEP.log, and appends "STEP rc=N" to
 # OUT_DIR/steps.txt; a failing or hung step does not stop the others. No nox needed: the
 # packages run from the tree. Record what it prints in docs/benchmarks.md.
@@ -34,6 +35,17 @@ run() {
     sim_calibration) step sim_calibration 130 python3 bench/sim_calibration.py --out "$OUT" ;;
     long_context) step long_context 240 python3 -m hil --executor local --target h200-local \
         --suite long-context --out "$OUT/hil" --state "$OUT/hil/state.json" ;;
+    native_build) step native_build 300 python3 -m attn_core.native build ;;
+    native_status) step native_status 120 python3 -m attn_core.native status ;;
+    native_tests) step native_tests 300 python3 -m pytest -q -p no:cacheprovider \
+        packages/attn-core/tests/test_native_decode.py ;;
+    native_sanitize) step native_sanitize 300 bash -c \
+        "compute-sanitizer --tool memcheck --error-exitcode 9 python3 bench/native_sanitize.py && \
+         compute-sanitizer --tool racecheck --error-exitcode 9 python3 bench/native_sanitize.py" ;;
+    native_bench) step native_bench 420 python3 bench/native_decode_bench.py --out "$OUT" --sweep ;;
+    vllm_build) step vllm_build 420 python3 -c "import sys; sys.path.insert(0, 'bench'); \
+        from pathlib import Path; from vllm_baseline import load_vllm_v2; \
+        print(load_vllm_v2(Path('.ci-cache/vllm-0.6.3.tar.gz'))[1])" ;;
     *) echo "unknown step: $1" >&2; return 2 ;;
     esac
 }

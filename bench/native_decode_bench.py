@@ -1,0 +1,308 @@
+"""Native decode against the HBM floor, the torch path, SDPA and vLLM 0.6.3's V2, under CUDA graphs.
+
+Qwen3.6's full-attention layer (24 query / 4 KV heads, head 256, block 16, fp16), paged cache
+with permuted blocks. Per shape, every variant is one decode step captured in a CUDA graph
+(how vLLM runs decode) and replayed; small shapes put several steps over distinct caches in one
+graph so the data read per replay is at least 4x the L2 (the H200 keeps 50 MB: a lone 1 x 8K
+step, 34 MB of K+V, would be timed from cache). *floor* is the K+V bytes over the measured
+device-to-device copy rate (read + write counted). Partition sizes are swept for the native
+kernel; the plan's rule is fitted from the sweep (``--sweep``).
+
+    python3 bench/native_decode_bench.py --out results [--sweep] [--vllm-sdist PATH]
+
+Prints a table per shape and a summary against issue 10's targets; writes
+``native_decode_bench.json``. Measures, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import copy_bandwidth, device_info, print_table, write_results  # noqa: E402
+
+HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
+K = 1024
+SHAPES = ((1, 8 * K), (1, 32 * K), (1, 100 * K), (8, 100 * K), (64, 8 * K), (1, 256 * K))
+TARGETS_MS = {(1, 100 * K): 0.13, (8, 100 * K): 1.0, (64, 8 * K): 0.65, (1, 256 * K): 0.33,
+              (1, 8 * K): 0.025}  # fmt: skip
+L2_MULTIPLE = 4
+
+
+class PagedKV:
+    """Random K/V for ``batch`` sequences of ``tokens`` in vLLM's layout, made on the device."""
+
+    def __init__(self, batch: int, tokens: int, dtype: torch.dtype, kv_cache_dtype: str,
+                 seed: int) -> None:  # fmt: skip
+        dev = torch.device("cuda")
+        g = torch.Generator(device=dev).manual_seed(seed)
+        nblk = -(-tokens // BLOCK)
+        num_blocks = batch * nblk + 3
+        fp8 = kv_cache_dtype != "auto"
+        x = 16 if fp8 else 16 // torch.empty((), dtype=dtype).element_size()
+        self.batch, self.tokens, self.kv_cache_dtype = batch, tokens, kv_cache_dtype
+        self.query = torch.randn(batch, HEADS, HEAD, generator=g, device=dev).to(dtype)
+        k = torch.randn(num_blocks, KV_HEADS, HEAD // x, BLOCK, x, generator=g, device=dev)
+        v = torch.randn(num_blocks, KV_HEADS, HEAD, BLOCK, generator=g, device=dev)
+        if fp8:
+            f8 = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+            self.key_cache = k.to(f8).view(torch.uint8)
+            self.value_cache = v.to(f8).view(torch.uint8)
+        else:
+            self.key_cache, self.value_cache = k.to(dtype), v.to(dtype)
+        del k, v
+        perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed))
+        self.block_tables = perm[: batch * nblk].view(batch, nblk).to(torch.int32).to(dev)
+        self.seq_lens = torch.full((batch,), tokens, dtype=torch.int32, device=dev)
+        self.out = torch.empty_like(self.query)
+        elem = 1 if fp8 else self.query.element_size()
+        self.kv_bytes = 2 * batch * KV_HEADS * tokens * HEAD * elem
+
+    def contiguous_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[batch, kv_heads, tokens, head]`` copies (SDPA's input; built outside any timing)."""
+        ids = self.block_tables.long()
+        kg = self.key_cache[ids]  # [B, nblk, KVH, D/x, BS, x]
+        k = kg.permute(0, 2, 1, 4, 3, 5).reshape(self.batch, KV_HEADS, -1, HEAD)
+        vg = self.value_cache[ids]  # [B, nblk, KVH, D, BS]
+        v = vg.permute(0, 2, 1, 4, 3).reshape(self.batch, KV_HEADS, -1, HEAD)
+        return k[:, :, : self.tokens].contiguous(), v[:, :, : self.tokens].contiguous()
+
+
+def graph_ms(steps: list[Callable[[], object]], reps: int = 30) -> float:
+    """Median ms of one step: all ``steps`` captured in one graph, replayed ``reps`` times."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for fn in steps:
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in steps:
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2] / len(steps)
+
+
+def eager_ms(fn: Callable[[], object], reps: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tensor]:
+    from attn_core.native.launch import launch_decode, partials_shape
+
+    o_shape, l_shape = partials_shape(c.batch, HEADS, parts, HEAD)
+    part_out = torch.empty(o_shape, device="cuda") if parts > 1 else None
+    part_lse = torch.empty(l_shape, device="cuda") if parts > 1 else None
+
+    def step() -> torch.Tensor:
+        launch_decode(
+            lib, query=c.query, key_cache=c.key_cache, value_cache=c.value_cache,
+            block_tables=c.block_tables, seq_lens=c.seq_lens, out=c.out, scale=HEAD**-0.5,
+            v_scale=1.0, kv_cache_dtype=c.kv_cache_dtype, num_partitions=parts,
+            partition_size=ps, part_out=part_out, part_lse=part_lse,
+        )  # fmt: skip
+        return c.out
+
+    return step
+
+
+def partition_candidates(c: PagedKV, sm_count: int) -> list[tuple[int, int]]:
+    """``(num_partitions, partition_size)`` giving about 1/2, 1, 2, 4, 8 blocks per SM-slot."""
+    rows = c.batch * KV_HEADS
+    seen, out = set(), []
+    for blocks_per_sm in (0.5, 1, 2, 3, 4, 6, 8, 12):
+        want = max(1, math.ceil(blocks_per_sm * sm_count / rows))
+        ps = max(128, -(-math.ceil(c.tokens / want) // 128) * 128)
+        parts = -(-c.tokens // ps)
+        if (parts, ps) not in seen:
+            seen.add((parts, ps))
+            out.append((parts, ps))
+    return out
+
+
+def reference(c: PagedKV, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    group = HEADS // KV_HEADS
+    q = c.query.float().view(c.batch, KV_HEADS, group, HEAD)
+    kf, vf = k.float(), v.float()
+    if c.kv_cache_dtype != "auto":
+        f8 = torch.float8_e5m2 if c.kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+        kf, vf = k.view(f8).float(), v.view(f8).float()
+    s = torch.matmul(q, kf.transpose(-1, -2)) * HEAD**-0.5
+    return torch.matmul(torch.softmax(s, -1), vf).reshape(c.batch, HEADS, HEAD)
+
+
+def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: float, sweep: bool,
+                kv_cache_dtype: str = "auto") -> dict[str, Any]:  # fmt: skip
+    dtype = torch.float16
+    one = PagedKV(batch, tokens, dtype, kv_cache_dtype, seed=0)
+    copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
+    cases = [one]
+    cases += [PagedKV(batch, tokens, dtype, kv_cache_dtype, seed=i) for i in range(1, copies)]
+    row: dict[str, Any] = {"shape": f"{batch}x{tokens}", "kv_cache": kv_cache_dtype,
+                           "kv_MB": one.kv_bytes / 1e6, "graph_copies": copies,
+                           "floor_ms": one.kv_bytes / copy_bw * 1e3}  # fmt: skip
+    k, v = one.contiguous_kv()
+    want = reference(one, k, v)
+    sweep_rows = []
+    best = None
+    splits = partition_candidates(one, sm_count) if sweep else [_default_split(one, sm_count)]
+    for parts, ps in splits:
+        t = graph_ms([native_step(lib, c, parts, ps) for c in cases])
+        sweep_rows.append({"partitions": parts, "partition_size": ps, "graph_ms": t})
+        if best is None or t < best[0]:
+            best = (t, parts, ps)
+    assert best is not None
+    t, parts, ps = best
+    step = native_step(lib, one, parts, ps)
+    got = step().float()
+    row.update(native_ms=t, native_parts=parts, native_ps=ps,
+               native_err=float((got - want).abs().max()),
+               native_eager_ms=eager_ms(step), sweep=sweep_rows)  # fmt: skip
+    if kv_cache_dtype == "auto":
+        row["sdpa_ms"] = _sdpa_ms(one, k, v)
+        row["torch_path_ms"] = _torch_path_ms(cases)
+        if vllm is not None:
+            from vllm_baseline import v2_step
+
+            steps = [v2_step(vllm, c.query, c.key_cache, c.value_cache, c.block_tables,
+                             c.seq_lens, tokens, c.out) for c in cases]  # fmt: skip
+            row["vllm_v2_ms"] = graph_ms(steps)
+            row["vllm_v2_err"] = float((steps[0]().float() - want).abs().max())
+    del k, v, cases, one
+    torch.cuda.empty_cache()
+    return row
+
+
+def _default_split(c: PagedKV, sm_count: int) -> tuple[int, int]:
+    rows = c.batch * KV_HEADS
+    want = max(1, math.ceil(4 * sm_count / rows))
+    ps = max(128, -(-math.ceil(c.tokens / want) // 128) * 128)
+    return -(-c.tokens // ps), ps
+
+
+def _sdpa_ms(c: PagedKV, k: torch.Tensor, v: torch.Tensor) -> Optional[float]:
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q = c.query.unsqueeze(2)
+    try:
+        return graph_ms([lambda: sdpa(q, k, v, enable_gqa=True)])
+    except (TypeError, RuntimeError):
+        return None
+
+
+def _torch_path_ms(cases: list[PagedKV]) -> Optional[float]:
+    from attn_core import paged_decode
+
+    try:
+        from attn_core.workspace import Workspace
+
+        steps = []
+        for c in cases:
+            ws = Workspace()
+            steps.append(lambda c=c, ws=ws: paged_decode(
+                c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.tokens,
+                out=c.out, workspace=ws))  # fmt: skip
+        return graph_ms(steps[:2])  # the torch path moves ~3x K+V: two copies exceed the L2
+    except Exception as exc:  # a failing variant is a missing number, not a lost run
+        print(f"torch path failed: {exc}", flush=True)
+        return None
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--sweep", action="store_true", help="time several partition splits")
+    ap.add_argument("--shapes", default="", help="e.g. 1x102400,8x102400 (default: the targets)")
+    ap.add_argument("--vllm-sdist", default=".ci-cache/vllm-0.6.3.tar.gz")
+    ap.add_argument("--no-vllm", action="store_true")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("native_decode_bench: needs a CUDA device; nothing measured")
+        return 0
+    from attn_core.native.library import load_native
+    from attn_core.settings import current_overrides
+
+    lib, status = load_native(current_overrides().native, torch.device("cuda"))
+    print(f"native: {status}", flush=True)
+    if lib is None:
+        return 1
+    vllm, why = (None, "skipped (--no-vllm)")
+    if not args.no_vllm:
+        from vllm_baseline import load_vllm_v2
+
+        t0 = time.monotonic()
+        vllm, why = load_vllm_v2(Path(args.vllm_sdist))
+        print(f"vLLM 0.6.3 V2 baseline: {why} ({time.monotonic() - t0:.0f} s)", flush=True)
+    shapes = SHAPES
+    if args.shapes:
+        shapes = tuple(tuple(int(p) for p in s.split("x")) for s in args.shapes.split(","))
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
+    rows = []
+    for batch, tokens in shapes:
+        rows.append(bench_shape(lib, vllm, batch, tokens, sm_count, bw, args.sweep))
+        print_table([rows[-1]], COLUMNS)
+        if args.sweep:
+            print_table(rows[-1]["sweep"], ["partitions", "partition_size", "graph_ms"])
+        write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
+    if hasattr(torch, "float8_e4m3fn"):
+        for kind in ("fp8_e4m3", "fp8_e5m2"):
+            rows.append(bench_shape(lib, None, 1, 100 * K, sm_count, bw, args.sweep, kind))
+    write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
+    print("\n== summary (CUDA-graph replay, ms)")
+    print_table(rows, COLUMNS + ["target_ms"] if _add_targets(rows) else COLUMNS)
+    return 0
+
+
+COLUMNS = [
+    "shape", "kv_cache", "floor_ms", "native_ms", "native_eager_ms", "native_parts", "native_ps",
+    "native_err", "torch_path_ms", "sdpa_ms", "vllm_v2_ms", "vllm_v2_err",
+]  # fmt: skip
+
+
+def _add_targets(rows: list[dict[str, Any]]) -> bool:
+    for r in rows:
+        b, t = (int(p) for p in r["shape"].split("x"))
+        if r["kv_cache"] == "auto":
+            r["target_ms"] = TARGETS_MS.get((b, t))
+    return True
+
+
+def _payload(rows, bw, status, vllm_why) -> dict[str, Any]:
+    return {"device": device_info(torch.device("cuda")), "copy_bandwidth": bw,
+            "native": str(status), "vllm": vllm_why, "rows": rows}  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

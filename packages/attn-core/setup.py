@@ -1,0 +1,86 @@
+"""Build hook: compile the native decode kernel when a CUDA or CoreX compiler is present.
+
+The metadata is in pyproject.toml; this file only adds a step to ``build_py``. It needs no
+torch: attn_core/native/toolchain.py and build.py are standard-library modules, loaded here by
+path. A missing compiler or a failed build never fails the install (the torch path runs and
+``engine-patch status`` says why); the lab image asks for a hard failure with
+``python -m attn_core.native build --require`` instead.
+
+Targets: ``ATTN_CORE_NATIVE_ARCH`` (comma-separated, e.g. ``sm_90`` or ``ivcore10``), else the
+GPUs ``nvidia-smi`` reports, else ``sm_80,sm_90`` (NVIDIA) / ``ivcore10`` (CoreX).
+``ATTN_CORE_NATIVE_BUILD=0`` skips the build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+SRC = Path(__file__).resolve().parent / "src" / "attn_core"
+
+
+def _load(relative: str):
+    name = "_attn_core_setup_" + relative.replace("/", "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(name, SRC / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while it executes
+    spec.loader.exec_module(module)
+    return module
+
+
+def _gpu_archs() -> tuple[str, ...]:
+    if not shutil.which("nvidia-smi"):
+        return ()
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    caps = {line.strip().replace(".", "") for line in done.stdout.splitlines() if line.strip()}
+    return tuple(sorted(f"sm_{c}" for c in caps if c.isdigit()))
+
+
+class BuildPyWithNative(build_py):
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # a source checkout builds on first use (attn_core.native.library)
+        settings = _load("settings.py")
+        env = os.environ
+        wanted = env.get("ATTN_CORE_NATIVE_BUILD")
+        if not settings.parse_bool("ATTN_CORE_NATIVE_BUILD", wanted, True):
+            print("attn-core: native kernel not built (ATTN_CORE_NATIVE_BUILD is off)")
+            return
+        toolchain_mod = _load("native/toolchain.py")
+        build_mod = _load("native/build.py")
+        forced = tuple(a for a in env.get("ATTN_CORE_NATIVE_ARCH", "").split(",") if a.strip())
+        home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+        toolchain, why = toolchain_mod.find_toolchain(home, forced or _gpu_archs() or None)
+        if toolchain is None:
+            print(f"attn-core: native kernel not built: {why} (the torch path will run)")
+            return
+        out_dir = Path(self.build_lib) / "attn_core" / "native" / "_prebuilt"
+        try:
+            _, seconds = build_mod.build_library(toolchain, out_dir)
+        except build_mod.BuildError as exc:
+            print(f"attn-core: WARNING: native kernel build failed, the torch path runs.\n{exc}")
+            return
+        print(f"attn-core: native kernel built for {','.join(toolchain.archs)} in {seconds:.0f} s")
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self) -> bool:  # the wheel may carry a compiled library
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithNative}, distclass=BinaryDistribution)

@@ -1,0 +1,56 @@
+// The one header that knows which compiler and GPU family this source is built for.
+//
+// nvcc (NVIDIA) and CoreX's clang (Iluvatar BI-V100 / MR-V100, `__ILUVATAR__` defined) both
+// compile this tree. Rules that keep one source right on both:
+// - no inline PTX (CoreX rejects it: %laneid, ld.global.cg and cvt.sat failed in public ports);
+// - no `__CUDA_ARCH__` version gates on the Iluvatar path (CoreX reports odd values there);
+// - no warp shuffles: CoreX warps are 64 lanes wide and its shuffle mask semantics are not
+//   documented publicly, so every cross-thread reduction goes through shared memory with
+//   explicit barriers, which is right for any warp width;
+// - only the CUDA 10.2 runtime API (CoreX's level), and cuda_fp16.h; bf16 and fp8 are decoded
+//   from their bits here (cuda_bf16.h / cuda_fp8.h are newer than 10.2).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#if defined(__ILUVATAR__)
+#define ATTN_PLATFORM "iluvatar-corex"
+#define ATTN_HW_WARP_SIZE 64
+#else
+#define ATTN_PLATFORM "nvidia"
+#define ATTN_HW_WARP_SIZE 32
+#endif
+
+#define ATTN_DEVICE __device__ __forceinline__
+
+namespace attn {
+
+// Element kinds, shared with the Python side (attn_core/native/abi.py).
+enum ElemKind : int {
+  kFloat32 = 0,
+  kFloat16 = 1,
+  kBFloat16 = 2,
+  kFp8E4M3 = 3,  // float8_e4m3fn: no infinities, S.1111.111 is NaN
+  kFp8E5M2 = 4,  // float8_e5m2: the top byte of an IEEE half
+};
+
+__host__ __device__ constexpr int elem_bytes(int kind) {
+  return kind == kFloat32 ? 4 : (kind == kFloat16 || kind == kBFloat16) ? 2 : 1;
+}
+
+// One 16-byte vector: the unit of every global load in the decode kernel.
+struct alignas(16) Vec16 {
+  uint32_t w[4];
+};
+struct alignas(8) Vec8 {
+  uint32_t w[2];
+};
+
+template <typename V>
+ATTN_DEVICE V load_vec(const void* p) {
+  return *reinterpret_cast<const V*>(p);
+}
+
+}  // namespace attn

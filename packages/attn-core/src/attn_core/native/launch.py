@@ -1,0 +1,102 @@
+"""One native decode step from torch tensors: the ctypes arguments and the launch.
+
+The caller (attn-core's decode executor) has validated shapes, dtypes and devices and chosen
+the partitioning; this module only translates tensors into :class:`~attn_core.native.abi.
+DecodeArgs` and launches on the current CUDA stream (so a CUDA-graph capture records it).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from attn_core.native import abi
+from attn_core.native.library import NativeLibrary
+
+
+def partials_shape(num_seqs: int, num_heads: int, num_partitions: int, head_size: int):
+    """Shapes of the fp32 workspace a partitioned step needs: ``(part_out, part_lse)``."""
+    return (num_seqs, num_heads, num_partitions, head_size), (num_seqs, num_heads, num_partitions)
+
+
+def launch_decode(
+    lib: NativeLibrary,
+    *,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    out: torch.Tensor,
+    scale: float,
+    v_scale: float,
+    kv_cache_dtype: str,
+    num_partitions: int,
+    partition_size: int,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    part_out: Optional[torch.Tensor] = None,
+    part_lse: Optional[torch.Tensor] = None,
+) -> None:
+    """Write ``out`` with the native kernel.
+
+    Args:
+        query, out: ``[num_seqs, num_heads, head_size]``, last dim contiguous.
+        key_cache: ``[num_blocks, num_kv_heads, head_size // x, block_size, x]``, contiguous
+            below the head axis (vLLM's layout).
+        value_cache: ``[num_blocks, num_kv_heads, head_size, block_size]``, likewise.
+        block_tables: ``[num_seqs, width]`` int32, last dim contiguous; seq_lens ``[num_seqs]``
+            int32 contiguous.
+        scale: the softmax scale times ``k_scale`` for fp8 keys.
+        v_scale: ``v_scale`` for fp8 values, else 1.
+        num_partitions / partition_size: the plan's split (partition_size a multiple of the
+            block size, ``num_partitions * partition_size`` covering every sequence).
+        part_out / part_lse: fp32 ``partials_shape(...)`` buffers, needed when
+            ``num_partitions > 1``.
+    """
+    num_seqs, num_heads, head_size = query.shape
+    _, num_kv_heads, _, block_size, _ = key_cache.shape
+    args = abi.DecodeArgs(
+        out=out.data_ptr(),
+        query=query.data_ptr(),
+        key_cache=key_cache.data_ptr(),
+        value_cache=value_cache.data_ptr(),
+        block_tables=block_tables.data_ptr(),
+        seq_lens=seq_lens.data_ptr(),
+        alibi_slopes=alibi_slopes.data_ptr() if alibi_slopes is not None else None,
+        part_out=part_out.data_ptr() if part_out is not None else None,
+        part_lse=part_lse.data_ptr() if part_lse is not None else None,
+        out_seq_stride=out.stride(0),
+        out_head_stride=out.stride(1),
+        q_seq_stride=query.stride(0),
+        q_head_stride=query.stride(1),
+        k_block_stride=key_cache.stride(0),
+        k_head_stride=key_cache.stride(1),
+        v_block_stride=value_cache.stride(0),
+        v_head_stride=value_cache.stride(1),
+        table_stride=block_tables.stride(0),
+        num_seqs=num_seqs,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        block_size=block_size,
+        table_width=block_tables.shape[1],
+        num_partitions=num_partitions,
+        partition_size=partition_size,
+        query_kind=abi.QUERY_KINDS[query.dtype],
+        cache_kind=abi.cache_kind(query.dtype, kv_cache_dtype),
+        scale=scale,
+        v_scale=v_scale,
+    )
+    lib.decode(args, torch.cuda.current_stream(query.device).cuda_stream)
+
+
+def layout_supported(
+    query: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, out: torch.Tensor
+) -> Optional[str]:
+    """None if the kernel can read these tensors' strides as they are, else why not."""
+    if query.stride(-1) != 1 or out.stride(-1) != 1:
+        return "query and out need a contiguous last dimension"
+    if not key_cache[0, 0].is_contiguous() or not value_cache[0, 0].is_contiguous():
+        return "each cache block must be contiguous below the head axis (vLLM's layout)"
+    return None

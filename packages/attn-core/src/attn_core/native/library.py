@@ -1,0 +1,175 @@
+"""Loading the native decode library: a prebuilt copy, a cached build, or a build on first use.
+
+Order: the library ``pip install`` built into the package (``_prebuilt/``), then a build
+cached under ``ATTN_CORE_NATIVE_CACHE`` for these sources, toolchain and target, then (unless
+``ATTN_CORE_NATIVE_BUILD=0``) a build now. Every outcome is a :class:`NativeStatus` that says
+what happened and why; nothing here raises for a missing toolkit, so the torch path runs
+wherever the native one cannot. The reason is logged once per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from attn_core.native import abi
+from attn_core.native.build import LIBRARY_NAME, BuildError, build_key, build_library
+from attn_core.native.build import default_cache_dir as _default_cache_dir
+from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
+from attn_core.settings import NativeSettings
+
+log = logging.getLogger("attn_core.native")
+PREBUILT = Path(__file__).resolve().parent / "_prebuilt" / LIBRARY_NAME
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """One compiled kernel as the driver reports it (what plans and the simulator price)."""
+
+    num_regs: int
+    static_smem_bytes: int
+    local_bytes: int
+    threads_per_block: int
+    blocks_per_sm: int
+
+
+@dataclass(frozen=True)
+class NativeStatus:
+    """Whether the native library is usable here, and how it was obtained or why not.
+
+    Attributes:
+        available: a library is loaded.
+        detail: "prebuilt", "cached build", "built in 34.1 s", or why not.
+        path: the loaded file.
+        toolchain: compiler kind, version and targets of a build made in this process.
+        platform: what the library reports it was compiled for ("nvidia", "iluvatar-corex").
+    """
+
+    available: bool
+    detail: str
+    path: Optional[str] = None
+    toolchain: Optional[str] = None
+    platform: Optional[str] = None
+
+
+class NativeError(RuntimeError):
+    """A native launch failed (the CUDA error string is in the message)."""
+
+
+class NativeLibrary:
+    """The loaded library with typed entry points."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lib = abi.declare(ctypes.CDLL(str(path)))
+        version = self._lib.attn_native_abi_version()
+        if version != abi.ABI_VERSION:
+            raise OSError(f"{path} has ABI version {version}, attn-core needs {abi.ABI_VERSION}")
+        self.platform = self._lib.attn_native_platform().decode()
+
+    def decode(self, args: abi.DecodeArgs, stream: int) -> None:
+        """Launch one decode step on ``stream`` (a ``cudaStream_t`` as an int)."""
+        rc = self._lib.attn_native_decode(ctypes.byref(args), ctypes.c_void_p(stream))
+        if rc:
+            raise NativeError(f"native decode launch failed: {self.error_string(rc)} ({rc})")
+
+    def kernel_info(self, which: str, query_kind: int, cache_kind: int, bucket: int) -> KernelFacts:
+        """Registers, shared memory and occupancy of the ``"partition"`` or ``"merge"`` kernel."""
+        info = abi.KernelInfo()
+        rc = self._lib.attn_native_kernel_info(
+            0 if which == "partition" else 1, query_kind, cache_kind, bucket, ctypes.byref(info)
+        )
+        if rc:
+            raise NativeError(f"kernel_info({which}) failed: {self.error_string(rc)} ({rc})")
+        return KernelFacts(
+            num_regs=info.num_regs,
+            static_smem_bytes=info.static_smem_bytes,
+            local_bytes=info.local_bytes,
+            threads_per_block=info.threads_per_block,
+            blocks_per_sm=info.blocks_per_sm,
+        )
+
+    def error_string(self, code: int) -> str:
+        return self._lib.attn_native_error_string(code).decode()
+
+
+_LOCK = threading.Lock()
+
+
+def load_native(
+    settings: NativeSettings, device: torch.device
+) -> tuple[Optional[NativeLibrary], NativeStatus]:
+    """The library for ``device`` (cached per process), with its status."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None, NativeStatus(False, f"needs a CUDA device, got {device.type}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _LOCK:
+        return _load(settings, _device_arch(index, settings.arch))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(settings: NativeSettings, arch: str) -> tuple[Optional[NativeLibrary], NativeStatus]:
+    lib, status = _locate(settings, arch)
+    if lib is None:
+        log.warning("attn-core native decode unavailable, the torch path runs: %s", status.detail)
+    return lib, status
+
+
+def _locate(settings: NativeSettings, arch: str) -> tuple[Optional[NativeLibrary], NativeStatus]:
+    tried = []
+    if PREBUILT.is_file():
+        lib, why = _open(PREBUILT)
+        if lib is not None:
+            return lib, NativeStatus(True, "prebuilt", str(PREBUILT), None, lib.platform)
+        tried.append(f"prebuilt {PREBUILT}: {why}")
+    toolchain, why = find_toolchain(settings.cuda_home, (arch,))
+    if toolchain is None:
+        return None, NativeStatus(False, "; ".join([*tried, why]))
+    cache = Path(settings.cache_dir) if settings.cache_dir else _default_cache_dir()
+    out_dir = cache / build_key(toolchain)
+    described = _describe(toolchain)
+    if not (out_dir / LIBRARY_NAME).is_file() and not settings.build:
+        tried.append("no cached build and ATTN_CORE_NATIVE_BUILD is off")
+        return None, NativeStatus(False, "; ".join(tried), toolchain=described)
+    try:
+        path, seconds = build_library(toolchain, out_dir, log=out_dir / "build.log")
+    except (BuildError, OSError) as exc:
+        return None, NativeStatus(False, "; ".join([*tried, str(exc)]), toolchain=described)
+    lib, why = _open(path)
+    if lib is None:
+        return None, NativeStatus(False, "; ".join([*tried, why]), str(path), described)
+    detail = f"built in {seconds:.1f} s" if seconds else "cached build"
+    return lib, NativeStatus(True, detail, str(path), described, lib.platform)
+
+
+def _open(path: Path) -> tuple[Optional[NativeLibrary], str]:
+    """Load ``path`` and make sure it has code for the current device."""
+    try:
+        lib = NativeLibrary(path)
+        lib.kernel_info("merge", abi.FLOAT16, abi.FLOAT16, 256)
+    except OSError as exc:
+        return None, f"cannot load: {exc}"
+    except NativeError as exc:
+        return None, f"no code for this device: {exc}"
+    return lib, ""
+
+
+def _describe(toolchain: Toolchain) -> str:
+    return f"{toolchain.kind} {toolchain.version} {','.join(toolchain.archs)}"
+
+
+def _device_arch(index: int, forced: Optional[str]) -> str:
+    if forced:
+        return forced
+    name = torch.cuda.get_device_name(index).lower()
+    if getattr(torch.version, "corex", None) or "iluvatar" in name:
+        return DEFAULT_COREX_ARCH
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"

@@ -1,0 +1,136 @@
+"""Finding the compiler for the native kernel: nvcc on NVIDIA, CoreX's clang on Iluvatar.
+
+Standard library only: ``setup.py`` imports this module to build at ``pip install`` time, in
+an isolated environment without torch.
+
+- NVIDIA: ``$CUDA_HOME/bin/nvcc`` (then ``CUDA_PATH``, ``nvcc`` on ``PATH``,
+  ``/usr/local/cuda``); arch ``sm_XY`` from the device, or a list for device-less builds.
+- Iluvatar CoreX: ``/usr/local/corex`` (or a ``CUDA_HOME`` holding ``bin/clang++`` and no real
+  ``nvcc``; CoreX ships an ``nvcc`` stub that does not compile CUDA). clang compiles CUDA for
+  ``--cuda-gpu-arch=ivcore10`` (BI-V100; ``ivcore11`` for MR-V100 / BI-V150) as language
+  ``ivcore`` on newer toolkits, ``cuda`` on older ones; both are tried. These flags come from
+  public ports to CoreX and are unverified on the lab machine until its first build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+COREX_HOME = "/usr/local/corex"
+DEFAULT_COREX_ARCH = "ivcore10"
+# Device-less NVIDIA builds (pip install without a visible GPU): Ampere and Hopper SASS plus
+# Hopper PTX, which the driver JIT-compiles on anything newer.
+DEFAULT_NVIDIA_ARCHS = ("sm_80", "sm_90")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A compiler that can build ``csrc/paged_decode.cu`` into a shared library.
+
+    Attributes:
+        kind: ``"nvcc"`` or ``"corex-clang"``.
+        compiler: path of the executable.
+        home: toolkit root (``CUDA_HOME``-like).
+        archs: targets, e.g. ``("sm_90",)`` or ``("ivcore10",)``.
+        version: the compiler's first version line (part of the build cache key).
+    """
+
+    kind: str
+    compiler: str
+    home: str
+    archs: tuple[str, ...]
+    version: str
+
+    def commands(self, source: Path, include: Path, output: Path) -> list[list[str]]:
+        """Command lines to try in order (the first that succeeds wins)."""
+        common = ["-std=c++17", "-O3", "-I", str(include), "-o", str(output), str(source)]
+        if self.kind == "nvcc":
+            gencode: list[str] = []
+            for arch in self.archs:
+                number = arch.removeprefix("sm_").removeprefix("compute_")
+                gencode += ["-gencode", f"arch=compute_{number},code=sm_{number}"]
+            newest = max(self.archs, key=lambda a: int(a.split("_")[-1].rstrip("a")))
+            number = newest.removeprefix("sm_")
+            gencode += ["-gencode", f"arch=compute_{number},code=compute_{number}"]
+            return [
+                [self.compiler, "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *gencode, *common]
+            ]
+        lib = str(Path(self.home) / "lib64")
+        arch_flags = [f"--cuda-gpu-arch={a}" for a in self.archs]
+        tail = [
+            "-shared",
+            "-fPIC",
+            *arch_flags,
+            *common,
+            f"-L{lib}",
+            "-lcudart",
+            f"-Wl,-rpath,{lib}",
+        ]
+        return [[self.compiler, "-x", lang, *tail] for lang in ("ivcore", "cuda")]
+
+
+def find_toolchain(
+    cuda_home: Optional[str] = None, archs: Optional[tuple[str, ...]] = None
+) -> tuple[Optional[Toolchain], str]:
+    """``(toolchain, "")`` or ``(None, why there is none)``.
+
+    Args:
+        cuda_home: the toolkit root (``CUDA_HOME``), or None to search.
+        archs: targets; None picks the platform's default.
+    """
+    corex = _corex_home(cuda_home)
+    if corex is not None:
+        clang = str(Path(corex) / "bin" / "clang++")
+        arch = archs or (DEFAULT_COREX_ARCH,)
+        return Toolchain("corex-clang", clang, corex, tuple(arch), _version(clang)), ""
+    nvcc = _nvcc(cuda_home)
+    if nvcc is None:
+        where = f"CUDA_HOME={cuda_home}" if cuda_home else "CUDA_HOME, PATH or /usr/local/cuda"
+        return None, f"no CUDA compiler: neither nvcc nor CoreX clang++ found in {where}"
+    version = _version(nvcc)
+    if not version:
+        return None, f"{nvcc} does not run (no version output)"
+    home = str(Path(nvcc).resolve().parent.parent)
+    return Toolchain("nvcc", nvcc, home, tuple(archs or DEFAULT_NVIDIA_ARCHS), version), ""
+
+
+def _corex_home(cuda_home: Optional[str]) -> Optional[str]:
+    for home in (cuda_home, COREX_HOME):
+        if home and (Path(home) / "bin" / "clang++").is_file() and _is_corex(home):
+            return home
+    return None
+
+
+def _is_corex(home: str) -> bool:
+    # CoreX's tree carries its name, and its nvcc (if any) is a stub, not NVIDIA's compiler.
+    return "corex" in str(Path(home).resolve()).lower() or not (Path(home) / "nvvm").exists()
+
+
+def _nvcc(cuda_home: Optional[str]) -> Optional[str]:
+    candidates = []
+    if cuda_home:
+        candidates.append(Path(cuda_home) / "bin" / "nvcc")
+    found = shutil.which("nvcc")
+    if found:
+        candidates.append(Path(found))
+    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def _version(compiler: str) -> str:
+    try:
+        done = subprocess.run(
+            [compiler, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,102 @@
+"""The native kernel on a PagedCase, with NaN-poisoned outputs and cache tails, vs the reference.
+
+These helpers call :func:`attn_core.native.launch.launch_decode` with an explicit partitioning,
+so every path of the kernel (one partition, many, partial tiles, empty partitions past a
+sequence's end) is exercised whatever the planner would choose.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pytest
+import torch
+
+from attn_core.native.launch import launch_decode, partials_shape
+from attn_core.native.library import NativeLibrary, load_native
+from attn_core.settings import NativeSettings
+from attn_core.testing import PagedCase, make_paged_case, reference_decode
+
+
+def native_library() -> NativeLibrary:
+    """The library for this GPU (built on first use); skips with the reason where there is none."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (run on the GPU machine)")
+    lib, status = load_native(NativeSettings(), torch.device("cuda"))
+    if lib is None:
+        pytest.skip(f"native kernel unavailable here: {status.detail}")
+    return lib
+
+
+def poison_tails(case: PagedCase) -> None:
+    """Fill every cache slot past each sequence's end inside its last block with NaN (fp8: the
+    format's NaN byte), as a reused block may hold: masked slots must never reach the output."""
+    bs = case.key_cache.shape[3]
+    nan = 0x7F if case.kv_cache_dtype != "auto" else math.nan
+    for s, n in enumerate(case.seq_lens.tolist()):
+        if n % bs == 0 or n == 0:
+            continue
+        block = int(case.block_tables[s, (n - 1) // bs])
+        case.key_cache[block, :, :, n % bs :, :] = nan
+        case.value_cache[block, :, :, n % bs :] = nan
+
+
+def run_native(
+    lib: NativeLibrary,
+    case: PagedCase,
+    num_partitions: int,
+    partition_size: int,
+    *,
+    scale: Optional[float] = None,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    num_seqs, num_heads, head_size = case.query.shape
+    scale = head_size**-0.5 if scale is None else scale
+    fp8 = case.kv_cache_dtype != "auto"
+    out = torch.full_like(case.query, math.nan) if out is None else out
+    part_out = part_lse = None
+    if num_partitions > 1:
+        o_shape, l_shape = partials_shape(num_seqs, num_heads, num_partitions, head_size)
+        part_out = torch.full(o_shape, math.nan, device=out.device)
+        part_lse = torch.full(l_shape, math.nan, device=out.device)
+    launch_decode(
+        lib,
+        query=case.query,
+        key_cache=case.key_cache,
+        value_cache=case.value_cache,
+        block_tables=case.block_tables,
+        seq_lens=case.seq_lens,
+        out=out,
+        scale=scale * (case.k_scale if fp8 else 1.0),
+        v_scale=case.v_scale if fp8 else 1.0,
+        kv_cache_dtype=case.kv_cache_dtype,
+        num_partitions=num_partitions,
+        partition_size=partition_size,
+        alibi_slopes=alibi_slopes,
+        part_out=part_out,
+        part_lse=part_lse,
+    )
+    return out
+
+
+def reference(case: PagedCase, *, scale=None, alibi_slopes=None) -> torch.Tensor:
+    return reference_decode(
+        case.query.cpu(),
+        case.key_cache.cpu(),
+        case.value_cache.cpu(),
+        case.block_tables.cpu(),
+        case.seq_lens.cpu(),
+        scale,
+        None if alibi_slopes is None else alibi_slopes.cpu(),
+        case.kv_cache_dtype,
+        case.k_scale,
+        case.v_scale,
+    )
+
+
+def cuda_case(lens, heads, kv_heads, head_size, block_size, dtype, **kwargs) -> PagedCase:
+    case = make_paged_case(lens, heads, kv_heads, head_size, block_size, dtype, "cuda", **kwargs)
+    poison_tails(case)
+    return case
