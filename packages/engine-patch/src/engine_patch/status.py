@@ -218,8 +218,14 @@ def render(report: dict[str, Any]) -> str:
     """Human-readable tables; the verdict last."""
     vllm = report["vllm"]
     platform = report["platform"] or {}
+    if vllm["present"]:
+        vllm_text = f"{vllm['version']} ({vllm['flavour']})"
+    elif vllm["error"]:
+        vllm_text = "installed but not importable (see errors)"
+    else:  # the normal state off the lab machine, not an error
+        vllm_text = "not installed (attn-core is checked directly)"
     head = [
-        ["vLLM", f"{vllm['version']} ({vllm['flavour']})" if vllm["present"] else "not importable"],
+        ["vLLM", vllm_text],
         ["platform", platform.get("label", "?")],
         ["iluvatar because", "; ".join(platform.get("reasons", [])) or "-"],
         ["patch active in this process", report["patch_active"]],
