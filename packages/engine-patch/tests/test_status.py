@@ -9,9 +9,10 @@ import pytest
 import torch
 from ep_helpers import DATA, require
 
+from attn_core.shapes import AttentionShape
 from engine_patch import cli, register, selftest
+from engine_patch.exit_codes import EXIT_CONFIG
 from engine_patch.platform import PLATFORM_ENV
-from engine_patch.settings import ModelShape
 from engine_patch.status import (
     EXIT_INACTIVE,
     EXIT_OK,
@@ -23,7 +24,9 @@ from engine_patch.status import (
 
 clean_state = pytest.fixture(ep_helpers.clean_state)
 
-SMALL = ModelShape(num_heads=8, num_kv_heads=2, head_size=64, dtype="float32", block_size=16)
+SMALL = AttentionShape(
+    num_heads=8, num_kv_heads=2, head_size=64, block_size=16, dtype=torch.float32
+)
 CPU = torch.device("cpu")
 
 
@@ -161,10 +164,11 @@ def test_cli_env_shape_and_bad_shape(no_vllm, monkeypatch, capsys):
     monkeypatch.setenv("ENGINE_PATCH_HEAD_SIZE", "128")
     assert cli.main(["status", "--json", "--no-self-test", "--contexts", "1024"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["model_shape"]["num_kv_heads"] == 8
-    with pytest.raises(SystemExit) as info:
-        cli.main(["status", "--heads", "10", "--kv-heads", "4"])
-    assert info.value.code == 2
-    assert "num_heads must be a multiple of num_kv_heads (4), got 10" in capsys.readouterr().err
+    assert cli.main(["status", "--heads", "10", "--kv-heads", "4"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert (
+        "--heads 10, --kv-heads 4: num_heads must be a multiple of num_kv_heads (4), got 10" in err
+    )
 
 
 def test_cli_model_config_with_tensor_parallel(no_vllm, capsys):

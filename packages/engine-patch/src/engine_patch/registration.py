@@ -198,11 +198,13 @@ def _patch_vllm() -> None:
             STATE.vllm_error = f"vllm is installed but not importable: {exc}"
         return
     STATE.vllm_version = _vllm_version()
-    _patch_custom_ops(ops)
-    _patch_paged_attention(paged_attn)
+    # The guard first: should a setting below be refused (ENGINE_PATCH_FORCE=maybe raises),
+    # vLLM logs the error and runs on - without attn-core's routes, but never into Triton.
     if STATE.platform is not None and STATE.platform.is_iluvatar:
         _install_triton_guard(paged_attn)
         STATE.triton_refused = triton_guard.refused_settings()
+    _patch_custom_ops(ops)
+    _patch_paged_attention(paged_attn)
 
 
 def _vllm_version() -> str:
