@@ -127,6 +127,14 @@ def test_cuda_without_a_gpu(clean_env, monkeypatch):
     assert "torch.cuda.is_available() is False" in error["message"]
 
 
+def test_cuda_index_beyond_the_devices(clean_env, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    code, out, err = _run([*BASE, "--device", "cuda:3"], False)
+    assert code == EXIT_CONFIG
+    assert "--device must be cuda:0 .. cuda:1 on this machine, got cuda:3" in err
+
+
 def test_model_without_transformers(clean_env, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # as where it is not installed
     code, out, err = _run([*BASE, "--model", str(DATA / "qwen3_5_moe")], False)
