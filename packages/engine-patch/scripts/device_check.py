@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
-from engine_patch.settings import DTYPES, ModelShape
+from attn_core.shapes import DTYPE_NAMES, AttentionShape
 from engine_patch.status import collect
 
 SHAPES = {
@@ -28,21 +29,36 @@ SHAPES = {
 }
 
 
+def _names_of(known: dict) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each a key of ``known``."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated names of {sorted(known)}, got {text!r}"
+            )
+        return names
+
+    return parse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results", help="directory for the JSON reports")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--shapes", default=",".join(SHAPES), help=f"of {sorted(SHAPES)}")
-    parser.add_argument("--dtypes", default=",".join(DTYPES), help=f"of {sorted(DTYPES)}")
+    parser.add_argument("--shapes", type=_names_of(SHAPES), default=list(SHAPES))
+    parser.add_argument("--dtypes", type=_names_of(DTYPE_NAMES), default=list(DTYPE_NAMES))
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     rows, worst = [], 0
-    for name in args.shapes.split(","):
+    for name in args.shapes:
         heads, kv, head = SHAPES[name]
-        for dtype in args.dtypes.split(","):
-            report = collect(ModelShape(heads, kv, head, dtype, 16), device)
+        for dtype in args.dtypes:
+            report = collect(AttentionShape(heads, kv, head, 16, DTYPE_NAMES[dtype]), device)
             (out / f"engine-patch-status-{name}-{dtype}.json").write_text(
                 json.dumps(report, indent=2, default=str)
             )

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from attn_core.settings import parse_bool
 from engine_patch import native_v2
 from engine_patch.state import LOCK, STATE, PatchState
 
@@ -36,13 +37,13 @@ PREFIX_TOL = {
 
 
 def require(module: str, why: str) -> None:
-    """Skip when ``module`` is missing, unless ``ENGINE_PATCH_REQUIRE_VLLM=1`` (then fail)."""
+    """Skip when ``module`` is missing, unless ``ENGINE_PATCH_REQUIRE_VLLM`` is on (then fail)."""
     try:
         __import__(module)
     except ImportError as exc:
         message = f"{module} is not importable ({exc}); {why}"
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but {message}")
+        if parse_bool(REQUIRE_ENV, os.environ.get(REQUIRE_ENV)):
+            pytest.fail(f"{REQUIRE_ENV} is on but {message}")
         pytest.skip(message + " (install it with packages/engine-patch/ci/install-vllm.sh)")
 
 

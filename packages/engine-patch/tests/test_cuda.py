@@ -12,11 +12,11 @@ import pytest
 import torch
 from ep_helpers import DECODE_TOL, assert_close
 
+from attn_core.shapes import AttentionShape, dtype_from_name
 from attn_core.testing import make_paged_case, reference_decode
 from engine_patch import cli, ops, register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.selftest import run_self_test
-from engine_patch.settings import ModelShape
 
 clean_state = pytest.fixture(ep_helpers.clean_state)
 
@@ -30,7 +30,9 @@ CUDA = torch.device("cuda")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("heads, kv_heads, head_size", [(24, 4, 256), (16, 2, 256), (32, 8, 128)])
 def test_self_test_on_device(heads, kv_heads, head_size, dtype):
-    checks = run_self_test(ModelShape(heads, kv_heads, head_size, dtype, 16), CUDA)
+    checks = run_self_test(
+        AttentionShape(heads, kv_heads, head_size, 16, dtype_from_name(dtype)), CUDA
+    )
     assert all(c.passed for c in checks), [c for c in checks if not c.passed]
     assert all(c.device.startswith("cuda") for c in checks)
 

@@ -44,9 +44,12 @@ def test_env_override(monkeypatch, tmp_path):
 def test_bad_override_names_the_variable(monkeypatch):
     monkeypatch.setenv(PLATFORM_ENV, "amd")
     with pytest.raises(
-        ValueError, match=f"{PLATFORM_ENV} must be 'iluvatar' or 'generic', got 'amd'"
+        ValueError, match=f"{PLATFORM_ENV} must be one of iluvatar, generic, got 'amd'"
     ):
         detect_platform()
+    monkeypatch.delenv(PLATFORM_ENV)
+    with pytest.raises(ValueError, match="override must be one of iluvatar, generic, got 'amd'"):
+        detect_platform(override="amd")
 
 
 def test_detection_never_initialises_cuda(monkeypatch, tmp_path):

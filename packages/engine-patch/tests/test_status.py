@@ -9,9 +9,10 @@ import pytest
 import torch
 from ep_helpers import DATA, require
 
+from attn_core.shapes import AttentionShape
 from engine_patch import cli, register, selftest
+from engine_patch.exit_codes import EXIT_CONFIG
 from engine_patch.platform import PLATFORM_ENV
-from engine_patch.settings import ModelShape
 from engine_patch.status import (
     EXIT_INACTIVE,
     EXIT_OK,
@@ -23,7 +24,9 @@ from engine_patch.status import (
 
 clean_state = pytest.fixture(ep_helpers.clean_state)
 
-SMALL = ModelShape(num_heads=8, num_kv_heads=2, head_size=64, dtype="float32", block_size=16)
+SMALL = AttentionShape(
+    num_heads=8, num_kv_heads=2, head_size=64, block_size=16, dtype=torch.float32
+)
 CPU = torch.device("cpu")
 
 
@@ -41,12 +44,35 @@ def test_without_vllm_reports_and_passes(no_vllm):
     report = collect(SMALL, CPU, contexts=(1024, 8192))
     assert report["exit_code"] == EXIT_OK
     assert report["vllm"]["present"] is False and report["symbols"] == []
+    # Absent is the normal state off the lab machine: information, not an error row.
+    assert report["vllm"]["error"] is None and report["registration_errors"] == []
     assert [r["context"] for r in report["decode_plans"]] == [1024, 8192]
     assert all(r["route"] == "attn_core" for r in report["decode_plans"])
     assert report["decode_plans"][1]["tier"] == "partitioned"
     assert {c["path"] for c in report["self_test"]} >= {"attn_core.paged_decode"}
     assert all(c["passed"] for c in report["self_test"]), report["self_test"]
-    assert render(report).endswith("status: OK (exit 0)")
+    text = render(report)
+    assert text.endswith("status: OK (exit 0)")
+    assert "not installed (attn-core is checked directly)" in text
+    assert "errors" not in text.split("decode plans")[0]
+
+
+def test_a_broken_vllm_install_is_an_error_row(monkeypatch, clean_state, tmp_path):
+    """Installed but failing to import (a missing dependency) is worth an errors row."""
+    package = tmp_path / "vllm"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('No module named xformers_stub')\n")
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    report = collect(SMALL, CPU, contexts=(1024,), self_test=False)
+    assert report["vllm"]["present"] is False
+    assert "vllm is installed but not importable" in report["vllm"]["error"]
+    assert "xformers_stub" in report["vllm"]["error"]
+    text = render(report)
+    assert "installed but not importable (see errors)" in text
+    assert "errors" in text.split("decode plans")[0]
 
 
 def test_wrong_numbers_fail_the_self_test(no_vllm, monkeypatch):
@@ -138,10 +164,11 @@ def test_cli_env_shape_and_bad_shape(no_vllm, monkeypatch, capsys):
     monkeypatch.setenv("ENGINE_PATCH_HEAD_SIZE", "128")
     assert cli.main(["status", "--json", "--no-self-test", "--contexts", "1024"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["model_shape"]["num_kv_heads"] == 8
-    with pytest.raises(SystemExit) as info:
-        cli.main(["status", "--heads", "10", "--kv-heads", "4"])
-    assert info.value.code == 2
-    assert "num_heads must be a multiple of num_kv_heads (4), got 10" in capsys.readouterr().err
+    assert cli.main(["status", "--heads", "10", "--kv-heads", "4"]) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert (
+        "--heads 10, --kv-heads 4: num_heads must be a multiple of num_kv_heads (4), got 10" in err
+    )
 
 
 def test_cli_model_config_with_tensor_parallel(no_vllm, capsys):

@@ -79,3 +79,13 @@ def test_no_guard_on_other_platforms(monkeypatch, clean_state):
     assert state.triton_guard == []
     mods["vllm.attention.ops.paged_attn"].context_attention_fwd()  # untouched
     assert fake_vllm.CALLS == ["triton_context_attention_fwd"]
+
+
+def test_a_refused_setting_still_leaves_the_guard_in_place(iluvatar, monkeypatch):
+    """register() raises for ENGINE_PATCH_FORCE=maybe (vLLM logs it and runs on); the Triton
+    guard is installed before that setting is read."""
+    monkeypatch.setenv("ENGINE_PATCH_FORCE", "maybe")
+    with pytest.raises(ValueError, match="ENGINE_PATCH_FORCE must be one of"):
+        register()
+    with pytest.raises(TritonRefusedError, match="hang Iluvatar"):
+        iluvatar["vllm.attention.ops.paged_attn"].context_attention_fwd()

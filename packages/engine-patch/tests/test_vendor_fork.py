@@ -11,7 +11,7 @@ import torch
 from ep_helpers import DECODE_TOL, assert_close
 
 from attn_core.testing import make_paged_case, reference_decode
-from engine_patch import is_active, register, routing
+from engine_patch import STATE, is_active, register, routing
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.settings import FORCE_ENV, V1_LIMIT_ENV
 
@@ -270,3 +270,23 @@ def test_build_without_prefix_path(monkeypatch, clean_state):
     state = register()
     assert is_active() and "PagedAttention.forward_prefix" not in state.patches
     assert state.kept["PagedAttention.forward_prefix"] == "absent in this vLLM"
+
+
+@pytest.mark.parametrize(
+    "raw, forced", [("on", True), ("YES", True), ("true", True), ("off", False), ("0", False)]
+)
+def test_force_reads_the_repositorys_boolean_words(vendor, monkeypatch, raw, forced):
+    monkeypatch.setenv(FORCE_ENV, raw)
+    state = register()
+    reason = state.patches["vllm._custom_ops.paged_attention_v1"].reason
+    assert (reason == f"{FORCE_ENV}=1") is forced
+    impl, _, _ = routing.choose(16, 16, 256, torch.float16, torch.device("cpu"))
+    assert (impl == routing.ATTN_CORE) is forced
+
+
+def test_force_maybe_is_refused_not_off(vendor, monkeypatch):
+    """`maybe` used to mean off silently; it is a ValueError naming the variable and value."""
+    monkeypatch.setenv(FORCE_ENV, "maybe")
+    with pytest.raises(ValueError, match=f"{FORCE_ENV} must be one of .* got 'maybe'"):
+        register()
+    assert any(FORCE_ENV in e for e in STATE.errors)

@@ -5,8 +5,20 @@ Entry point (group ``vllm.general_plugins``, name ``engine_patch``): :func:`regi
 process and runs a numeric self-test. See the package README for the environment knobs.
 """
 
-from engine_patch.registration import is_active, register
-from engine_patch.state import STATE
+import warnings
+
+# torch's wheels do not depend on numpy, and `import torch` without it warns "Failed to
+# initialize NumPy: No module named 'numpy'" (torch 2.13: torch/_subclasses/functional_tensor.py;
+# 2.1: torch/nn/modules/transformer.py) - on every `engine-patch` call in a plain
+# `pip install packages/attn-core packages/engine-patch` or a nox session. Neither engine-patch
+# nor attn-core converts tensors to numpy, so the warning says nothing about them; numpy is not
+# made a dependency because pip would then pull numpy 2 into the vendor's torch 2.1 stack, built
+# against numpy 1. Only that message, and only while this package's imports load torch (inside
+# vLLM, torch and numpy are loaded long before the plugin, and the filter does nothing).
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
+    from engine_patch.registration import is_active, register
+    from engine_patch.state import STATE
 
 PLUGIN_NAME = "engine_patch"
 

@@ -1,4 +1,9 @@
-"""``engine-patch status [--json] [shape flags]``, also ``python -m engine_patch status``."""
+"""engine-patch: what the vLLM plugin does in this process, attn-core's plans for the model
+shape, and a numeric self-test on the device against attn-core's float64 reference.
+
+    engine-patch [status] [--json] [shape, model, batch, context and device options]
+    python -m engine_patch [status] ...
+"""
 
 from __future__ import annotations
 
@@ -7,43 +12,121 @@ import contextlib
 import json
 import os
 import sys
+import textwrap
+import traceback
 from collections.abc import Iterator
-from typing import Optional
+from typing import Any, NoReturn, Optional
 
 import torch
 
-from engine_patch.settings import DTYPES, ModelShape
+from attn_core.shapes import DTYPE_NAMES
+from engine_patch import invocation, settings
+from engine_patch.exit_codes import EXIT_CONFIG, EXIT_INTERNAL, ConfigurationError, help_text
 from engine_patch.status import CONTEXTS, collect, render
 
+COMMANDS = ("status",)  # `status` is also what a command line without a command runs
+ENVIRONMENT = (
+    "environment: ENGINE_PATCH_FORCE (a boolean), ENGINE_PATCH_V1_MAX_SEQ_LEN, "
+    "ENGINE_PATCH_PLATFORM,\n  the ENGINE_PATCH_* shape variables above, ATTN_CORE_* (see the "
+    "README of each package)"
+)
 
-def _shape_from(args: argparse.Namespace) -> ModelShape:
-    env = ModelShape.from_env()
-    if args.model:
-        env = _shape_from_config(args.model, env, args.tp)
-    return ModelShape(
-        num_heads=args.heads or env.num_heads,
-        num_kv_heads=args.kv_heads or env.num_kv_heads,
-        head_size=args.head_size or env.head_size,
-        dtype=args.dtype or env.dtype,
-        block_size=args.block_size or env.block_size,
+
+class UsageError(ConfigurationError):
+    """What argparse cannot parse (exit 2, as every configuration error)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises instead of printing and exiting, so that ``main`` reports a bad command line the
+    way it reports every error (as JSON under ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _contexts(text: str) -> tuple[int, ...]:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"must name at least one context length (comma-separated integers >= 1), got {text!r}"
+        )
+    items = text.split(",")
+    for item in items:
+        try:
+            ok = int(item) >= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated context lengths, each an integer >= 1, got {text!r} "
+                f"({item!r} is not)"
+            )
+    return tuple(int(item) for item in items)
+
+
+def _device(text: str) -> torch.device:
+    try:
+        device: Optional[torch.device] = torch.device(text)
+    except (RuntimeError, ValueError, TypeError):
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, got {text!r}")
+    return device
+
+
+def parser() -> argparse.ArgumentParser:
+    """``engine-patch``'s parser; its ``--help`` shows the status options and the exit codes."""
+    return _parsers()[0]
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The top-level parser and the ``status`` parser."""
+    top = _Parser(
+        prog="engine-patch",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--json` is looked for before parsing (a parse error is JSON too)
     )
-
-
-def _shape_from_config(path: str, base: ModelShape, tp: int) -> ModelShape:
-    """One tensor-parallel rank's attention shape from a checkpoint's ``config.json``."""
-    from transformers import AutoConfig
-
-    from engine_patch.qwen3_5_moe import register_qwen3_5_moe
-
-    register_qwen3_5_moe()
-    config = AutoConfig.from_pretrained(path)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = text.num_attention_heads
-    kv = getattr(text, "num_key_value_heads", heads)
-    head = getattr(text, "head_dim", None) or text.hidden_size // heads
-    if heads % tp:
-        raise ValueError(f"--tp must divide num_attention_heads ({heads}), got {tp}")
-    return ModelShape(heads // tp, max(1, kv // tp), head, base.dtype, base.block_size)
+    sub = top.add_subparsers(dest="command", title="commands", metavar="{status}")
+    status = sub.add_parser(
+        "status",
+        help="what is patched, the plans, a numeric self-test (the default command)",
+        description="What is patched in this process, attn-core's plans, a numeric self-test.",
+        epilog=f"{ENVIRONMENT}\n\n{help_text()}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add = status.add_argument
+    add("--json", action="store_true", help="print one JSON object (the report, or the error)")
+    add("--heads", type=_positive_int, help="query heads (env ENGINE_PATCH_HEADS; 24)")
+    add("--kv-heads", type=_positive_int, help="KV heads (ENGINE_PATCH_KV_HEADS; 4)")
+    add("--head-size", type=_positive_int, help="head size (ENGINE_PATCH_HEAD_SIZE; 256)")
+    add("--dtype", choices=sorted(DTYPE_NAMES), help="(ENGINE_PATCH_DTYPE; float16)")
+    add("--block-size", type=_positive_int, help="(ENGINE_PATCH_BLOCK_SIZE; 16)")
+    add("--model", help="checkpoint dir: take heads and head size from its config.json")
+    add("--tp", type=_positive_int, help="tensor-parallel size for --model (default 1)")
+    add("--num-seqs", type=_positive_int, default=1, help="decode batch for the plans (1)")
+    add(
+        "--contexts",
+        type=_contexts,
+        default=CONTEXTS,
+        help=f"comma-separated context lengths to plan for ({','.join(map(str, CONTEXTS))})",
+    )
+    add("--device", type=_device, help="cpu, cuda or cuda:N (default: cuda if available)")
+    add("--no-self-test", action="store_true", help="skip the numeric check")
+    top.epilog = "the status command (run when no command is given):\n\n" + textwrap.indent(
+        status.format_help(), "  "
+    )
+    return top, status
 
 
 @contextlib.contextmanager
@@ -66,51 +149,66 @@ def _stdout_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="engine-patch", description=__doc__)
-    sub = parser.add_subparsers(dest="command")
-    status = sub.add_parser("status", help="what is patched, the plans, a numeric self-test")
-    status.add_argument("--json", action="store_true", help="print the report as JSON")
-    status.add_argument("--heads", type=int, help="query heads (env ENGINE_PATCH_HEADS; 24)")
-    status.add_argument("--kv-heads", type=int, help="KV heads (ENGINE_PATCH_KV_HEADS; 4)")
-    status.add_argument("--head-size", type=int, help="head size (ENGINE_PATCH_HEAD_SIZE; 256)")
-    status.add_argument("--dtype", choices=sorted(DTYPES), help="(ENGINE_PATCH_DTYPE; float16)")
-    status.add_argument("--block-size", type=int, help="(ENGINE_PATCH_BLOCK_SIZE; 16)")
-    status.add_argument("--model", help="checkpoint dir: take the shape from its config.json")
-    status.add_argument("--tp", type=int, default=1, help="tensor-parallel size for --model")
-    status.add_argument("--num-seqs", type=int, default=1, help="decode batch for the plans")
-    status.add_argument(
-        "--contexts",
-        default=",".join(str(c) for c in CONTEXTS),
-        help="comma-separated context lengths to plan for",
-    )
-    status.add_argument("--device", help="default: cuda if available, else cpu")
-    status.add_argument("--no-self-test", action="store_true", help="skip the numeric check")
-    return parser
+def _report(run: invocation.Invocation, as_json: bool) -> dict[str, Any]:
+    quiet = _stdout_to_stderr() if as_json else contextlib.nullcontext()
+    try:
+        with quiet:
+            return collect(
+                run.shape,
+                run.device,
+                num_seqs=run.num_seqs,
+                contexts=run.contexts,
+                self_test=run.self_test,
+            )
+    except ValueError as exc:
+        # Every input was checked; what attn-core's planner can still refuse is a combination
+        # its ATTN_CORE_* overrides allow one by one (a partition size the block size does not
+        # divide). With none set, the refusal is engine-patch's own failure.
+        overrides = settings.attn_core_overrides_set()
+        if not overrides:
+            raise
+        raise ConfigurationError(
+            f"attn-core's plan refused the overrides in effect ({', '.join(overrides)}): {exc}"
+        ) from None
+
+
+def _fail(kind: str, message: str, code: int, as_json: bool, usage: str = "") -> int:
+    """Report an error: a line on stderr, and with ``--json`` one JSON object on stdout."""
+    label = {"usage": "error", "configuration": "configuration error"}.get(kind, f"{kind} error")
+    print(f"{usage}engine-patch: {label}: {message} (exit {code})", file=sys.stderr)
+    if as_json:
+        error = {"kind": kind, "message": message, "exit_code": code}
+        print(json.dumps({"exit_code": code, "error": error}, indent=2))
+    return code
+
+
+def _internal(exc: Exception) -> str:
+    """The exception and its innermost frame, in one line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}; " if frames else ""
+    return f"{type(exc).__name__}: {exc} ({where}please report it with the command line)"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = _parser()
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("status", "-h", "--help"):
-        argv = ["status", *argv]  # status is the only command: `engine-patch --json` works too
-    args = parser.parse_args(argv)
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+        argv = ["status", *argv]
+    as_json = "--json" in argv
+    top, status = _parsers()
     try:
-        shape = _shape_from(args)
-        contexts = [int(c) for c in args.contexts.split(",") if c.strip()]
-    except ValueError as exc:
-        parser.error(str(exc))
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    quiet = _stdout_to_stderr() if args.json else contextlib.nullcontext()
-    with quiet:
-        report = collect(
-            shape,
-            device,
-            num_seqs=args.num_seqs,
-            contexts=contexts,
-            self_test=not args.no_self_test,
-        )
-    print(json.dumps(report, indent=2, default=str) if args.json else render(report))
+        try:
+            args = top.parse_args(argv)
+        except SystemExit as done:  # --help was printed
+            return int(done.code or 0)
+        report = _report(invocation.from_args(args), as_json)
+    except UsageError as exc:
+        return _fail("usage", str(exc), EXIT_CONFIG, as_json, status.format_usage())
+    except ConfigurationError as exc:
+        return _fail("configuration", str(exc), EXIT_CONFIG, as_json)
+    except Exception as exc:  # a bug: one line that says where, never a traceback
+        return _fail("internal", _internal(exc), EXIT_INTERNAL, as_json)
+    print(json.dumps(report, indent=2, default=str) if as_json else render(report))
     return report["exit_code"]
 
 

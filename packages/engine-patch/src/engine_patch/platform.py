@@ -21,7 +21,9 @@ from typing import Optional
 
 import torch
 
-PLATFORM_ENV = "ENGINE_PATCH_PLATFORM"
+from engine_patch.settings import PLATFORM_ENV, PLATFORMS, platform_override
+
+__all__ = ["COREX_ROOT", "PLATFORM_ENV", "Platform", "detect_platform"]
 COREX_ROOT = "/usr/local/corex"
 _NAME_MARKS = ("iluvatar", "bi-v100", "bi100", "corex")
 
@@ -84,13 +86,19 @@ def detect_platform(
         corex_root: the toolkit directory to look for; default ``/usr/local/corex``.
         torch_build: torch's version/build string; default this torch's.
         override: "iluvatar" or "generic"; default ``ENGINE_PATCH_PLATFORM`` if set.
+
+    Raises:
+        ValueError: ``override`` (or ``ENGINE_PATCH_PLATFORM``) is neither, naming it.
     """
     name = _cuda_device_name() if device_name is None else device_name
     build = _torch_build() if torch_build is None else torch_build
-    forced = os.environ.get(PLATFORM_ENV) if override is None else override
+    if override is None:
+        forced = platform_override()
+    elif override in PLATFORMS:
+        forced = override
+    else:
+        raise ValueError(f"override must be one of {', '.join(PLATFORMS)}, got {override!r}")
     if forced:
-        if forced not in ("iluvatar", "generic"):
-            raise ValueError(f"{PLATFORM_ENV} must be 'iluvatar' or 'generic', got {forced!r}")
         reasons = (f"{PLATFORM_ENV}={forced}",) if forced == "iluvatar" else ()
         return Platform(forced == "iluvatar", reasons, name, build)
     reasons = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import logging
 import sys
@@ -191,14 +192,19 @@ def _patch_vllm() -> None:
         ops = importlib.import_module("vllm._custom_ops")
         paged_attn = importlib.import_module("vllm.attention.ops.paged_attn")
     except ImportError as exc:
-        STATE.vllm_error = f"vllm is not importable: {exc}"
+        # Absent is a normal state (every machine but the lab's): information, not an error.
+        # Installed but failing to import is an error worth showing.
+        if vllm_installed():
+            STATE.vllm_error = f"vllm is installed but not importable: {exc}"
         return
     STATE.vllm_version = _vllm_version()
-    _patch_custom_ops(ops)
-    _patch_paged_attention(paged_attn)
+    # The guard first: should a setting below be refused (ENGINE_PATCH_FORCE=maybe raises),
+    # vLLM logs the error and runs on - without attn-core's routes, but never into Triton.
     if STATE.platform is not None and STATE.platform.is_iluvatar:
         _install_triton_guard(paged_attn)
         STATE.triton_refused = triton_guard.refused_settings()
+    _patch_custom_ops(ops)
+    _patch_paged_attention(paged_attn)
 
 
 def _vllm_version() -> str:
@@ -208,6 +214,14 @@ def _vllm_version() -> str:
         return version("vllm")
     except Exception:
         return str(getattr(sys.modules.get("vllm"), "__version__", "unknown"))
+
+
+def vllm_installed() -> bool:
+    """Whether a ``vllm`` package is there to import (importable or not)."""
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except ValueError:  # a module object without __spec__ stands in for vllm: it is "there"
+        return True
 
 
 def vllm_importable() -> bool:

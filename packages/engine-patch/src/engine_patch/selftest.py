@@ -19,6 +19,7 @@ from typing import Any, Optional
 import torch
 
 import attn_core
+from attn_core.shapes import AttentionShape
 from attn_core.testing import (
     make_paged_case,
     reference_decode,
@@ -28,7 +29,6 @@ from attn_core.testing import (
 from engine_patch import routing
 from engine_patch.hooks import DECODE_PARAMS, PREFIX_PARAMS
 from engine_patch.registration import is_active
-from engine_patch.settings import ModelShape
 from engine_patch.tolerances import DECODE_TOL, PREFIX_TOL, excess
 
 
@@ -88,8 +88,8 @@ def _guard(name: str, path: str, device: torch.device, dtype: torch.dtype, run: 
         return Check(name, path, str(device), str(dtype), float("nan"), 0.0, False, detail)
 
 
-def _decode(shape: ModelShape, device: torch.device, seq_lens: list[int]) -> Check:
-    dtype = shape.torch_dtype
+def _decode(shape: AttentionShape, device: torch.device, seq_lens: list[int]) -> Check:
+    dtype = shape.dtype
     case = make_paged_case(
         seq_lens,
         shape.num_heads,
@@ -144,9 +144,9 @@ def _decode(shape: ModelShape, device: torch.device, seq_lens: list[int]) -> Che
     return _compare(name, path, got, want, DECODE_TOL[dtype])
 
 
-def _prefix(shape: ModelShape, device: torch.device) -> list[Check]:
+def _prefix(shape: AttentionShape, device: torch.device) -> list[Check]:
     """Write a chunk's K/V into the cache, then prefix attention over context + chunk."""
-    dtype = shape.torch_dtype
+    dtype = shape.dtype
     # Context 0 is plain causal prefill; 45 and 300 span partial and many blocks.
     context_lens, query_lens = [0, 45, 300], [5, 17, 33]
     total = [c + q for c, q in zip(context_lens, query_lens, strict=True)]
@@ -259,9 +259,9 @@ def _prefix(shape: ModelShape, device: torch.device) -> list[Check]:
     ]
 
 
-def run_self_test(shape: ModelShape, device: torch.device) -> list[Check]:
+def run_self_test(shape: AttentionShape, device: torch.device) -> list[Check]:
     """All checks; each failure is reported with its error, none raises."""
-    dtype = shape.torch_dtype
+    dtype = shape.dtype
     _, _, limit = routing.choose(1, shape.block_size, shape.head_size, dtype, device)
     decode_cases = [[1], [1, 37, 300]]
     if limit > 0:

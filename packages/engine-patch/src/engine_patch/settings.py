@@ -1,7 +1,8 @@
-"""engine-patch's environment knobs, read in one place.
+"""engine-patch's environment variables, read here and nowhere else in engine-patch.
 
-- ``ENGINE_PATCH_FORCE=1``: replace the ``_custom_ops`` attention ops and route all decode to
-  attn-core even where the platform's native op exists and works.
+- ``ENGINE_PATCH_FORCE``: a boolean (:func:`attn_core.settings.parse_bool`: 1/true/yes/on,
+  0/false/no/off, empty = off); on replaces the ``_custom_ops`` attention ops and routes all
+  decode to attn-core even where the platform's native op exists and works.
 - ``ENGINE_PATCH_V1_MAX_SEQ_LEN=<tokens>``: longest ``max_seq_len`` decode keeps on the
   platform's compiled V1 kernel (default: derived from its shared-memory need, see
   :mod:`engine_patch.native`); ``0`` sends every decode to attn-core.
@@ -9,83 +10,87 @@
   (:mod:`engine_patch.platform`).
 - ``ENGINE_PATCH_HEADS`` / ``ENGINE_PATCH_KV_HEADS`` / ``ENGINE_PATCH_HEAD_SIZE`` /
   ``ENGINE_PATCH_DTYPE`` / ``ENGINE_PATCH_BLOCK_SIZE``: the model shape ``status`` plans for
-  (default Qwen3.6 on the platform: 24 / 4 / 256, float16, block 16).
+  (default :data:`attn_core.shapes.QWEN36`: 24 / 4 / 256, float16, block 16).
+
+Every reader takes an optional ``environ`` (default ``os.environ``) and raises a ``ValueError``
+naming the variable, the expected and the actual value. vLLM's own variables are read where
+vLLM's meaning is mirrored (:mod:`engine_patch.triton_guard`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Optional
+from collections.abc import Mapping
+from typing import Any, Optional
 
-import torch
+from attn_core.settings import ENV_VARS as ATTN_CORE_ENV_VARS
+from attn_core.settings import parse_bool, parse_choice, parse_int
+from attn_core.shapes import DTYPE_NAMES
 
 FORCE_ENV = "ENGINE_PATCH_FORCE"
 V1_LIMIT_ENV = "ENGINE_PATCH_V1_MAX_SEQ_LEN"
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+PLATFORM_ENV = "ENGINE_PATCH_PLATFORM"
+PLATFORMS = ("iluvatar", "generic")
+# attn_core.shapes.AttentionShape field -> the variable that sets it for `status`.
+SHAPE_ENV = {
+    "num_heads": "ENGINE_PATCH_HEADS",
+    "num_kv_heads": "ENGINE_PATCH_KV_HEADS",
+    "head_size": "ENGINE_PATCH_HEAD_SIZE",
+    "block_size": "ENGINE_PATCH_BLOCK_SIZE",
+    "dtype": "ENGINE_PATCH_DTYPE",
+}
 
 
-def _truthy(raw: Optional[str]) -> bool:
-    return raw is not None and raw.strip().lower() in ("1", "true", "yes", "on")
+def _env(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
 
 
-def force_enabled() -> bool:
-    """``ENGINE_PATCH_FORCE=1``: attn-core replaces native ops that exist and work."""
-    return _truthy(os.environ.get(FORCE_ENV))
+def force_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """``ENGINE_PATCH_FORCE`` on: attn-core replaces native ops that exist and work."""
+    return bool(parse_bool(FORCE_ENV, _env(environ).get(FORCE_ENV), default=False))
 
 
-def _env_int(name: str, default: Optional[int], minimum: int) -> Optional[int]:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}")
-    return value
-
-
-def v1_limit_override() -> Optional[int]:
+def v1_limit_override(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
     """``ENGINE_PATCH_V1_MAX_SEQ_LEN`` if set (0 disables native V1), else None."""
-    return _env_int(V1_LIMIT_ENV, None, 0)
+    return parse_int(V1_LIMIT_ENV, _env(environ).get(V1_LIMIT_ENV), minimum=0)
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The attention shape ``status`` plans for (one rank's slice under tensor parallelism)."""
+def platform_override(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``ENGINE_PATCH_PLATFORM`` (``iluvatar`` or ``generic``) if set, else None."""
+    return parse_choice(PLATFORM_ENV, _env(environ).get(PLATFORM_ENV), PLATFORMS)
 
-    num_heads: int = 24
-    num_kv_heads: int = 4
-    head_size: int = 256
-    dtype: str = "float16"
-    block_size: int = 16
 
-    def __post_init__(self) -> None:
-        for name in ("num_heads", "num_kv_heads", "head_size", "block_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads must be a multiple of num_kv_heads ({self.num_kv_heads}), "
-                f"got {self.num_heads}"
-            )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+def shape_env(environ: Optional[Mapping[str, str]] = None) -> dict[str, tuple[Any, str]]:
+    """The shape fields the environment sets: ``field -> (value, "VARIABLE=raw")``.
 
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+    Each value is parsed on its own (a positive int, or a dtype name -> ``torch.dtype``); whether
+    they form a supported shape is :class:`attn_core.shapes.AttentionShape`'s check.
+    """
+    env = _env(environ)
+    fields: dict[str, tuple[Any, str]] = {}
+    for field, name in SHAPE_ENV.items():
+        raw = env.get(name)
+        if field == "dtype":
+            value = parse_choice(name, raw, tuple(DTYPE_NAMES))
+            value = None if value is None else DTYPE_NAMES[value]
+        else:
+            value = parse_int(name, raw, minimum=1)
+        if value is not None:
+            fields[field] = (value, f"{name}={raw}")
+    return fields
 
-    @classmethod
-    def from_env(cls) -> ModelShape:
-        base = cls()
-        return cls(
-            num_heads=_env_int("ENGINE_PATCH_HEADS", base.num_heads, 1),
-            num_kv_heads=_env_int("ENGINE_PATCH_KV_HEADS", base.num_kv_heads, 1),
-            head_size=_env_int("ENGINE_PATCH_HEAD_SIZE", base.head_size, 1),
-            dtype=os.environ.get("ENGINE_PATCH_DTYPE") or base.dtype,
-            block_size=_env_int("ENGINE_PATCH_BLOCK_SIZE", base.block_size, 1),
-        )
+
+def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
+    """Parse every ``ENGINE_PATCH_*`` variable; the first bad one raises its ``ValueError``."""
+    force_enabled(environ)
+    v1_limit_override(environ)
+    platform_override(environ)
+    shape_env(environ)
+
+
+def attn_core_overrides_set(environ: Optional[Mapping[str, str]] = None) -> list[str]:
+    """``NAME=value`` of each attn-core decode / prefill plan override set, to name them when
+    attn-core's planner refuses one (its message gives the value, not the variable)."""
+    env = _env(environ)
+    names = [v.name for v in ATTN_CORE_ENV_VARS if v.section in ("decode", "prefill")]
+    return [f"{name}={env[name]}" for name in names if env.get(name, "").strip()]

@@ -2,9 +2,8 @@
 whether the numbers are right on this device.
 
 The report is a plain dict (``--json`` prints it); :func:`render` turns it into tabulate
-tables. Exit codes (:func:`exit_code`): 0 all well; 1 a self-test failed; 3 vLLM is present but
-the patch is not active in this process; 4 on Iluvatar a setting asks for Triton attention
-(2 stays argparse's usage error).
+tables. :func:`exit_code` gives the report's verdict as one of :mod:`engine_patch.exit_codes`
+(0, 1, 3 or 4; 2 and 5 are the CLI's, for input it cannot run with and for its own failures).
 """
 
 from __future__ import annotations
@@ -16,16 +15,16 @@ import torch
 from tabulate import tabulate
 
 import attn_core
+from attn_core.shapes import AttentionShape
 from engine_patch import native_v2, routing, triton_guard
+from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
 from engine_patch.qwen3_5_moe import vllm_architecture_support
 from engine_patch.registration import implementation_of, is_active, register, vllm_importable
 from engine_patch.selftest import run_self_test
-from engine_patch.settings import ModelShape
 from engine_patch.state import STATE
 
+__all__ = ["CONTEXTS", "EXIT_INACTIVE", "EXIT_OK", "EXIT_SELF_TEST", "EXIT_TRITON", "collect"]
 CONTEXTS = (1024, 8192, 32768, 102400)
-# 2 is left to argparse (usage errors), so a caller can tell a bad command line apart.
-EXIT_OK, EXIT_SELF_TEST, EXIT_INACTIVE, EXIT_TRITON = 0, 1, 3, 4
 SYMBOLS = (
     ("vllm.attention.ops.paged_attn", "PagedAttention.forward_decode"),
     ("vllm.attention.ops.paged_attn", "PagedAttention.forward_prefix"),
@@ -64,7 +63,7 @@ def _symbols() -> list[dict[str, str]]:
     return rows
 
 
-def _decode_plans(shape: ModelShape, device: torch.device, num_seqs: int, contexts) -> list:
+def _decode_plans(shape: AttentionShape, device: torch.device, num_seqs: int, contexts) -> list:
     rows = []
     for context in contexts:
         route = routing.decode_route(
@@ -74,7 +73,7 @@ def _decode_plans(shape: ModelShape, device: torch.device, num_seqs: int, contex
             shape.head_size,
             shape.block_size,
             context,
-            shape.torch_dtype,
+            shape.dtype,
             device,
         )
         plan = route.plan
@@ -101,14 +100,14 @@ def _decode_plans(shape: ModelShape, device: torch.device, num_seqs: int, contex
     return rows
 
 
-def _prefill_plans(shape: ModelShape, device: torch.device, contexts, chunk: int) -> list:
+def _prefill_plans(shape: AttentionShape, device: torch.device, contexts, chunk: int) -> list:
     rows = []
     for context in contexts:
         plan = attn_core.plan_prefill(
             shape.num_heads,
             shape.num_kv_heads,
             shape.head_size,
-            shape.torch_dtype,
+            shape.dtype,
             min(chunk, context),
             max_context_len=context,
             device=device,
@@ -129,7 +128,7 @@ def _prefill_plans(shape: ModelShape, device: torch.device, contexts, chunk: int
 
 
 def collect(
-    shape: ModelShape,
+    shape: AttentionShape,
     device: torch.device,
     *,
     num_seqs: int = 1,
@@ -191,7 +190,7 @@ def collect(
             "num_heads": shape.num_heads,
             "num_kv_heads": shape.num_kv_heads,
             "head_size": shape.head_size,
-            "dtype": shape.dtype,
+            "dtype": dtype_name(shape.dtype),
             "block_size": shape.block_size,
             "num_seqs": num_seqs,
         },
@@ -202,6 +201,11 @@ def collect(
     }
     report["exit_code"] = exit_code(report)
     return report
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float16`` -> ``"float16"`` (the name ``--dtype`` and ``ENGINE_PATCH_DTYPE`` take)."""
+    return str(dtype).replace("torch.", "", 1)
 
 
 def exit_code(report: dict[str, Any]) -> int:
@@ -218,8 +222,14 @@ def render(report: dict[str, Any]) -> str:
     """Human-readable tables; the verdict last."""
     vllm = report["vllm"]
     platform = report["platform"] or {}
+    if vllm["present"]:
+        vllm_text = f"{vllm['version']} ({vllm['flavour']})"
+    elif vllm["error"]:
+        vllm_text = "installed but not importable (see errors)"
+    else:  # the normal state off the lab machine, not an error
+        vllm_text = "not installed (attn-core is checked directly)"
     head = [
-        ["vLLM", f"{vllm['version']} ({vllm['flavour']})" if vllm["present"] else "not importable"],
+        ["vLLM", vllm_text],
         ["platform", platform.get("label", "?")],
         ["iluvatar because", "; ".join(platform.get("reasons", [])) or "-"],
         ["patch active in this process", report["patch_active"]],
