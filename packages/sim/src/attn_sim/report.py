@@ -23,6 +23,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from attn_core.device_spec import DeviceSpec
+from attn_core.shapes import AttentionShape
 from attn_sim.cost import design_cost
 from attn_sim.designs import (
     QWEN36,
@@ -190,14 +191,23 @@ def shape_text(shape: dict) -> str:
 
 
 def parse_shape(text: str) -> Shape:
-    """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size])."""
-    parts = [int(p) for p in text.split(",")]
-    if len(parts) not in (3, 4) or parts[0] % parts[1]:
+    """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size]), checked as
+    :class:`attn_core.shapes.AttentionShape` checks a shape (fp16): a ``ValueError`` naming the
+    part that is wrong."""
+    parts = text.split(",")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if len(parts) not in (3, 4) or len(numbers) != len(parts):
         raise ValueError(
-            "shape must be 'heads,kv_heads,head_size[,block_size]' with heads divisible by "
-            f"kv_heads, got {text!r}"
+            f"shape must be 'heads,kv_heads,head_size[,block_size]' (integers), got {text!r}"
         )
-    return Shape(*parts)
+    try:
+        AttentionShape(*numbers)
+    except ValueError as err:
+        raise ValueError(f"shape {text!r}: {err}") from None
+    return Shape(*numbers)
 
 
 def markdown(report: dict) -> str:
