@@ -1,4 +1,4 @@
-"""``python -m attn_sim {report,gates,update-baseline,calibrate,sweep,occupancy}``.
+"""``python -m attn_sim {report,gates,update-baseline,calibrate,sweep,occupancy,profile-from}``.
 
 Exit codes: 0 done (gates: every check passed); 1 ``gates`` only: a gate failed; 2 bad usage
 or bad input (an argument, a file or a key in it; an output that cannot be written), with a
@@ -15,6 +15,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
+from attn_core.device_spec import DEVICE_SPECS
 from attn_sim import cli_args, config
 
 PROG = "python -m attn_sim"
@@ -162,6 +163,12 @@ def _occupancy(args) -> int:
     return EXIT_OK
 
 
+def _profile_from(args) -> int:
+    from attn_sim import profile_from
+
+    return profile_from.main(args.facts, args.base, args.name, args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -234,6 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_occupancy)
 
+    p = sub.add_parser(
+        "profile-from", help="a profile JSON from a device-facts file (HIL device-facts suite)"
+    )
+    p.add_argument("facts", help="device-facts JSON (schema bi100-attn/device-facts/1)")
+    p.add_argument("--base", choices=sorted(DEVICE_SPECS), default="bi-v100")
+    p.add_argument(
+        "--name", default=None, help="profile name, '<base>+...' (default <base>+<target>)"
+    )
+    p.add_argument("--out", default=None, help="profile file (default sim-report/<name>.json)")
+    p.set_defaults(func=_profile_from)
     return parser
 
 
