@@ -19,6 +19,23 @@ from unittest import mock
 from attn_sim.cli import main
 
 CODES = {0, 1, 2}  # documented: done, a gate failed, bad usage or input
+# A gates file that is valid and quick to run: one profile, one decode case, a tiny plan grid.
+SMALL = {
+    "profiles": ["bi-v100"],
+    "decode": {
+        "cases": [[1, 1024]],
+        "max_launches": 28,
+        "max_launches_by_tier": {"single_tile": 19, "one_pass": 19, "partitioned": 28},
+        "max_plan_launches": 2,
+        "max_syncs": 0,
+        "transient_kv_ratio": 1.25,
+        "transient_floor_bytes": 67108864,
+        "profile": {"bi-v100": {"transient_kv_ratio": 2.5}},
+    },
+    "prefill": {"cases": [], "max_syncs": 2, "transient_over_kv_bytes": 1073741824},
+    "plan": {"batches": [1], "context_min": 1024, "context_max": 2048, "steps_per_octave": 1},
+    "time": {"tolerance": 0.1},
+}
 
 
 class Reached(Exception):
@@ -71,19 +88,27 @@ def assert_bad_input(r: Result, *names: str) -> None:
         assert name in r.err, (name, r.err)
 
 
+def _toml_string(s: str) -> str:
+    """A TOML basic string: JSON's escapes, non-ASCII kept (TOML refuses escaped surrogate
+    pairs) and DEL escaped (TOML refuses it raw)."""
+    return json.dumps(s, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def toml_value(v) -> str:
     """A TOML literal for a JSON-like value (inline tables for dicts)."""
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    if isinstance(v, (int, float, str)):
+    if isinstance(v, str):
+        return _toml_string(v)
+    if isinstance(v, (int, float)):
         return json.dumps(v)
     if isinstance(v, list):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
         return (
-            "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(x)}" for k, x in v.items()) + "}"
+            "{" + ", ".join(f"{_toml_string(str(k))} = {toml_value(x)}" for k, x in v.items()) + "}"
         )
     raise TypeError(type(v))
 
@@ -91,10 +116,10 @@ def toml_value(v) -> str:
 def to_toml(data: dict) -> str:
     """Top-level scalars first, then one ``[table]`` per dict value."""
     lines = [
-        f"{json.dumps(k)} = {toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)
+        f"{_toml_string(k)} = {toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)
     ]
     for k, v in data.items():
         if isinstance(v, dict):
-            lines.append(f"[{json.dumps(k)}]")
-            lines += [f"{json.dumps(kk)} = {toml_value(vv)}" for kk, vv in v.items()]
+            lines.append(f"[{_toml_string(k)}]")
+            lines += [f"{_toml_string(kk)} = {toml_value(vv)}" for kk, vv in v.items()]
     return "\n".join(lines) + "\n"

@@ -12,26 +12,9 @@ import json
 from pathlib import Path
 
 import pytest
-from _cli import assert_bad_input, run, stop_before, to_toml
+from _cli import SMALL, assert_bad_input, run, stop_before, to_toml
 
 from attn_sim import config
-
-SMALL = {
-    "profiles": ["bi-v100"],
-    "decode": {
-        "cases": [[1, 1024]],
-        "max_launches": 28,
-        "max_launches_by_tier": {"single_tile": 19, "one_pass": 19, "partitioned": 28},
-        "max_plan_launches": 2,
-        "max_syncs": 0,
-        "transient_kv_ratio": 1.25,
-        "transient_floor_bytes": 67108864,
-        "profile": {"bi-v100": {"transient_kv_ratio": 2.5}},
-    },
-    "prefill": {"cases": [], "max_syncs": 2, "transient_over_kv_bytes": 1073741824},
-    "plan": {"batches": [1], "context_min": 1024, "context_max": 2048, "steps_per_octave": 1},
-    "time": {"tolerance": 0.1},
-}
 
 
 def small(tmp_path: Path, **changes) -> Path:

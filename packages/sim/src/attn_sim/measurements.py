@@ -95,11 +95,12 @@ def _first_key(record: dict, *keys) -> Optional[str]:
 
 
 def _seconds(rec: dict, keys) -> Optional[float]:
-    key = _first_key(rec, *(k for k, _ in keys))
-    if key is None:
-        return None
-    _time(key, rec[key])
-    return float(rec[key]) * dict(keys)[key]
+    """The first of ``keys`` given, in seconds; every one given is checked (a record with a
+    good ``eager_s`` and a NaN ``median_ms`` is a broken record, not a good one)."""
+    given = [k for k, _ in keys if rec.get(k) is not None]
+    for k in given:
+        _time(k, rec[k])
+    return float(rec[given[0]]) * dict(keys)[given[0]] if given else None
 
 
 def _value(rec: dict, check, *keys, default):
