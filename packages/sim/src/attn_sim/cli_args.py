@@ -91,8 +91,9 @@ def writable_dir(path: str, arg: str) -> Path:
             pass
     except FileExistsError:
         raise ValueError(f"{arg} {path}: exists and is not a directory") from None
-    except OSError as err:
-        raise ValueError(f"{arg} {path}: cannot write there ({err.strerror or err})") from None
+    except (OSError, ValueError) as err:  # ValueError: a NUL byte in the path
+        why = getattr(err, "strerror", None) or err
+        raise ValueError(f"{arg} {path!r}: cannot write there ({why})") from None
     return p
 
 
