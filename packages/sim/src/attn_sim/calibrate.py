@@ -12,19 +12,7 @@ Two kinds of measured time, because they answer different questions:
   *after* the device terms, holding them fixed; with eager times only (old files), bandwidth,
   rates and ``launch_overhead_s`` are fitted together as before, ``launch_gap_s`` kept.
 
-Input: a JSON file of measured steps. Accepted shapes: a list of records, or an object holding
-one under ``records`` / ``results`` / ``rows``. A record is ``{"case": {...}, "eager_s": t,
-"graph_s": t}`` (bench/sim_calibration.py; either time may be missing or null, e.g. when the
-capture failed, with ``graph_error`` saying why), ``{"case": {...}, "measured_s": t}`` (an eager
-time; older files), or flat; field names of the decode bench and of the HIL long-context suite
-are both read: path (``path`` | ``kind``), batch (``num_seqs`` | ``batch``), context
-(``context`` | ``context_len`` | ``seq_len``; for prefill ``context`` counts the new tokens,
-the HIL suite's ``context_len`` only the cached prefix), ``query_len``, shape (``num_heads``,
-``num_kv_heads``, ``head_size``, ``block_size``, default Qwen3.6), ``dtype``, and the time
-(``measured_s`` | ``median_s`` | ``time_s`` | ``median_ms`` | ``ms``; ``graph_s`` |
-``graph_ms``). Records carrying a ``variant`` are kept only when it names attn-core (or
-matches ``--variant``); the decode bench's ``"<variant>, CUDA graph"`` rows are the graph
-times of the same cases.
+Input: a JSON file of measured steps, read and checked by :mod:`attn_sim.measurements`.
 
 Cases are sorted and split alternately within each (path, tier) group: even ones fit the
 constants (least squares on ``log(predicted / measured)`` with bounds: no throughput above the
@@ -41,30 +29,20 @@ import datetime
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from attn_core.device_spec import DeviceSpec
 from attn_sim.cost import op_launch_shape, pipelined
-from attn_sim.designs import Shape
+from attn_sim.measurements import (  # noqa: F401 (parse_* re-exported: the bench reads them here)
+    Timing,
+    parse_measurements,
+    parse_timings,
+    read_timings,
+)
 from attn_sim.occupancy import blocks_per_sm, waves
 from attn_sim.profiles import CALIBRATABLE, DEVICE_TERMS, HOST_TERMS, save_profile
 from attn_sim.workloads import Case, base_name, trace_case
 
-TIME_KEYS = (
-    ("eager_s", 1.0),
-    ("measured_s", 1.0),
-    ("median_s", 1.0),
-    ("time_s", 1.0),
-    ("median_ms", 1e-3),
-    ("ms", 1e-3),  # bench/decode_bench.py rows
-)
-GRAPH_KEYS = (("graph_s", 1.0), ("graph_ms", 1e-3))
-# Variant names that mean "attn-core's default plan" (decode_bench also times forced tiers,
-# partition sizes and baselines under other names; those are not what the sim predicts).
-DEFAULT_VARIANTS = ("attn_core plan", "attn_core", "attn-core", "paged_decode")
-GRAPH_SUFFIX = ", CUDA graph"  # decode_bench: "attn_core plan, CUDA graph" = graph replay
-# decode_bench.py keeps the shape once, at the top level, under these names
-SHAPE_ALIASES = {"heads": "num_heads", "kv_heads": "num_kv_heads"}
 MODES = ("eager", "graph")
 EAGER_ONLY_TERMS = ("hbm_bandwidth", "fp16_flops", "fp32_flops", "launch_overhead_s")
 # Bounds, as factors of the profile's value: throughputs at most the profile's (a datasheet peak
@@ -73,102 +51,6 @@ EAGER_ONLY_TERMS = ("hbm_bandwidth", "fp16_flops", "fp32_flops", "launch_overhea
 UPPER = {"hbm_bandwidth": 1.25, "fp16_flops": 1.0, "fp32_flops": 1.0}
 LATENCY_BOUNDS = (1e-8, 1e-3)
 RIDGE = 1e-3  # pull per term, on log(value / profile value)^2; a 10 % case error costs 1e-2
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """One measured case: its eager and/or CUDA-graph step time, seconds (None: not measured)."""
-
-    case: Case
-    eager_s: Optional[float] = None
-    graph_s: Optional[float] = None
-    device_launches: Optional[int] = None  # kernels the profiler saw in one eager step
-
-    def time(self, mode: str) -> Optional[float]:
-        return self.eager_s if mode == "eager" else self.graph_s
-
-
-def _first(record: dict, *keys, default=None):
-    for k in keys:
-        if k in record and record[k] is not None:
-            return record[k]
-    return default
-
-
-def _seconds(rec: dict, keys) -> Optional[float]:
-    return next((float(rec[k]) * f for k, f in keys if rec.get(k) is not None), None)
-
-
-def _case_of(rec: dict, context) -> Case:
-    path = str(_first(rec, "path", "kind", default="decode"))
-    query_len = int(_first(rec, "query_len", default=1))
-    if path == "prefill" and "context" not in rec and "context_len" in rec:
-        context += query_len  # the HIL suite's context_len is the cached prefix only
-    shape = Shape(
-        num_heads=int(_first(rec, "num_heads", default=24)),
-        num_kv_heads=int(_first(rec, "num_kv_heads", default=4)),
-        head_size=int(_first(rec, "head_size", default=256)),
-        block_size=int(_first(rec, "block_size", default=16)),
-    )
-    dtype = str(_first(rec, "dtype", default="float16")).replace("torch.", "")
-    return Case(
-        path=path,
-        num_seqs=int(_first(rec, "num_seqs", "batch", default=1)),
-        context=int(context),
-        shape=shape,
-        dtype=dtype,
-        query_len=query_len,
-        tier=str(rec["tier"]) if path == "decode" and rec.get("tier") else None,
-    )
-
-
-def parse_timings(data, variant: Optional[str] = None) -> list[Timing]:
-    """Every usable case of any accepted file shape, eager and graph times merged per case.
-
-    ``variant``: keep only records of that exact variant name (and its ``", CUDA graph"`` row);
-    default: attn-core's default plan, :data:`DEFAULT_VARIANTS`. Records without a variant are
-    always kept.
-    """
-    shared: dict = {}
-    if isinstance(data, dict):
-        top = data.get("shape") if isinstance(data.get("shape"), dict) else {}
-        shared = {SHAPE_ALIASES.get(k, k): v for k, v in top.items()}
-        data = _first(data, "records", "results", "rows", default=[])
-    wanted = (variant,) if variant else DEFAULT_VARIANTS
-    merged: dict[Case, dict[str, Any]] = {}
-    for raw in data:
-        case_part = raw.get("case") if isinstance(raw.get("case"), dict) else {}
-        rec = {**shared, **raw, **case_part}
-        name = rec.get("variant") or rec.get("impl")
-        graph_row = name is not None and str(name).endswith(GRAPH_SUFFIX)
-        if graph_row:
-            name = str(name)[: -len(GRAPH_SUFFIX)]
-        elif variant is None and rec.get("tier") and name == f"graph, tier={rec['tier']}":
-            graph_row, name = True, DEFAULT_VARIANTS[0]  # decode_bench: the other tier, replayed
-        if name is not None and str(name) not in wanted:
-            continue
-        context = _first(rec, "context", "context_len", "seq_len")
-        if context is None or rec.get("skipped"):
-            continue
-        if graph_row:
-            times = {"graph": _seconds(rec, TIME_KEYS)}
-        else:
-            times = {"eager": _seconds(rec, TIME_KEYS), "graph": _seconds(rec, GRAPH_KEYS)}
-        times = {k: v for k, v in times.items() if v is not None}
-        if times:
-            launches = _first(rec, "device_launches", "launches")  # decode_bench: launches
-            if launches is not None and not graph_row:
-                times["launches"] = int(launches)
-            merged.setdefault(_case_of(rec, context), {}).update(times)
-    out = [Timing(c, t.get("eager"), t.get("graph"), t.get("launches")) for c, t in merged.items()]
-    return sorted(
-        out, key=lambda t: (t.case.path, t.case.num_seqs, t.case.context, t.case.tier or "")
-    )
-
-
-def parse_measurements(data, variant: Optional[str] = None) -> list[tuple[Case, float]]:
-    """``(case, eager seconds)`` pairs (cases with an eager time; see :func:`parse_timings`)."""
-    return [(t.case, t.eager_s) for t in parse_timings(data, variant) if t.eager_s is not None]
 
 
 @dataclasses.dataclass
@@ -414,9 +296,13 @@ def launch_warnings(rows: list[dict], tolerance: float = 0.25) -> list[str]:
 
 
 def run(spec: DeviceSpec, measurement_file: Path, out: Path, variant: Optional[str]) -> dict:
-    data = json.loads(Path(measurement_file).read_text())
-    timings = parse_timings(data, variant)
-    calibrated, rows, prov = calibrate(spec, timings, str(measurement_file))
+    """Calibrate ``spec`` on the file; writes ``out/calibrated_profile.json`` (a profile file
+    over the built-in base) and ``out/calibration.json``."""
+    timings = read_timings(Path(measurement_file), variant)
+    try:
+        calibrated, rows, prov = calibrate(spec, timings, str(measurement_file))
+    except ValueError as err:
+        raise ValueError(f"measurements file {measurement_file}: {err}") from None
     profile_path = save_profile(calibrated, base_name(spec), out / "calibrated_profile.json", prov)
     result = {
         "profile": str(profile_path),

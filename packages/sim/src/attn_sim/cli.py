@@ -1,4 +1,9 @@
-"""``python -m attn_sim {report,gates,update-baseline,calibrate,sweep,occupancy}``."""
+"""``python -m attn_sim {report,gates,update-baseline,calibrate,sweep,occupancy,profile-from}``.
+
+Exit codes: 0 done (gates: every check passed); 1 ``gates`` only: a gate failed; 2 bad usage
+or bad input (an argument, a file or a key in it; an output that cannot be written), with a
+message naming it. Inputs and outputs are checked before any simulation runs.
+"""
 
 from __future__ import annotations
 
@@ -10,47 +15,62 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from attn_sim import config
-from attn_sim.profiles import load_profile
+from attn_core.device_spec import DEVICE_SPECS
+from attn_sim import cli_args, config
+
+PROG = "python -m attn_sim"
+EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _report(args) -> int:
     from attn_sim import report
 
-    spec = load_profile(args.profile)
-    built = report.build(spec, report.parse_shape(args.shape))
-    paths = report.write(built, Path(args.out))
+    out = cli_args.writable_dir(args.out, "--out")
+    built = report.build(args.profile, args.shape)
+    paths = report.write(built, out)
     print(report.markdown(built))
     print(f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s")
-    return 0
+    return EXIT_OK
 
 
 def _gate_specs(args, gates: dict) -> list:
-    names = args.profiles.split(",") if args.profiles else gates["profiles"]
-    return [load_profile(n) for n in names]
+    """``--profiles`` when given, else the gates file's list (each loaded, errors named)."""
+    if args.profiles is not None:
+        return args.profiles
+    source = args.gates or config.GATES_FILE
+    specs = []
+    for i, name in enumerate(gates["profiles"]):
+        try:
+            specs.append(cli_args.profile(name))
+        except argparse.ArgumentTypeError as err:
+            raise ValueError(f"gates file {source}: profiles[{i}]: {err}") from None
+    return specs
 
 
 def _gates(args) -> int:
     from attn_sim.gates import format_violations, run_gates
 
     gates = config.load_gates(args.gates)
-    baseline = config.load_baseline(args.baseline)
-    report = run_gates(_gate_specs(args, gates), gates, baseline)
+    baseline = config.load_baseline(args.baseline, missing_ok=args.baseline is None)
+    specs = _gate_specs(args, gates)
+    out = cli_args.writable_dir(args.out, "--out") if args.out else None
+    where = "--profiles" if args.profiles is not None else f"{args.gates or config.GATES_FILE}"
+    print(f"gates on {', '.join(s.name for s in specs)} (from {where})")
+    report = run_gates(specs, gates, baseline)
     print(tabulate(_case_rows(report.results, baseline), headers="keys", tablefmt="github"))
     text = format_violations(report)
     print(text)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         payload = {
             "ok": report.ok,
             "checks": report.checks,
+            "profiles": [s.name for s in specs],
             "violations": [v.__dict__ for v in report.violations],
             "results": [r.to_json() for r in report.results],
         }
         (out / "gates.json").write_text(json.dumps(payload, indent=1, default=str))
         (out / "gates.txt").write_text(text + "\n")
-    return 0 if report.ok else 1
+    return EXIT_OK if report.ok else EXIT_GATE_FAILED
 
 
 def _case_rows(results, baseline: dict) -> list:
@@ -79,21 +99,22 @@ def _update_baseline(args) -> int:
     from attn_sim.simulate import simulate
 
     gates = config.load_gates(args.gates)
-    results = [simulate(s, c) for s in _gate_specs(args, gates) for c in gated_cases(gates)]
     previous = config.load_baseline(args.baseline)
-    path = config.save_baseline(baseline_from(results, previous), args.baseline)
+    specs = _gate_specs(args, gates)
+    target = cli_args.writable_file(str(args.baseline or config.BASELINE_FILE), "--baseline")
+    results = [simulate(s, c) for s in specs for c in gated_cases(gates)]
+    path = config.save_baseline(baseline_from(results, previous), target)
     rows = [(r.profile, r.label, f"{r.time_s * 1e3:.4f}") for r in results]
     print(tabulate(rows, headers=("profile", "case", "time_ms"), tablefmt="github"))
     print(f"wrote {path}")
-    return 0
+    return EXIT_OK
 
 
 def _calibrate(args) -> int:
     from attn_sim import calibrate
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result = calibrate.run(load_profile(args.profile), Path(args.measurements), out, args.variant)
+    out = cli_args.writable_dir(args.out, "--out")
+    result = calibrate.run(args.profile, Path(args.measurements), out, args.variant)
     rows = calibrate.compact_rows(result["rows"])
     print(tabulate(rows, headers="keys", tablefmt="github", floatfmt=".3f"))
     fields = [
@@ -105,17 +126,15 @@ def _calibrate(args) -> int:
         print(line)
     print("\n".join(calibrate.verdicts(result, args.tolerance)))
     print(f"wrote {result['profile']} and {out / 'calibration.json'}")
-    return 0
+    return EXIT_OK
 
 
 def _sweep(args) -> int:
     from attn_sim.sweep import sweep_design, sweep_plan, sweep_prefill
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = cli_args.writable_dir(args.out, "--out")
     payload = {}
-    for name in args.profile.split(","):
-        spec = load_profile(name)
+    for spec in args.profile:
         plan_rows, design_rows = sweep_plan(spec), sweep_design(spec)
         prefill_rows = sweep_prefill(spec)
         payload[spec.name] = {"plan": plan_rows, "design": design_rows, "prefill": prefill_rows}
@@ -127,13 +146,13 @@ def _sweep(args) -> int:
         print(tabulate(prefill_rows, headers="keys", tablefmt="github"))
     (out / "sweep.json").write_text(json.dumps(payload, indent=1, default=str))
     print(f"wrote {out / 'sweep.json'}")
-    return 0
+    return EXIT_OK
 
 
 def _occupancy(args) -> int:
     from attn_sim.occupancy import blocks_per_sm, waves
 
-    spec = load_profile(args.profile)
+    spec = args.profile
     occ = blocks_per_sm(spec, args.threads, args.registers, args.smem)
     rows = [(k, v) for k, v in occ.limits.items()]
     print(tabulate(rows, headers=("limit", "blocks/SM"), tablefmt="github"))
@@ -141,18 +160,33 @@ def _occupancy(args) -> int:
     if args.blocks and occ.blocks_per_sm:
         w = waves(spec, args.blocks, occ.blocks_per_sm)
         print(f"{args.blocks} blocks: {w.waves} waves, tail {w.tail_utilisation:.0%} busy")
-    return 0
+    return EXIT_OK
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attn_sim", description=__doc__)
+def _profile_from(args) -> int:
+    from attn_sim import profile_from
+
+    return profile_from.main(args.facts, args.base, args.name, args.out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog="exit codes: 0 done, 1 a gate failed (gates), 2 bad usage or input",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("report", help="tables, plot and JSON for one profile")
-    p.add_argument("--profile", default="bi-v100", help="built-in name or calibrated JSON")
-    p.add_argument("--out", default="sim-report")
     p.add_argument(
-        "--shape", default="24,4,256,16", help="heads,kv_heads,head_size[,block] (Qwen3.6)"
+        "--profile", type=cli_args.profile, default="bi-v100", help="built-in name or JSON file"
+    )
+    p.add_argument("--out", default="sim-report", help="directory (created)")
+    p.add_argument(
+        "--shape",
+        type=cli_args.shape,
+        default="24,4,256,16",
+        help="heads,kv_heads,head_size[,block] (default Qwen3.6)",
     )
     p.set_defaults(func=_report)
 
@@ -161,43 +195,79 @@ def main(argv: Optional[list[str]] = None) -> int:
         ("update-baseline", _update_baseline, "rewrite baseline.json from today's predictions"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--profiles", help="comma-separated; default: gates.toml's list")
-        p.add_argument("--gates", type=Path, default=None, help="thresholds file")
-        p.add_argument("--baseline", type=Path, default=None, help="baseline file")
+        p.add_argument(
+            "--profiles",
+            type=cli_args.profiles,
+            default=None,
+            help="comma-separated names or files; default: the gates file's list",
+        )
+        p.add_argument("--gates", type=Path, default=None, help="thresholds file (TOML)")
+        p.add_argument("--baseline", type=Path, default=None, help="baseline file (JSON)")
         if name == "gates":
-            p.add_argument("--out", default="sim-report")
+            p.add_argument("--out", default="sim-report", help="directory; '' writes nothing")
         p.set_defaults(func=func)
 
     p = sub.add_parser("calibrate", help="fit bandwidth, rates, launch overhead to measurements")
     p.add_argument("measurements", help="decode bench / HIL long-context JSON")
-    p.add_argument("--profile", default="h200")
-    p.add_argument("--out", default="sim-report/calibration")
+    p.add_argument("--profile", type=cli_args.profile, default="h200")
+    p.add_argument("--out", default="sim-report/calibration", help="directory (created)")
     p.add_argument(
         "--variant",
         default=None,
         help="keep records of this variant (default: attn-core's default plan)",
     )
     p.add_argument(
-        "--tolerance", type=float, default=25.0, help="held-out |error| %% for PASS (the issue's)"
+        "--tolerance",
+        type=cli_args.positive_float,
+        default=25.0,
+        help="held-out |error| %% for PASS (the issue's)",
     )
     p.set_defaults(func=_calibrate)
 
     p = sub.add_parser("sweep", help="plan constants minimising predicted time")
-    p.add_argument("--profile", default="bi-v100,bi-v100-smem48k,h200")
-    p.add_argument("--out", default="sim-report")
+    p.add_argument("--profile", type=cli_args.profiles, default="bi-v100,bi-v100-smem48k,h200")
+    p.add_argument("--out", default="sim-report", help="directory (created)")
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("occupancy", help="blocks per SM of one kernel on a profile")
-    p.add_argument("--profile", default="bi-v100")
-    p.add_argument("--threads", type=int, required=True)
-    p.add_argument("--registers", type=int, default=32)
-    p.add_argument("--smem", type=int, default=0, help="static + dynamic bytes per block")
-    p.add_argument("--blocks", type=int, default=0, help="grid size, to count waves")
+    p.add_argument("--profile", type=cli_args.profile, default="bi-v100")
+    p.add_argument("--threads", type=cli_args.positive_int, required=True)
+    p.add_argument("--registers", type=cli_args.non_negative_int, default=32)
+    p.add_argument(
+        "--smem", type=cli_args.non_negative_int, default=0, help="static + dynamic bytes"
+    )
+    p.add_argument(
+        "--blocks", type=cli_args.non_negative_int, default=0, help="grid size, to count waves"
+    )
     p.set_defaults(func=_occupancy)
 
-    args = parser.parse_args(argv)
+    p = sub.add_parser(
+        "profile-from", help="a profile JSON from a device-facts file (HIL device-facts suite)"
+    )
+    p.add_argument("facts", help="device-facts JSON (schema bi100-attn/device-facts/1)")
+    p.add_argument("--base", choices=sorted(DEVICE_SPECS), default="bi-v100")
+    p.add_argument(
+        "--name", default=None, help="profile name, '<base>+...' (default <base>+<target>)"
+    )
+    p.add_argument("--out", default=None, help="profile file (default sim-report/<name>.json)")
+    p.set_defaults(func=_profile_from)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Run one command; returns the exit code (never raises for bad input)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # argparse: --help (0) or a usage error (2), already printed
+        return stop.code if isinstance(stop.code, int) else EXIT_BAD_INPUT
     try:
         return args.func(args)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        print(f"{PROG} {args.command}: error: {err}", file=sys.stderr)
+    except OSError as err:  # a write that failed after the checks (disk full, path vanished)
+        where = err.filename or "an output"
+        print(
+            f"{PROG} {args.command}: error: cannot write {where}: {err.strerror}", file=sys.stderr
+        )
+    return EXIT_BAD_INPUT

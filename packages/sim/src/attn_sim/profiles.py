@@ -1,21 +1,27 @@
-"""Device profiles for the simulator: attn-core's built-in ones, or a calibrated JSON file.
+"""Device profiles for the simulator: attn-core's built-in ones, or a profile JSON file.
 
-The constants live in :mod:`attn_core.device_spec` (one copy, with provenance); this module only
-resolves a ``--profile`` argument. A calibrated profile file (written by ``attn_sim calibrate``)
-names its base profile and the fields it replaces::
+The constants live in :mod:`attn_core.device_spec` (one copy, with provenance) and profile files
+are :mod:`attn_core.profile_file`'s (``attn-core/profile/1``: validated, every error names the
+file and the field); this module only resolves a ``--profile`` argument and writes the files
+``attn_sim calibrate`` and ``attn_sim profile-from`` produce. A calibrated file names its base
+profile and the fields it replaces::
 
-    {"base": "h200", "name": "h200+calibrated",
+    {"schema": "attn-core/profile/1", "base": "h200", "name": "h200+calibrated",
      "fields": {"hbm_bandwidth": 3.9e12, "launch_overhead_s": 5.1e-6, ...},
      "provenance": {"hbm_bandwidth": "measured: calibrated from results/decode_bench.json ..."}}
+
+Files written before the schema key existed read the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, get_device_spec
+from attn_core.profile_file import is_profile_path, load_profile_file, save_profile_file
+from attn_sim.workloads import base_name
 
 # Device terms (fitted on CUDA-graph replay times) then the host term (fitted on eager times).
 DEVICE_TERMS = ("hbm_bandwidth", "fp16_flops", "fp32_flops", "launch_gap_s")
@@ -24,33 +30,24 @@ CALIBRATABLE = DEVICE_TERMS + HOST_TERMS
 
 
 def load_profile(name_or_path: str) -> DeviceSpec:
-    """A built-in profile by name, or a calibrated profile JSON by path."""
-    if name_or_path in DEVICE_SPECS:
+    """A built-in profile by name, or a profile JSON file by path (``ValueError`` naming the
+    file and field when it is not one)."""
+    if not is_profile_path(name_or_path):
         return get_device_spec(name_or_path)
-    path = Path(name_or_path)
-    if not path.exists():
+    spec = load_profile_file(name_or_path)
+    if base_name(spec) not in DEVICE_SPECS:
+        # the traced code runs under the built-in profile the name starts with (workloads)
         raise ValueError(
-            f"profile must be one of {sorted(DEVICE_SPECS)} or a calibrated profile file, "
-            f"got {name_or_path!r}"
+            f"profile file {name_or_path}: name must start with a built-in profile and '+' "
+            f"(e.g. 'bi-v100+lab'; built-ins {sorted(DEVICE_SPECS)}), got {spec.name!r}"
         )
-    data = json.loads(path.read_text())
-    base = get_device_spec(data["base"])
-    fields = {k: v for k, v in data["fields"].items() if k in CALIBRATABLE}
-    unknown = set(data["fields"]) - set(CALIBRATABLE)
-    if unknown:
-        raise ValueError(f"calibrated fields must be among {CALIBRATABLE}, got {sorted(unknown)}")
-    prov = {**base.provenance, **data.get("provenance", {})}
-    name = data.get("name", f"{base.name}+calibrated")
-    return dataclasses.replace(base, name=name, provenance=prov, **fields)
+    return spec
 
 
-def save_profile(spec: DeviceSpec, base: str, path: Path, provenance: dict) -> Path:
-    data = {
-        "base": base,
-        "name": spec.name,
-        "fields": {k: getattr(spec, k) for k in CALIBRATABLE},
-        "provenance": provenance,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+def save_profile(spec: DeviceSpec, base: str, path: Path, provenance: Mapping[str, str]) -> Path:
+    """Write ``spec`` as a profile file over ``base``: the fields that differ from it, each with
+    ``provenance`` (the new entries) or the provenance ``spec`` already carried."""
+    if base not in DEVICE_SPECS:
+        raise ValueError(f"base must be one of {sorted(DEVICE_SPECS)}, got {base!r}")
+    merged = dataclasses.replace(spec, provenance={**spec.provenance, **provenance})
+    return save_profile_file(merged, path, base=base)

@@ -7,10 +7,12 @@ block 16):
 - kernel designs per context: vLLM's V1 / V2, the GQA-gridded partition + reduce, the
   single-pass look-back variant and attn-core's planned steps: blocks, blocks per SM and what
   limits it, waves and tail, shared memory against the budget, analytic time;
-- decode and prefill as traced from attn-core, contexts 1K..1M, batches 1..64: tier, partitions,
-  launches, bytes, FLOPs, waves, shared memory vs budget, predicted time, transient memory.
+- decode and prefill as traced from attn-core, contexts 1K..1M, batches 1..64: tier and
+  partitions (decode), backend and tiles (prefill), launches, bytes, FLOPs, waves, shared memory
+  vs budget, predicted time, transient memory and whether K+V + transient fit the device.
 
-Writes ``report.md``, ``report.json`` and ``report.png`` into the output directory.
+Writes ``report.md`` (:mod:`attn_sim.report_text`), ``report.json`` and ``report.png``
+(:mod:`attn_sim.report_plot`) into the output directory.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ import json
 import time
 from pathlib import Path
 
-from tabulate import tabulate
-
 from attn_core.device_spec import DeviceSpec
+from attn_core.shapes import AttentionShape
 from attn_sim.cost import design_cost
 from attn_sim.designs import (
     QWEN36,
@@ -35,6 +36,8 @@ from attn_sim.designs import (
     vllm_v1,
     vllm_v2,
 )
+from attn_sim.report_plot import plot
+from attn_sim.report_text import markdown, shape_text  # noqa: F401 (the CLI's entry points)
 from attn_sim.simulate import CaseResult, simulate
 from attn_sim.workloads import BMM_OUT_DTYPE, Case, base_name, plan_for
 
@@ -144,7 +147,22 @@ def traced_cases(shape: Shape = QWEN36) -> list[Case]:
     return cases
 
 
-def result_row(r: CaseResult) -> dict:
+def memory_columns(r: CaseResult, spec: DeviceSpec) -> dict:
+    """K+V of the context plus the step's transient memory, against the device's memory."""
+    need = r.kv_bytes + r.transient_bytes
+    fits = need <= spec.memory_bytes
+    return {
+        "cache_fits_device": r.cache_fits_device,
+        "kv+transient_GB": round(need / 1e9, 2),
+        "step_fits_device": fits,
+        "device_memory": "ok"
+        if fits
+        else f"OVER {need / 1e9:.1f} > {spec.memory_bytes / 1e9:.1f} GB",
+    }
+
+
+def result_row(r: CaseResult, spec: DeviceSpec) -> dict:
+    """One decode step as the report's table shows it."""
     return {
         "batch": r.num_seqs,
         "context": r.context,
@@ -161,103 +179,83 @@ def result_row(r: CaseResult) -> dict:
         "graph_ms": round(r.graph_time_s * 1e3, 3),
         "transient_MB": round(r.transient_bytes / 1e6, 1),
         "kv_MB": round(r.kv_bytes / 1e6, 1),
-        "cache_fits_device": r.cache_fits_device,
+        **memory_columns(r, spec),
+    }
+
+
+def prefill_row(r: CaseResult, case: Case, spec: DeviceSpec) -> dict:
+    """One prefill call: the plan's backend and tiles instead of decode's tier / partitions."""
+    plan = plan_for(spec, case)
+    cached = case.context - case.query_len
+    return {
+        "batch": r.num_seqs,
+        "context": r.context,
+        "new_tokens": case.query_len,
+        "backend": plan.backend,
+        "query_tile": plan.query_tile,
+        "key_tile": plan.key_tile,
+        "stream_chunk": plan.stream_chunk,
+        "tile_updates": plan.num_tile_updates(case.query_len, cached),
+        "launches": r.launches,
+        "plan_steps": r.plan_launches,
+        "GB": round(r.bytes / 1e9, 3),
+        "GFLOP": round(r.flops / 1e9, 2),
+        "max_waves": r.max_waves,
+        "smem/budget": f"{r.smem_max}/{r.smem_budget}",
+        "fits": r.plan_fits,
+        "time_ms": round(r.time_s * 1e3, 3),
+        "graph_ms": round(r.graph_time_s * 1e3, 3),
+        "transient_MB": round(r.transient_bytes / 1e6, 1),
+        "kv_MB": round(r.kv_bytes / 1e6, 1),
+        **memory_columns(r, spec),
     }
 
 
 def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
     start = time.perf_counter()
-    results = [simulate(spec, c) for c in traced_cases(shape)]
+    cases = traced_cases(shape)
+    results = [simulate(spec, c) for c in cases]
+    decode = [result_row(r, spec) for r in results if r.path == "decode"]
+    prefill = [
+        prefill_row(r, c, spec) for r, c in zip(results, cases, strict=True) if r.path == "prefill"
+    ]
     return {
         "profile": spec.name,
         "shape": dataclasses.asdict(shape),
         "assumptions": assumptions(spec),
         "bmm_out_dtype": BMM_OUT_DTYPE.get(base_name(spec), False),
+        "memory_bytes": spec.memory_bytes,
+        "prefill_chunk": PREFILL_CHUNK,
         "designs": design_rows(spec, shape),
         "budget": budget_rows(spec, shape),
         "results": [r.to_json() for r in results],
-        "decode": [result_row(r) for r in results if r.path == "decode"],
-        "prefill": [result_row(r) for r in results if r.path == "prefill"],
+        "decode": decode,
+        "prefill": prefill,
+        "over_device_memory": [
+            r.label for r in results if r.kv_bytes + r.transient_bytes > spec.memory_bytes
+        ],
         "elapsed_s": time.perf_counter() - start,
     }
 
 
-def shape_text(shape: dict) -> str:
-    return (
-        f"{shape['num_heads']}/{shape['num_kv_heads']} heads, head {shape['head_size']}, "
-        f"{8 * shape['dtype_bytes']}-bit, block {shape['block_size']}"
-    )
-
-
 def parse_shape(text: str) -> Shape:
-    """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size])."""
-    parts = [int(p) for p in text.split(",")]
-    if len(parts) not in (3, 4) or parts[0] % parts[1]:
+    """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size]), checked as
+    :class:`attn_core.shapes.AttentionShape` checks a shape (fp16): a ``ValueError`` naming the
+    part that is wrong."""
+    parts = text.split(",")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if len(parts) not in (3, 4) or len(numbers) != len(parts):
         raise ValueError(
-            "shape must be 'heads,kv_heads,head_size[,block_size]' with heads divisible by "
-            f"kv_heads, got {text!r}"
+            f"shape must be 'heads,kv_heads,head_size[,block_size]' (integers), got {text!r}"
         )
-    return Shape(*parts)
-
-
-def markdown(report: dict) -> str:
-    spec_line = {a["constant"]: a["value"] for a in report["assumptions"]}
-    parts = [
-        f"# Simulated {report['profile']}: {shape_text(report['shape'])}",
-        "",
-        f"Assumed: {spec_line['sm_count']} SMs, {spec_line['shared_mem_per_block'] // 1024} KiB "
-        f"shared memory per block, {spec_line['hbm_bandwidth'] / 1e9:.0f} GB/s, warp "
-        f"{spec_line['warp_size']}. Torch under the profile: bmm writes fp32 scores: "
-        f"{report['bmm_out_dtype']}. Registers of untraced kernel designs are assumed (128 "
-        "attention, 32 reduce); one resident block is assumed to reach an SM's bandwidth share; "
-        "torch's own grids are estimated from PyTorch's CUDA sources.",
-        "",
-        "## Assumptions",
-        tabulate(report["assumptions"], headers="keys", tablefmt="github"),
-        "",
-        "## Shared-memory budget: longest context that fits (batch 1)",
-        tabulate(report["budget"], headers="keys", tablefmt="github"),
-        "",
-        "## Kernel designs (batch 1)",
-        tabulate(report["designs"], headers="keys", tablefmt="github"),
-        "",
-        "## Decode (traced attn-core)",
-        tabulate(report["decode"], headers="keys", tablefmt="github"),
-        "",
-        f"## Prefill (traced attn-core, {PREFILL_CHUNK}-token chunk)",
-        tabulate(report["prefill"], headers="keys", tablefmt="github"),
-        "",
-    ]
-    return "\n".join(parts)
-
-
-def plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for path_name, rows, style in (
-        ("decode", report["decode"], "-o"),
-        ("prefill", report["prefill"], "--s"),
-    ):
-        for batch in sorted({r["batch"] for r in rows}):
-            sel = [r for r in rows if r["batch"] == batch]
-            ctx = [r["context"] for r in sel]
-            ax_t.plot(ctx, [r["time_ms"] for r in sel], style, label=f"{path_name} b{batch}")
-            ax_m.plot(ctx, [r["transient_MB"] for r in sel], style, label=f"{path_name} b{batch}")
-    for ax, label in ((ax_t, "predicted time per step (ms)"), (ax_m, "transient memory (MB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=7)
-    fig.suptitle(f"attn-core on simulated {report['profile']} ({shape_text(report['shape'])})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        AttentionShape(*numbers)
+    except ValueError as err:
+        raise ValueError(f"shape {text!r}: {err}") from None
+    return Shape(*numbers)
 
 
 def write(report: dict, out_dir: Path) -> list[Path]:

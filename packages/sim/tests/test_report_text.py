@@ -1,0 +1,86 @@
+"""The report a first reader gets (issue 11, "Simulator report").
+
+Decode 64 x 100K needs 55 GB of transient memory on a 32 GiB device and was shown as fitting;
+the prefill table called its backend a "tier" and its key tile "partitions"; nothing said why
+``launches`` differs from ``plan_launches`` or why the design table's 0.75 ms is not the traced
+3.9 ms; the plot had no waves or shared-memory panel.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attn_sim import report, report_plot, report_text
+from attn_sim.profiles import load_profile
+from attn_sim.simulate import simulate
+from attn_sim.workloads import Case
+
+BI = load_profile("bi-v100")
+
+
+@pytest.fixture(scope="module")
+def built():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "DECODE_CONTEXTS", (1024, 102400))
+        mp.setattr(report, "DECODE_BATCHES", (1, 64))
+        mp.setattr(report, "PREFILL_CASES", [(1, 32768)])
+        mp.setattr(report, "DESIGN_CONTEXTS", (102400,))
+        yield report.build(BI)
+
+
+def test_step_over_device_memory_is_flagged(built):
+    row = {(r["batch"], r["context"]): r for r in built["decode"]}
+    big, small = row[(64, 102400)], row[(1, 1024)]
+    assert big["cache_fits_device"]  # K+V alone (26.8 GB) fits 32 GiB ...
+    assert not big["step_fits_device"]  # ... K+V + transient does not
+    assert big["kv+transient_GB"] > BI.memory_bytes / 1e9
+    assert big["device_memory"].startswith("OVER")
+    assert small["step_fits_device"] and small["device_memory"] == "ok"
+    assert built["over_device_memory"] == ["decode b64 ctx102400"]
+    md = report_text.markdown(built)
+    assert "**1 decode cases need more than the device's 34.4 GB (32 GiB)**" in md
+    assert "b64 x 102,400" in md
+
+
+def test_report_numbers_are_the_simulated_ones(built):
+    r = simulate(BI, Case("decode", 64, 102400))
+    row = next(x for x in built["decode"] if (x["batch"], x["context"]) == (64, 102400))
+    assert row["time_ms"] == round(r.time_s * 1e3, 3)
+    assert row["transient_MB"] == round(r.transient_bytes / 1e6, 1)
+
+
+def test_prefill_table_has_its_own_columns(built):
+    (row,) = built["prefill"]
+    assert "tier" not in row and "partitions" not in row
+    assert row["backend"] == "torch" and row["new_tokens"] == report.PREFILL_CHUNK
+    assert row["key_tile"] > 0 and row["query_tile"] > 0 and row["stream_chunk"] >= 0
+    assert row["tile_updates"] >= 1 and row["plan_steps"] >= 1
+    assert "`backend`" in report_text.markdown(built)
+
+
+def test_legends_explain_launches_and_analytic_time(built):
+    md = report_text.markdown(built)
+    assert "`plan_launches`: launches a purpose-built kernel" in md
+    assert "`time_us` is *analytic*" in md
+    plan = [d for d in built["designs"] if d["family"].startswith("attn-core plan")]
+    analytic_ms = sum(d["time_us"] for d in plan) / 1e3
+    traced = next(r for r in built["decode"] if (r["batch"], r["context"]) == (1, 102400))
+    sentence = report_text.design_vs_traced(built)
+    assert sentence.startswith("At 102,400 tokens, batch 1")
+    assert f"take {analytic_ms:.3g} ms" in sentence
+    assert f"{traced['graph_ms']:.3g} ms replayed" in sentence
+    assert analytic_ms < traced["graph_ms"]  # the torch code is slower than its own design
+
+
+def test_plot_has_time_memory_waves_and_shared_memory_panels(built):
+    fig = report_plot.figure(built)
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == [label for _, label, _ in report_plot.PANELS]
+    mem_ax, smem_ax = fig.axes[1], fig.axes[3]
+    limit_lines = [ln.get_ydata()[0] for ln in mem_ax.lines if ln.get_color() == "red"]
+    assert limit_lines == [pytest.approx(BI.memory_bytes / 1e9)]
+    budget_lines = [ln.get_ydata()[0] for ln in smem_ax.lines if ln.get_color() == "red"]
+    assert budget_lines == [BI.shared_mem_per_block]
+    waves_ax = fig.axes[2]
+    plotted = {max(ln.get_ydata()) for ln in waves_ax.lines}
+    assert max(r["max_waves"] for r in built["results"]) in plotted
