@@ -252,7 +252,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from attn_core.native.library import load_native
     from attn_core.settings import current_overrides
 
-    lib, status = load_native(current_overrides().native, torch.device("cuda"))
+    lib, status = load_native(current_overrides().native, torch.device("cuda"), HEADS // KV_HEADS)
     print(f"native: {status}", flush=True)
     if lib is None:
         return 1

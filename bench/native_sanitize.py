@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/attn-core/tests"))
-from native_helpers import cuda_case, native_library, reference, run_native  # noqa: E402
+from native_helpers import cuda_case, reference, run_native  # noqa: E402
 
 CASES = [
     # lens, heads, kv_heads, head, block, dtype, kv_cache_dtype, partitions, partition size
@@ -28,11 +28,10 @@ CASES = [
 
 
 def main() -> int:
-    lib = native_library()
     worst = 0.0
     for lens, h, kvh, d, bs, dtype, kv, parts, ps in CASES:
         case = cuda_case(lens, h, kvh, d, bs, dtype, kv_cache_dtype=kv)
-        got = run_native(lib, case, parts, ps)
+        got = run_native(case, parts, ps)
         torch.cuda.synchronize()
         err = float((got.double().cpu() - reference(case)).abs().max())
         worst = max(worst, err)

@@ -71,7 +71,7 @@ class BuildPyWithNative(build_py):
             return
         out_dir = Path(self.build_lib) / "attn_core" / "native" / "_prebuilt"
         try:
-            _, seconds = build_mod.build_library(toolchain, out_dir)
+            seconds = build_mod.build_all(toolchain, out_dir)  # one library per GQA head count
         except build_mod.BuildError as exc:
             print(f"attn-core: WARNING: native kernel build failed, the torch path runs.\n{exc}")
             return

@@ -19,11 +19,12 @@ from attn_core.settings import NativeSettings
 from attn_core.testing import PagedCase, make_paged_case, reference_decode
 
 
-def native_library() -> NativeLibrary:
-    """The library for this GPU (built on first use); skips with the reason where there is none."""
+def native_library(group: int) -> NativeLibrary:
+    """The library serving GQA ``group`` on this GPU (built on first use); skips with the reason
+    where there is none."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run on the GPU machine)")
-    lib, status = load_native(NativeSettings(), torch.device("cuda"))
+    lib, status = load_native(NativeSettings(), torch.device("cuda"), group)
     if lib is None:
         pytest.skip(f"native kernel unavailable here: {status.detail}")
     return lib
@@ -43,7 +44,6 @@ def poison_tails(case: PagedCase) -> None:
 
 
 def run_native(
-    lib: NativeLibrary,
     case: PagedCase,
     num_partitions: int,
     partition_size: int,
@@ -53,6 +53,7 @@ def run_native(
     out: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     num_seqs, num_heads, head_size = case.query.shape
+    lib = native_library(num_heads // case.key_cache.shape[1])
     scale = head_size**-0.5 if scale is None else scale
     fp8 = case.kv_cache_dtype != "auto"
     out = torch.full_like(case.query, math.nan) if out is None else out

@@ -2,7 +2,10 @@
 
 - ``status``: where the library comes from (prebuilt, cached build, built now) or why there is
   none, and each kernel's registers, shared memory and occupancy as the driver reports them.
-- ``build [--arch sm_90,...]``: build now, without a GPU (the lab image's build step).
+- ``build [--arch sm_90,...]``: build every head-slot library now, in parallel, without a GPU
+  (the lab image's build step).
+- ``facts [--write]``: each kernel's registers, shared memory and spills from the build logs;
+  ``--write`` records them in ``kernel_facts.json`` for the simulator.
 
 Exit codes: 0 fine; 1 a compiler was found but the build (or loading) failed; 2 bad usage;
 3 no compiler (or no GPU for ``status``): the torch path runs, which is not an error unless
@@ -16,14 +19,15 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from attn_core.native.build import BuildError, build_key, build_library, default_cache_dir
+from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
 from attn_core.native.toolchain import find_toolchain
 from attn_core.settings import current_overrides
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
+DTYPES = (("fp16", 1), ("bf16", 2), ("fp32", 0))  # names and attn_core.native.abi kinds
 
 
-def _status() -> int:
+def _status(groups: tuple[int, ...]) -> int:
     import torch
     from tabulate import tabulate
 
@@ -36,21 +40,27 @@ def _status() -> int:
         found = f"{toolchain.kind} {toolchain.version}" if toolchain else why
         print(f"no CUDA device: the native kernel cannot run here (compiler: {found})")
         return UNAVAILABLE
-    lib, status = load_native(settings, torch.device("cuda"))
-    print(f"native decode: {'available' if lib else 'unavailable'}: {status.detail}")
-    for key in ("path", "toolchain", "platform"):
-        if getattr(status, key):
-            print(f"  {key}: {getattr(status, key)}")
-    if lib is None:
-        return FAILED if status.toolchain else UNAVAILABLE
     rows = []
-    for bucket in abi.HEAD_BUCKETS:
-        for name, kind in (("fp16", abi.FLOAT16), ("bf16", abi.BFLOAT16), ("fp32", abi.FLOAT32)):
-            for which in ("partition", "merge"):
-                f = lib.kernel_info(which, kind, kind, bucket)
-                rows.append((which, bucket, name, f.num_regs, f.static_smem_bytes,
-                             f.local_bytes, f.blocks_per_sm))  # fmt: skip
-    head = ("kernel", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
+    for group in groups:
+        lib, status = load_native(settings, torch.device("cuda"), group)
+        state = "available" if lib else "unavailable"
+        print(f"native decode, GQA group {group}: {state}: {status.detail}")
+        for key in ("path", "toolchain", "platform"):
+            if getattr(status, key):
+                print(f"  {key}: {getattr(status, key)}")
+        if lib is None:
+            return FAILED if status.toolchain else UNAVAILABLE
+        for bucket in abi.HEAD_BUCKETS:
+            for name, kind in (
+                ("fp16", abi.FLOAT16),
+                ("bf16", abi.BFLOAT16),
+                ("fp32", abi.FLOAT32),
+            ):
+                for which in ("partition", "merge"):
+                    f = lib.kernel_info(which, kind, kind, bucket, group)
+                    rows.append((which, group, bucket, name, f.num_regs, f.static_smem_bytes,
+                                 f.local_bytes, f.blocks_per_sm))  # fmt: skip
+    head = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
             "blocks/SM")  # fmt: skip
     print(tabulate(rows, headers=head, tablefmt="github"))
     return OK
@@ -66,12 +76,37 @@ def _build(archs: Optional[str]) -> int:
     cache = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()
     out_dir = cache / build_key(toolchain)
     try:
-        path, seconds = build_library(toolchain, out_dir, log=out_dir / "build.log")
+        seconds = build_all(toolchain, out_dir)
     except (BuildError, OSError) as exc:
         print(f"native kernel build FAILED: {exc}", file=sys.stderr)
         return FAILED
-    how = f"built in {seconds:.1f} s" if seconds else "already built"
-    print(f"native kernel: {path} ({toolchain.kind} {','.join(toolchain.archs)}, {how})")
+    print(f"native kernels: {out_dir} ({toolchain.kind} {','.join(toolchain.archs)}, "
+          f"{seconds:.1f} s)")  # fmt: skip
+    return OK
+
+
+def _facts(write: bool) -> int:
+    from tabulate import tabulate
+
+    from attn_core.native import facts
+    from attn_core.native.build import SLOTS, library_name, log_path, source_digest
+
+    code = _build(None)
+    if code != OK:
+        return code
+    settings = current_overrides().native
+    toolchain, _ = find_toolchain(settings.cuda_home, (settings.arch or "sm_90",))
+    assert toolchain is not None  # _build found it
+    out_dir = (Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()) / build_key(
+        toolchain
+    )
+    logs = [log_path(out_dir / library_name(n)) for n in SLOTS]
+    records = [r for log in logs for r in facts.parse_ptxas(log.read_text())]
+    print(tabulate([r.__dict__ for r in records], headers="keys", tablefmt="github"))
+    if write:
+        compiler = f"{toolchain.kind} {toolchain.version}"
+        path = facts.write_facts(logs, compiler, ",".join(toolchain.archs), source_digest())
+        print(f"wrote {path}")
     return OK
 
 
@@ -79,15 +114,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attn_core.native", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="where the library comes from, and its kernels")
+    status = sub.add_parser("status", help="where the libraries come from, and their kernels")
+    status.add_argument("--groups", default="6", help="GQA groups to load (default 6: Qwen3.6)")
     build = sub.add_parser("build", help="build the library now (no GPU needed)")
     build.add_argument("--arch", help="targets, comma-separated (sm_90, ivcore10, ...)")
+    facts = sub.add_parser("facts", help="registers and shared memory per kernel (build logs)")
+    facts.add_argument("--write", action="store_true", help="record them in kernel_facts.json")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code or 0)
     try:
-        return _status() if args.command == "status" else _build(args.arch)
+        if args.command == "build":
+            return _build(args.arch)
+        if args.command == "facts":
+            return _facts(args.write)
+        groups = tuple(int(g) for g in args.groups.split(",") if g.strip())
+        if not groups or min(groups) < 1:
+            raise ValueError(f"--groups must list positive integers, got {args.groups!r}")
+        return _status(groups)
     except ValueError as exc:  # a bad ATTN_CORE_* / CUDA_HOME value
         print(f"error: {exc}", file=sys.stderr)
         return USAGE

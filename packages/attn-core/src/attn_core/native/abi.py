@@ -10,7 +10,7 @@ import ctypes
 
 import torch
 
-ABI_VERSION = 1
+ABI_VERSION = 3
 
 # attn::ElemKind
 FLOAT32, FLOAT16, BFLOAT16, FP8_E4M3, FP8_E5M2 = range(5)
@@ -22,6 +22,18 @@ HEAD_BUCKETS = (64, 128, 256)  # the kernel's shared-memory sizes; head_size <= 
 def cache_kind(query_dtype: torch.dtype, kv_cache_dtype: str) -> int:
     """The cache's element kind: the query's for ``"auto"``, else the fp8 format."""
     return QUERY_KINDS[query_dtype] if kv_cache_dtype == "auto" else FP8_KINDS[kv_cache_dtype]
+
+
+GROUP_MAX = 8  # query heads one block serves at most (kGroupMax)
+
+
+def group_slots(group: int) -> int:
+    """Head slots of the kernel serving a GQA group, as ``csrc/paged_decode.cu`` computes them:
+    the group itself up to 8, else the group spread evenly over ``ceil(group / 8)`` blocks."""
+    if group < 1:
+        raise ValueError(f"group must be >= 1, got {group}")
+    blocks = -(-group // GROUP_MAX)
+    return -(-group // blocks)
 
 
 def head_bucket(head_size: int) -> int:
@@ -84,6 +96,8 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     """Give the library's functions their C signatures."""
     lib.attn_native_abi_version.restype = ctypes.c_int
     lib.attn_native_abi_version.argtypes = []
+    lib.attn_native_group_slots.restype = ctypes.c_int
+    lib.attn_native_group_slots.argtypes = []
     lib.attn_native_platform.restype = ctypes.c_char_p
     lib.attn_native_platform.argtypes = []
     lib.attn_native_error_string.restype = ctypes.c_char_p
@@ -92,6 +106,7 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.attn_native_decode.argtypes = [ctypes.POINTER(DecodeArgs), ctypes.c_void_p]
     lib.attn_native_kernel_info.restype = ctypes.c_int
     lib.attn_native_kernel_info.argtypes = [
+        ctypes.c_int,
         ctypes.c_int,
         ctypes.c_int,
         ctypes.c_int,

@@ -16,14 +16,21 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # setup.py loads this file alone, without the attn_core package (or torch)
     from attn_core.native.toolchain import Toolchain
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCE = CSRC / "paged_decode.cu"
-LIBRARY_NAME = "libattn_native.so"
+SLOTS = tuple(range(1, 9))  # one library per head-slot count (csrc/paged_decode.cu, GROUP)
+
+
+def library_name(slots: int) -> str:
+    """File name of the library whose kernels serve ``slots`` query heads per block."""
+    return f"libattn_native_g{slots}.so"
+
+
 BUILD_TIMEOUT_S = 900  # all instantiations take ~35 s on a 2-core machine with nvcc 13.0
 
 
@@ -41,10 +48,35 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
+def log_path(library: Path) -> Path:
+    """Where the compiler's output for ``library`` is kept."""
+    return library.with_suffix(".log")
+
+
+def build_all(
+    toolchain: Toolchain, out_dir: Path, *, defines: tuple[str, ...] = (), jobs: int = 0
+) -> float:
+    """Every slot count's library, compiled in parallel (``jobs``: 0 means one per CPU);
+    seconds of wall time. Raises :class:`BuildError` for the first that failed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    start = time.monotonic()
+    workers = jobs or min(len(SLOTS), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [
+            pool.submit(build_library, toolchain, out_dir, n, defines=defines) for n in SLOTS
+        ]
+        for future in futures:
+            future.result()
+    return time.monotonic() - start
+
+
 def build_key(toolchain: Toolchain) -> str:
-    """Cache key: sources, compiler kind and version, targets."""
+    """Cache key: sources, compiler kind and version, targets and command lines."""
     h = hashlib.sha256(source_digest().encode())
     h.update("|".join((toolchain.kind, toolchain.version, *toolchain.archs)).encode())
+    for cmd in toolchain.commands(Path("SOURCE"), Path("INCLUDE"), Path("OUT")):
+        h.update(" ".join(cmd).encode())
     return h.hexdigest()[:20]
 
 
@@ -54,29 +86,37 @@ def default_cache_dir() -> Path:
 
 
 def build_library(
-    toolchain: Toolchain, out_dir: Path, *, log: Optional[Path] = None
+    toolchain: Toolchain,
+    out_dir: Path,
+    slots: int,
+    *,
+    defines: tuple[str, ...] = (),
 ) -> tuple[Path, float]:
-    """Build into ``out_dir/LIBRARY_NAME`` unless it is there; ``(path, seconds spent)``.
+    """Build the ``slots`` library into ``out_dir`` unless it is there; ``(path, seconds)``.
+    The compiler's output goes to ``<library>.log`` beside it.
 
     Raises:
         BuildError: every command line failed (the last one's output is in the message).
     """
+    if slots not in SLOTS:
+        raise ValueError(f"slots must be one of {SLOTS}, got {slots}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / LIBRARY_NAME
-    with open(out_dir / ".lock", "w") as lock:
+    name = library_name(slots)
+    target = out_dir / name
+    defines = (*defines, f"ATTN_GROUP_SLOTS={slots}")
+    with open(out_dir / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file():
             return target, 0.0
         start = time.monotonic()
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-            partial = Path(tmp) / LIBRARY_NAME
+            partial = Path(tmp) / name
             failures = []
-            for cmd in toolchain.commands(SOURCE, CSRC, partial):
+            for cmd in toolchain.commands(SOURCE, CSRC, partial, defines):
                 done = _run(cmd)
                 if done.returncode == 0 and partial.is_file():
+                    log_path(target).write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
                     os.replace(partial, target)
-                    if log is not None:
-                        log.write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
                     return target, time.monotonic() - start
                 failures.append((cmd, done))
         cmd, done = failures[-1]

@@ -20,13 +20,13 @@ from typing import Optional
 import torch
 
 from attn_core.native import abi
-from attn_core.native.build import LIBRARY_NAME, BuildError, build_key, build_library
+from attn_core.native.build import BuildError, build_key, build_library, library_name
 from attn_core.native.build import default_cache_dir as _default_cache_dir
 from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
 from attn_core.settings import NativeSettings
 
 log = logging.getLogger("attn_core.native")
-PREBUILT = Path(__file__).resolve().parent / "_prebuilt" / LIBRARY_NAME
+PREBUILT = Path(__file__).resolve().parent / "_prebuilt"
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class NativeLibrary:
         if version != abi.ABI_VERSION:
             raise OSError(f"{path} has ABI version {version}, attn-core needs {abi.ABI_VERSION}")
         self.platform = self._lib.attn_native_platform().decode()
+        self.slots = self._lib.attn_native_group_slots()
 
     def decode(self, args: abi.DecodeArgs, stream: int) -> None:
         """Launch one decode step on ``stream`` (a ``cudaStream_t`` as an int)."""
@@ -80,11 +81,15 @@ class NativeLibrary:
         if rc:
             raise NativeError(f"native decode launch failed: {self.error_string(rc)} ({rc})")
 
-    def kernel_info(self, which: str, query_kind: int, cache_kind: int, bucket: int) -> KernelFacts:
-        """Registers, shared memory and occupancy of the ``"partition"`` or ``"merge"`` kernel."""
+    def kernel_info(
+        self, which: str, query_kind: int, cache_kind: int, bucket: int, group: int
+    ) -> KernelFacts:
+        """Registers, shared memory and occupancy of the ``"partition"`` or ``"merge"`` kernel
+        for a head bucket and GQA group."""
         info = abi.KernelInfo()
+        code = 0 if which == "partition" else 1
         rc = self._lib.attn_native_kernel_info(
-            0 if which == "partition" else 1, query_kind, cache_kind, bucket, ctypes.byref(info)
+            code, query_kind, cache_kind, bucket, group, ctypes.byref(info)
         )
         if rc:
             raise NativeError(f"kernel_info({which}) failed: {self.error_string(rc)} ({rc})")
@@ -104,42 +109,47 @@ _LOCK = threading.Lock()
 
 
 def load_native(
-    settings: NativeSettings, device: torch.device
+    settings: NativeSettings, device: torch.device, group: int
 ) -> tuple[Optional[NativeLibrary], NativeStatus]:
-    """The library for ``device`` (cached per process), with its status."""
+    """The library serving GQA ``group`` on ``device`` (cached per process), with its status."""
     if device.type != "cuda" or not torch.cuda.is_available():
         return None, NativeStatus(False, f"needs a CUDA device, got {device.type}")
     index = device.index if device.index is not None else torch.cuda.current_device()
     with _LOCK:
-        return _load(settings, _device_arch(index, settings.arch))
+        return _load(settings, _device_arch(index, settings.arch), abi.group_slots(group))
 
 
-@functools.lru_cache(maxsize=8)
-def _load(settings: NativeSettings, arch: str) -> tuple[Optional[NativeLibrary], NativeStatus]:
-    lib, status = _locate(settings, arch)
+@functools.lru_cache(maxsize=32)
+def _load(
+    settings: NativeSettings, arch: str, slots: int
+) -> tuple[Optional[NativeLibrary], NativeStatus]:
+    lib, status = _locate(settings, arch, slots)
     if lib is None:
         log.warning("attn-core native decode unavailable, the torch path runs: %s", status.detail)
     return lib, status
 
 
-def _locate(settings: NativeSettings, arch: str) -> tuple[Optional[NativeLibrary], NativeStatus]:
+def _locate(
+    settings: NativeSettings, arch: str, slots: int
+) -> tuple[Optional[NativeLibrary], NativeStatus]:
     tried = []
-    if PREBUILT.is_file():
-        lib, why = _open(PREBUILT)
+    prebuilt = PREBUILT / library_name(slots)
+    if prebuilt.is_file():
+        lib, why = _open(prebuilt)
         if lib is not None:
-            return lib, NativeStatus(True, "prebuilt", str(PREBUILT), None, lib.platform)
-        tried.append(f"prebuilt {PREBUILT}: {why}")
+            return lib, NativeStatus(True, "prebuilt", str(prebuilt), None, lib.platform)
+        tried.append(f"prebuilt {prebuilt}: {why}")
     toolchain, why = find_toolchain(settings.cuda_home, (arch,))
     if toolchain is None:
         return None, NativeStatus(False, "; ".join([*tried, why]))
     cache = Path(settings.cache_dir) if settings.cache_dir else _default_cache_dir()
     out_dir = cache / build_key(toolchain)
     described = _describe(toolchain)
-    if not (out_dir / LIBRARY_NAME).is_file() and not settings.build:
+    if not (out_dir / library_name(slots)).is_file() and not settings.build:
         tried.append("no cached build and ATTN_CORE_NATIVE_BUILD is off")
         return None, NativeStatus(False, "; ".join(tried), toolchain=described)
     try:
-        path, seconds = build_library(toolchain, out_dir, log=out_dir / "build.log")
+        path, seconds = build_library(toolchain, out_dir, slots)
     except (BuildError, OSError) as exc:
         return None, NativeStatus(False, "; ".join([*tried, str(exc)]), toolchain=described)
     lib, why = _open(path)
@@ -153,7 +163,7 @@ def _open(path: Path) -> tuple[Optional[NativeLibrary], str]:
     """Load ``path`` and make sure it has code for the current device."""
     try:
         lib = NativeLibrary(path)
-        lib.kernel_info("merge", abi.FLOAT16, abi.FLOAT16, 256)
+        lib.kernel_info("merge", abi.FLOAT16, abi.FLOAT16, 256, lib.slots)
     except OSError as exc:
         return None, f"cannot load: {exc}"
     except NativeError as exc:

@@ -46,9 +46,13 @@ class Toolchain:
     archs: tuple[str, ...]
     version: str
 
-    def commands(self, source: Path, include: Path, output: Path) -> list[list[str]]:
-        """Command lines to try in order (the first that succeeds wins)."""
-        common = ["-std=c++17", "-O3", "-I", str(include), "-o", str(output), str(source)]
+    def commands(
+        self, source: Path, include: Path, output: Path, defines: tuple[str, ...] = ()
+    ) -> list[list[str]]:
+        """Command lines to try in order (the first that succeeds wins); ``defines`` are
+        ``NAME=VALUE`` macros (the tuning variants of bench/native_tune.py)."""
+        macros = [f"-D{d}" for d in defines]
+        common = ["-std=c++17", "-O3", *macros, "-I", str(include), "-o", str(output), str(source)]
         if self.kind == "nvcc":
             gencode: list[str] = []
             for arch in self.archs:
@@ -57,9 +61,10 @@ class Toolchain:
             newest = max(self.archs, key=lambda a: int(a.split("_")[-1].rstrip("a")))
             number = newest.removeprefix("sm_")
             gencode += ["-gencode", f"arch=compute_{number},code=compute_{number}"]
-            return [
-                [self.compiler, "-shared", "-Xcompiler", "-fPIC", "-lineinfo", *gencode, *common]
-            ]
+            # -Xptxas -v: the build log records each kernel's registers, shared memory and spills
+            # (attn_core.native.facts reads them for the simulator)
+            flags = ["-shared", "-Xcompiler", "-fPIC", "-lineinfo", "-Xptxas", "-v"]
+            return [[self.compiler, *flags, *gencode, *common]]
         lib = str(Path(self.home) / "lib64")
         arch_flags = [f"--cuda-gpu-arch={a}" for a in self.archs]
         tail = [

@@ -11,18 +11,30 @@ ATTN_DEVICE float half_bits_to_float(uint32_t bits16) {
 
 ATTN_DEVICE float bf16_bits_to_float(uint32_t bits16) { return __uint_as_float(bits16 << 16); }
 
-// e5m2 is the upper byte of an IEEE half: exact, specials included.
-ATTN_DEVICE float e5m2_to_float(uint32_t byte) { return half_bits_to_float(byte << 8); }
-
-// e4m3fn (bias 7) placed in a half's exponent/mantissa bits reads as value * 2^-8 (bias 15),
-// subnormals included; 2^8 restores it. S.1111.111 is the format's only NaN.
-ATTN_DEVICE float e4m3_to_float(uint32_t byte) {
-  const uint32_t half_bits = ((byte & 0x80u) << 8) | ((byte & 0x7Fu) << 7);
-  const float value = half_bits_to_float(half_bits) * 256.0f;
-  return (byte & 0x7Fu) == 0x7Fu ? __int_as_float(0x7fffffff) : value;
+// Two IEEE halves packed in a word, low one first.
+ATTN_DEVICE float2 half2_bits_to_float2(uint32_t bits) {
+  __half2 h;
+  static_assert(sizeof(h) == sizeof(bits), "half2 is 32 bits");
+  *reinterpret_cast<uint32_t*>(&h) = bits;
+  return __half22float2(h);
 }
 
-// The N = bytes / elem_bytes(KIND) elements of a packed vector, in order, as floats.
+// fp8 bytes go through halves, two at a time (bytes 0 and 2, then 1 and 3 of a word):
+// - e5m2 is the upper byte of an IEEE half: exact, specials included;
+// - e4m3fn (bias 7) placed in a half's exponent and mantissa bits reads as value * 2^-8 (bias
+//   15), subnormals included: the kernel folds kE4M3Rescale into its scales instead of
+//   multiplying every element. Its NaN pattern (S.1111.111) decodes as 480 * 2^-8: caches never
+//   hold it (quantisation saturates), and masked slots never reach the output.
+constexpr float kE4M3Rescale = 256.0f;
+
+template <int KIND>
+ATTN_DEVICE uint32_t fp8x2_to_half2_bits(uint32_t two_bytes) {  // bytes at bits 0 and 16
+  if (KIND == kFp8E5M2) return two_bytes << 8;
+  return ((two_bytes & 0x00800080u) << 8) | ((two_bytes & 0x007F007Fu) << 7);
+}
+
+// The N = bytes / elem_bytes(KIND) elements of a packed vector, in order, as floats (e4m3:
+// divided by kE4M3Rescale).
 template <int KIND, int WORDS>
 ATTN_DEVICE void unpack(const uint32_t (&w)[WORDS], float* out) {
 #pragma unroll
@@ -31,17 +43,19 @@ ATTN_DEVICE void unpack(const uint32_t (&w)[WORDS], float* out) {
     if (KIND == kFloat32) {
       out[i] = __uint_as_float(v);
     } else if (KIND == kFloat16) {
-      out[2 * i] = half_bits_to_float(v & 0xFFFFu);
-      out[2 * i + 1] = half_bits_to_float(v >> 16);
+      const float2 f = half2_bits_to_float2(v);
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
     } else if (KIND == kBFloat16) {
       out[2 * i] = __uint_as_float(v << 16);
       out[2 * i + 1] = __uint_as_float(v & 0xFFFF0000u);
     } else {
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const uint32_t byte = (v >> (8 * b)) & 0xFFu;
-        out[4 * i + b] = KIND == kFp8E4M3 ? e4m3_to_float(byte) : e5m2_to_float(byte);
-      }
+      const float2 even = half2_bits_to_float2(fp8x2_to_half2_bits<KIND>(v & 0x00FF00FFu));
+      const float2 odd = half2_bits_to_float2(fp8x2_to_half2_bits<KIND>((v >> 8) & 0x00FF00FFu));
+      out[4 * i] = even.x;
+      out[4 * i + 1] = odd.x;
+      out[4 * i + 2] = even.y;
+      out[4 * i + 3] = odd.y;
     }
   }
 }

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#define ATTN_NATIVE_ABI_VERSION 1
+#define ATTN_NATIVE_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,12 +59,15 @@ typedef struct AttnKernelInfo {
 } AttnKernelInfo;
 
 int attn_native_abi_version(void);
+// The head slots this library's partition kernels serve (one library per value, 1..8).
+int attn_native_group_slots(void);
 const char* attn_native_platform(void);
 // 0 on success, else the cudaError_t of the failed launch. `stream` is a cudaStream_t.
 int attn_native_decode(const AttnDecodeArgs* args, void* stream);
-// which: 0 the partition kernel, 1 the merge kernel; head_bucket 64, 128 or 256.
+// which: 0 the partition kernel, 1 the merge kernel; head_bucket 64, 128 or 256; group the
+// GQA group (query heads per KV head), which picks the kernel's head slots.
 int attn_native_kernel_info(int which, int query_kind, int cache_kind, int head_bucket,
-                            AttnKernelInfo* info);
+                            int group, AttnKernelInfo* info);
 // The message of a cudaError_t, for Python's errors.
 const char* attn_native_error_string(int code);
 

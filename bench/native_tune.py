@@ -1,0 +1,125 @@
+"""Tuning the native decode kernel: compile-time variants timed side by side under CUDA graphs.
+
+    python3 bench/native_tune.py build --out .native-variants      # here (nvcc, no GPU needed)
+    python3 bench/native_tune.py run --variants .native-variants   # on the GPU
+
+Each variant is the kernel built with other ``ATTN_THREADS`` / ``ATTN_KEY_LOADS`` /
+``ATTN_VALUE_LOADS`` / ``ATTN_MIN_BLOCKS`` (``csrc/paged_decode.cu``), fp16 queries and head
+bucket 256 only (``ATTN_TUNING_ONLY``: seconds to build). ``run`` prints, per variant, the
+driver's registers and resident blocks per SM and the best CUDA-graph time per shape over a
+few partition splits (Qwen3.6 24/4 heads, head 256, block 16), plus fp8 at 1 x 100K.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_BASE = ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=4")
+VARIANTS = {
+    "base": _BASE,
+    "b5": (*_BASE, "ATTN_MIN_BLOCKS=5"),
+    "v8": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
+    "k6_v6": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=6", "ATTN_VALUE_LOADS=6"),
+}  # fmt: skip
+TUNING_GROUP = 6  # Qwen3.6: 24 query / 4 KV heads
+K = 1024
+SHAPES = ((1, 8 * K), (1, 100 * K), (8, 100 * K), (64, 8 * K), (1, 256 * K))
+
+
+def build(out: Path, archs: tuple[str, ...]) -> int:
+    from attn_core.native.build import build_library
+    from attn_core.native.toolchain import find_toolchain
+
+    toolchain, why = find_toolchain(None, archs)
+    if toolchain is None:
+        print(why)
+        return 1
+    for name, defines in VARIANTS.items():
+        defines = (*defines, "ATTN_TUNING_ONLY")
+        path, seconds = build_library(toolchain, out / name, TUNING_GROUP, defines=defines)
+        print(f"{name}: {path} ({seconds:.0f} s)", flush=True)
+    return 0
+
+
+def splits(batch: int, tokens: int, sm_count: int, blocks_per_sm: int) -> list[tuple[int, int]]:
+    """Partition splits giving 1/2, 1, 2 and 4 waves of resident blocks."""
+    rows = batch * 4
+    out = []
+    for waves in (0.5, 1, 2, 4):
+        want = max(1, round(waves * blocks_per_sm * sm_count / rows))
+        per = -(-tokens // want)
+        ps = max(128, -(-per // 128) * 128)
+        split = (-(-tokens // ps), ps)
+        if split not in out:
+            out.append(split)
+    return out
+
+
+def run(variants: Path, shapes_arg: str) -> int:
+    import torch
+    from native_decode_bench import PagedKV, copy_bandwidth, graph_ms, native_step
+    from tabulate import tabulate
+
+    from attn_core.native import abi
+    from attn_core.native.build import library_name
+    from attn_core.native.library import NativeLibrary
+
+    shapes = SHAPES
+    if shapes_arg:
+        shapes = tuple(tuple(int(p) for p in s.split("x")) for s in shapes_arg.split(","))
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    bw = copy_bandwidth(torch.device("cuda"))
+    cases = {}
+    for b, t in shapes:
+        one = PagedKV(b, t, torch.float16, "auto", 0)
+        copies = max(1, min(16, -(-int(4 * 50e6) // one.kv_bytes)))
+        cases[(b, t)] = [one] + [PagedKV(b, t, torch.float16, "auto", i) for i in range(1, copies)]
+    fp8 = {k: PagedKV(1, 100 * K, torch.float16, k, 0) for k in ("fp8_e4m3", "fp8_e5m2")}
+    rows = []
+    for name in VARIANTS:
+        lib = NativeLibrary(variants / name / library_name(TUNING_GROUP))
+        facts = lib.kernel_info("partition", abi.FLOAT16, abi.FLOAT16, 256, TUNING_GROUP)
+        row = {"variant": name, "regs": facts.num_regs, "blocks/SM": facts.blocks_per_sm,
+               "spill": facts.local_bytes}  # fmt: skip
+        for (b, t), cs in cases.items():
+            best = min(
+                (graph_ms([native_step(lib, c, p, ps) for c in cs]), p, ps)
+                for p, ps in splits(b, t, sm, facts.blocks_per_sm)
+            )
+            row[f"{b}x{t // K}K"] = f"{best[0]:.4f} ({best[1]})"
+            row[f"{b}x{t // K}K floor x"] = round(best[0] / (cs[0].kv_bytes / bw * 1e3), 2)
+        for kind, c in fp8.items():
+            best = min(
+                graph_ms([native_step(lib, c, p, ps)])
+                for p, ps in splits(1, 100 * K, sm, facts.blocks_per_sm)
+            )
+            row[kind] = round(best, 4)
+        rows.append(row)
+        print(tabulate([row], headers="keys", tablefmt="github"), flush=True)
+    print(f"\ncopy bandwidth {bw / 1e12:.2f} TB/s; best ms (partitions) per shape")
+    print(tabulate(rows, headers="keys", tablefmt="github"))
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", type=Path, default=Path(".native-variants"))
+    b.add_argument("--arch", default="sm_90")
+    r = sub.add_parser("run")
+    r.add_argument("--variants", type=Path, default=Path(".native-variants"))
+    r.add_argument("--shapes", default="")
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        return build(args.out, tuple(args.arch.split(",")))
+    return run(args.variants, args.shapes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The native kernel's build machinery, on any machine (no GPU): toolchain discovery, the
+build cache key, the recorded kernel facts, the C ABI mirror and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attn_core.native import abi, build, facts
+from attn_core.native.__main__ import main as native_main
+from attn_core.native.toolchain import Toolchain, find_toolchain
+
+CSRC = build.CSRC
+
+
+def test_recorded_facts_match_the_sources() -> None:
+    """kernel_facts.json must be regenerated whenever csrc/ changes
+    (``python -m attn_core.native facts --write`` where nvcc exists)."""
+    data = facts.load_facts()
+    assert data["source_digest"] == build.source_digest(), (
+        "csrc/ changed since kernel_facts.json was written: run "
+        "`python -m attn_core.native facts --write`"
+    )
+
+
+def test_facts_cover_every_shipped_kernel() -> None:
+    data = facts.load_facts()
+    kinds = {("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32")}
+    kinds |= {(q, c) for q in ("float16", "bfloat16", "float32") for c in ("fp8_e4m3", "fp8_e5m2")}
+    have = {(r.query, r.cache, r.head_bucket, r.slots) for r in data["kernels"]}
+    for q, c in kinds:
+        for bucket in abi.HEAD_BUCKETS:
+            for slots in build.SLOTS:
+                assert (q, c, bucket, slots) in have, (q, c, bucket, slots)
+    for r in data["kernels"]:
+        assert r.smem_bytes <= 32 * 1024, r  # the BI-V100 per-block budget
+
+
+def test_ptxas_parser_reads_registers_smem_and_spills() -> None:
+    text = """ptxas info    : Compiling entry function '_ZN4attn16partition_kernelILi1ELi3ELi256ELi6EEEv14AttnDecodeArgs' for 'sm_90'
+ptxas info    : Function properties for _ZN4attn16partition_kernelILi1ELi3ELi256ELi6EEEv14AttnDecodeArgs
+    16 bytes stack frame, 12 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 16 bytes cumulative stack size, 9728 bytes smem
+ptxas info    : Compiling entry function '_ZN4attn12merge_kernelILi2EEEv14AttnDecodeArgs' for 'sm_90'
+ptxas info    : Used 32 registers, used 1 barriers, 1024 bytes smem
+"""  # noqa: E501
+    part, merge = facts.parse_ptxas(text)
+    assert (part.query, part.cache, part.head_bucket, part.slots) == ("float16", "fp8_e4m3", 256, 6)
+    assert (part.registers, part.smem_bytes, part.spill_bytes) == (128, 9728, 12)
+    assert (merge.kernel, merge.query, merge.registers, merge.smem_bytes) == (
+        "merge", "bfloat16", 32, 1024,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("group, slots", [(1, 1), (6, 6), (8, 8), (9, 5), (12, 6), (16, 8)])
+def test_group_slots_mirror_the_kernel(group: int, slots: int) -> None:
+    assert abi.group_slots(group) == slots
+    source = (CSRC / "paged_decode.cu").read_text()
+    assert "int group_slots(int group)" in source  # the rule this mirrors
+
+
+def test_abi_structs_mirror_the_header() -> None:
+    """Field names, order and widths of DecodeArgs follow attn_decode_abi.h."""
+    header = (CSRC / "attn_decode_abi.h").read_text()
+    start, end = header.index("typedef struct AttnDecodeArgs {"), header.index("} AttnDecodeArgs;")
+    declared = []
+    for line in header[start:end].splitlines()[1:]:
+        line = line.split("//")[0].strip().rstrip(";")
+        match = re.fullmatch(r"(?:const\s+)?(\w+)\s*(\*?)\s*(.+)", line)
+        if match:
+            ctype = match.group(1) + match.group(2)
+            declared += [(n.strip(), ctype) for n in match.group(3).split(",")]
+    widths = {"int64_t": 8, "int32_t": 4, "float": 4}
+    fields = abi.DecodeArgs._fields_
+    assert [n for n, _ in declared] == [n for n, _ in fields]
+    for (name, ctype), (_, ptype) in zip(declared, fields, strict=True):
+        want = widths.get(ctype, ctypes.sizeof(ctypes.c_void_p))
+        assert ctypes.sizeof(ptype) == want, name
+    version = re.search(r"#define ATTN_NATIVE_ABI_VERSION (\d+)", header)
+    assert version and int(version.group(1)) == abi.ABI_VERSION
+
+
+def test_build_key_follows_sources_and_flags(tmp_path: Path) -> None:
+    tc = Toolchain("nvcc", "/x/nvcc", "/x", ("sm_90",), "V13.0")
+    other = Toolchain("nvcc", "/x/nvcc", "/x", ("sm_80",), "V13.0")
+    assert build.build_key(tc) != build.build_key(other)
+    assert build.build_key(tc) == build.build_key(tc)
+
+
+def test_no_toolchain_is_a_reason_not_an_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    toolchain, why = find_toolchain(str(tmp_path / "nowhere"), None)
+    if toolchain is not None and toolchain.compiler.startswith("/usr/local/cuda"):
+        pytest.skip("/usr/local/cuda/bin/nvcc exists here: the search finds it by design")
+    assert toolchain is None and "nvcc" in why
+
+
+def test_corex_commands_name_the_arch_and_both_languages(tmp_path: Path) -> None:
+    tc = Toolchain("corex-clang", "/usr/local/corex/bin/clang++", "/usr/local/corex",
+                   ("ivcore10",), "clang 16")  # fmt: skip
+    cmds = tc.commands(Path("a.cu"), Path("inc"), Path("out.so"), ("ATTN_GROUP_SLOTS=6",))
+    assert [c[2] for c in cmds] == ["ivcore", "cuda"]
+    for c in cmds:
+        assert "--cuda-gpu-arch=ivcore10" in c and "-DATTN_GROUP_SLOTS=6" in c and "-lcudart" in c
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to compile")
+def test_one_library_builds_and_records_its_kernels(tmp_path: Path) -> None:
+    toolchain, why = find_toolchain(None, ("sm_90",))
+    assert toolchain is not None, why
+    path, seconds = build.build_library(toolchain, tmp_path, 1, defines=("ATTN_TUNING_ONLY",))
+    assert path.is_file() and seconds > 0
+    records = facts.parse_ptxas(build.log_path(path).read_text())
+    assert {r.kernel for r in records} == {"partition", "merge"}
+    assert build.build_library(toolchain, tmp_path, 1, defines=("ATTN_TUNING_ONLY",))[1] == 0.0
+
+
+def test_cli_usage_and_cpu_status(capsys) -> None:
+    assert native_main(["bogus"]) == 2
+    assert native_main(["status", "--groups", "0"]) == 2
+    import torch
+
+    if not torch.cuda.is_available():
+        assert native_main(["status"]) == 3
+        assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_module_runs_as_a_script() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "attn_core.native", "--help"], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "status" in done.stdout and "facts" in done.stdout
