@@ -18,6 +18,7 @@ import attn_core
 from attn_core.shapes import AttentionShape
 from engine_patch import native_v2, routing, triton_guard
 from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
+from engine_patch.native_decode import native_decode_report
 from engine_patch.qwen3_5_moe import vllm_architecture_support
 from engine_patch.registration import implementation_of, is_active, register, vllm_importable
 from engine_patch.selftest import run_self_test
@@ -197,6 +198,7 @@ def collect(
         "device": str(device),
         "decode_plans": _decode_plans(shape, device, num_seqs, contexts),
         "prefill_plans": _prefill_plans(shape, device, contexts, prefill_chunk),
+        "native_decode": native_decode_report(shape, device, verify=self_test),
         "self_test": [c.to_dict() for c in run_self_test(shape, device)] if self_test else [],
     }
     report["exit_code"] = exit_code(report)
@@ -214,6 +216,8 @@ def exit_code(report: dict[str, Any]) -> int:
     if report["vllm"]["present"] and not report["patch_active"]:
         return EXIT_INACTIVE
     if any(not c["passed"] for c in report["self_test"]):
+        return EXIT_SELF_TEST
+    if report["native_decode"].get("verified") is False:  # built, but wrong on this device
         return EXIT_SELF_TEST
     return EXIT_OK
 
@@ -258,6 +262,10 @@ def render(report: dict[str, Any]) -> str:
     parts.append(tabulate([[r[c] for c in cols] for r in report["decode_plans"]], headers=cols))
     cols = ("context", "chunk", "backend", "query_tile", "key_tile", "stream_chunk")
     parts.append(tabulate([[r[c] for c in cols] for r in report["prefill_plans"]], headers=cols))
+    native = report["native_decode"]
+    rows = [[k.replace("_", " "), v] for k, v in native.items() if v is not None]
+    parts.append("native decode kernel (attn-core uses it once verified on this device):")
+    parts.append(tabulate(rows, tablefmt="plain"))
     if report["self_test"]:
         cols = ("name", "path", "dtype", "max_error", "tolerance", "passed", "detail")
         rows = [[c[k] for k in cols] for c in report["self_test"]]
