@@ -105,9 +105,7 @@ def profile_to_json(spec: DeviceSpec, base: Optional[str] = None) -> dict:
     """The file form of ``spec``: every field, or with ``base`` only those that differ."""
     ref = DEVICE_SPECS[base] if base is not None else None
     fields = {
-        k: getattr(spec, k)
-        for k in FIELDS
-        if ref is None or getattr(spec, k) != getattr(ref, k)
+        k: getattr(spec, k) for k in FIELDS if ref is None or getattr(spec, k) != getattr(ref, k)
     }
     prov = {k: v for k, v in spec.provenance.items() if ref is None or k in fields}
     data: dict = {"schema": SCHEMA, "name": spec.name}
