@@ -158,7 +158,7 @@ def test_arguments_override_env(clean_decode_env) -> None:
         ("ATTN_CORE_DECODE_PARTITION_SIZE", "40", "partition_size must be a multiple of block"),
         ("ATTN_CORE_DECODE_PARTITION_SIZE", "abc", "ATTN_CORE_DECODE_PARTITION_SIZE must be"),
         ("ATTN_CORE_DECODE_STREAM_TOKENS", "0", "ATTN_CORE_DECODE_STREAM_TOKENS must be"),
-        ("ATTN_CORE_DECODE_TIER", "fast", "tier must be one of"),
+        ("ATTN_CORE_DECODE_TIER", "fast", "ATTN_CORE_DECODE_TIER must be one of"),
     ],
 )
 def test_bad_overrides_raise(name: str, value: str, match: str, clean_decode_env) -> None:
@@ -211,5 +211,5 @@ def test_scores_opt_in_drops_the_key_upcast(clean_decode_env) -> None:
     assert exact.workspace_bytes - rounded.workspace_bytes == upcast_keys - rounded_scores
     assert not qwen(1, 100_000, scores_fp32_from_bmm=True).scores_in_compute_dtype
     clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "fp16")
-    with pytest.raises(ValueError, match="scores must be 'fp32' or 'compute', got 'fp16'"):
+    with pytest.raises(ValueError, match="ATTN_CORE_DECODE_SCORES must be one of fp32, compute, got 'fp16'"):
         qwen(1, 100)

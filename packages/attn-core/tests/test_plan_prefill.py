@@ -79,7 +79,7 @@ def test_forced_backends(clean_prefill_env) -> None:
     with pytest.raises(ValueError, match="supports neither alibi nor sliding_window"):
         plan_prefill(8, 2, 64, torch.float16, 100, alibi=True)
     clean_prefill_env.setenv(BACKEND_ENV, "triton")
-    with pytest.raises(ValueError, match="prefill backend must be one of"):
+    with pytest.raises(ValueError, match=f"{BACKEND_ENV} must be one of"):
         plan_prefill(8, 2, 64, torch.float16, 100)
 
 

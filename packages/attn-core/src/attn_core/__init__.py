@@ -7,7 +7,8 @@ decisions) and :class:`DeviceSpec` profiles.
 
 from attn_core.cache_write import write_to_paged_cache
 from attn_core.decode import paged_decode
-from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
+from attn_core.device_detect import detect_device_spec
+from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, get_device_spec
 from attn_core.plan_decode import DecodePlan, plan_decode
 from attn_core.plan_prefill import PrefillPlan, plan_prefill
 from attn_core.plan_types import KernelStep

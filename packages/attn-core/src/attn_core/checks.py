@@ -8,18 +8,20 @@ value checks live behind ``ATTN_CORE_CHECKS=1`` (see :func:`value_checks_enabled
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Optional, Union
 
 import torch
 
+from attn_core.settings import current_overrides
+
 Dim = Union[int, None]  # None: any size in this position
 
 
 def value_checks_enabled() -> bool:
-    """``ATTN_CORE_CHECKS=1`` turns on checks that read device values (and so sync)."""
-    return os.environ.get("ATTN_CORE_CHECKS", "0") not in ("", "0", "false", "False")
+    """``ATTN_CORE_CHECKS`` on (:func:`attn_core.settings.parse_bool`) turns on checks that read
+    device values (and so sync)."""
+    return current_overrides().checks
 
 
 def check_tensor(

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Optional
 
 import torch
@@ -53,9 +52,11 @@ from attn_core.cache_layout import (
 )
 from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
 from attn_core.decode_gather import block_ids, gather_keys, gather_values, to_compute
-from attn_core.device_spec import DeviceSpec, detect_device_spec
+from attn_core.device_detect import detect_device_spec
+from attn_core.device_spec import DeviceSpec
 from attn_core.lse_merge import merge_lse
 from attn_core.plan_decode import DecodePlan, plan_decode
+from attn_core.settings import DecodeOverrides, current_overrides
 from attn_core.workspace import Workspace, default_workspace, is_capturing
 
 # Score of a masked slot: finite, so an all-masked partition's max/exp/sum stay finite, yet
@@ -245,19 +246,8 @@ def plan_for(
     device_spec: Optional[DeviceSpec] = None,
 ) -> DecodePlan:
     """The plan :func:`paged_decode` executes for these arguments (cached per shape and env)."""
-    spec = device_spec or _detected_spec(query.device, os.environ.get("ATTN_CORE_DEVICE"))
-    env = tuple(
-        os.environ.get(k)
-        for k in (
-            "ATTN_CORE_DECODE_PARTITION_SIZE",
-            "ATTN_CORE_DECODE_SINGLE_TILE_MAX",
-            "ATTN_CORE_DECODE_STREAM_TOKENS",
-            "ATTN_CORE_DECODE_TIER",
-            "ATTN_CORE_DECODE_SUBSCRIPTION",
-            "ATTN_CORE_DECODE_GATHER_BYTES",
-            "ATTN_CORE_DECODE_SCORES",
-        )
-    )
+    spec = device_spec or detect_device_spec(query.device)
+    env = current_overrides().decode  # frozen: the cache key that cannot miss a variable
     num_seqs, num_heads, _ = query.shape
     cache_elem = 1 if layout.is_fp8 else query.element_size()
     fp32_scores = bmm_writes_fp32(query.device.type, query.dtype)
@@ -279,11 +269,6 @@ def plan_for(
     )
 
 
-@functools.lru_cache(maxsize=16)
-def _detected_spec(device: torch.device, forced: Optional[str]) -> DeviceSpec:
-    return detect_device_spec(device)
-
-
 @functools.lru_cache(maxsize=256)
 def _cached_plan(
     num_seqs: int,
@@ -298,7 +283,7 @@ def _cached_plan(
     spec: DeviceSpec,
     fp32_scores: bool,
     half_bmm: bool,
-    env: tuple,
+    env: DecodeOverrides,
 ) -> DecodePlan:
     return plan_decode(
         num_seqs,

@@ -5,19 +5,15 @@ Profiles are data: one frozen :class:`DeviceSpec` per device, every field's prov
 reads the same objects; calibration there produces new ``DeviceSpec`` values with
 ``dataclasses.replace``, never edits these.
 
-Selection: ``ATTN_CORE_DEVICE=<name>`` forces a profile; otherwise a CUDA device is matched by
-name (H200, H100, A100, Iluvatar) and anything else gets the default, ``bi-v100``.
+Selection (which profile a device gets, ``ATTN_CORE_DEVICE``) is :mod:`attn_core.device_detect`'s
+job; this module is data and the occupancy rule only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Optional
-
-import torch
 
 KiB = 1024
 GiB = 1024**3
@@ -231,22 +227,6 @@ def get_device_spec(name: str) -> DeviceSpec:
         raise ValueError(
             f"device profile must be one of {sorted(DEVICE_SPECS)}, got {name!r}"
         ) from None
-
-
-def detect_device_spec(device: Optional[torch.device] = None) -> DeviceSpec:
-    """``ATTN_CORE_DEVICE`` if set, else the profile matching this CUDA device, else bi-v100.
-
-    Reads only device properties (no sync); cheap enough to call once per plan.
-    """
-    forced = os.environ.get("ATTN_CORE_DEVICE")
-    if forced:
-        return get_device_spec(forced)
-    if device is not None and device.type == "cuda" and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(device).lower()
-        for key, profile in (("h200", "h200"), ("h100", "h200"), ("a100", "a100")):
-            if key in name:
-                return get_device_spec(profile)
-    return get_device_spec(DEFAULT_DEVICE)
 
 
 def _round_up(value: int, unit: int) -> int:

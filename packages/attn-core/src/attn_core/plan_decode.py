@@ -48,19 +48,15 @@ Environment overrides (read on every plan; invalid values raise ``ValueError``):
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from attn_core.device_spec import (
-    DeviceSpec,
-    detect_device_spec,
-    get_device_spec,
-    occupancy_limits,
-)
+from attn_core.device_detect import detect_device_spec
+from attn_core.device_spec import DeviceSpec, get_device_spec, occupancy_limits
 from attn_core.plan_types import KernelStep
+from attn_core.settings import current_overrides
 
 TIERS = ("single_tile", "one_pass", "partitioned")
 GATHER_BYTES = (8, 16)
@@ -167,19 +163,6 @@ class DecodePlan:
             * self.head_size
             * (self.cache_element_size)
         )
-
-
-def _env_int(name: str) -> Optional[int]:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
-    return value
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -304,20 +287,21 @@ def plan_decode(
     if max_blocks_per_seq is not None:
         context = min(context, max_blocks_per_seq * block_size)
 
-    tier = tier or os.environ.get("ATTN_CORE_DECODE_TIER") or None
+    env = current_overrides().decode
+    tier = tier or env.tier
     if tier is not None and tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-    forced_ps = partition_size or _env_int("ATTN_CORE_DECODE_PARTITION_SIZE")
+    forced_ps = partition_size or env.partition_size
     if forced_ps is not None and forced_ps % block_size:
         raise ValueError(
             f"partition_size must be a multiple of block_size ({block_size}), got {forced_ps}"
         )
-    tile_max = single_tile_max or _env_int("ATTN_CORE_DECODE_SINGLE_TILE_MAX")
+    tile_max = single_tile_max or env.single_tile_max
     largest = _largest_partition(spec, group, head_size, elem, block_size)
     if tile_max is None:
         tile_max = largest
-    stream = stream_tokens or _env_int("ATTN_CORE_DECODE_STREAM_TOKENS")
-    subscription = _env_int("ATTN_CORE_DECODE_SUBSCRIPTION") or SUBSCRIPTION
+    stream = stream_tokens or env.stream_tokens
+    subscription = env.subscription or SUBSCRIPTION
 
     threads = _threads(spec)
     # Every sequence's row keeps block_size - 1 slots past its last token (max_seq_len at
@@ -349,10 +333,10 @@ def plan_decode(
         ps = chunk
         num_partitions = 1
     num_chunks = -(-padded // chunk)
-    gather_bytes = gather_bytes or _env_int("ATTN_CORE_DECODE_GATHER_BYTES") or 16
+    gather_bytes = gather_bytes or env.gather_bytes or 16
     if gather_bytes not in GATHER_BYTES:
         raise ValueError(f"gather_bytes must be one of {GATHER_BYTES}, got {gather_bytes!r}")
-    scores = scores or os.environ.get("ATTN_CORE_DECODE_SCORES") or "fp32"
+    scores = scores or env.scores or "fp32"
     if scores not in ("fp32", "compute"):
         raise ValueError(f"scores must be 'fp32' or 'compute', got {scores!r}")
     matmul_dtype = dtype if bmm_in_compute_dtype else torch.float32

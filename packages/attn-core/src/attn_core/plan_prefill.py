@@ -32,15 +32,16 @@ How the numbers are chosen (torch backend):
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from attn_core.cache_layout import COMPUTE_DTYPES, SUPPORTED_HEAD_SIZES
-from attn_core.device_spec import DeviceSpec, detect_device_spec
+from attn_core.device_detect import detect_device_spec
+from attn_core.device_spec import DeviceSpec
 from attn_core.plan_types import KernelStep
+from attn_core.settings import current_overrides
 
 BUDGET_ENV = "ATTN_CORE_PREFILL_BUDGET_BYTES"
 BACKEND_ENV = "ATTN_CORE_PREFILL_BACKEND"
@@ -313,7 +314,7 @@ def _choose_backend(
 ) -> tuple[str, str]:
     """Backend name and the reason; a fused backend named here is still checked at first use."""
     if forced is None:
-        forced = os.environ.get(BACKEND_ENV) or None
+        forced = current_overrides().prefill.backend
         source = f"forced by {BACKEND_ENV}"
     else:
         source = "forced by the caller"
@@ -350,8 +351,9 @@ def _stream_chunk(
 ) -> int:
     per_token = 2 * num_kv_heads * head_size * elem  # gathered K and V
     if stream is None:
-        env = os.environ.get(STREAM_ENV, "")
-        stream = env not in ("", "0") if env else max_context_len * per_token > budget
+        stream = current_overrides().prefill.stream
+    if stream is None:
+        stream = max_context_len * per_token > budget
     if not stream:
         return 0
     chunk = max(key_tile, (budget // per_token) // key_tile * key_tile)
@@ -398,13 +400,9 @@ def _tile_steps(
 
 def _resolve_budget(budget_bytes: Optional[int]) -> int:
     if budget_bytes is None:
-        text = os.environ.get(BUDGET_ENV)
-        if not text:
+        budget_bytes = current_overrides().prefill.budget_bytes
+        if budget_bytes is None:
             return DEFAULT_BUDGET_BYTES
-        try:
-            budget_bytes = int(text)
-        except ValueError:
-            raise ValueError(f"{BUDGET_ENV} must be an integer byte count, got {text!r}") from None
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
         raise ValueError(f"budget_bytes must be a positive int, got {budget_bytes!r}")
     return budget_bytes
