@@ -21,11 +21,10 @@ a table plus the summary against the H200 targets last; full results go to
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Optional
 
 import torch
@@ -33,10 +32,16 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _timing  # noqa: E402
 
-from attn_core import paged_decode  # noqa: E402
+from attn_core import (  # noqa: E402
+    AttentionShape,
+    DecodeLengths,
+    DecodePlan,
+    decode_plan_for,
+    paged_decode,  # noqa: E402
+)
 from attn_core.cache_layout import validate_caches  # noqa: E402
-from attn_core.decode import plan_for  # noqa: E402
 from attn_core.decode_gather import block_ids, gather_keys, gather_values  # noqa: E402
+from attn_core.settings import DecodeOverrides  # noqa: E402
 from attn_core.testing import reference_decode  # noqa: E402
 from attn_core.workspace import Workspace  # noqa: E402
 
@@ -47,24 +52,6 @@ QUICK_SHAPES = [(1, 256), (2, 1000), (4, 300)]
 # float64 reference on the CPU costs ~0.4 s per 1M (token x head) pairs; above this the row is
 # checked against an fp32 reference on the device instead.
 FLOAT64_MAX_TOKENS = 70_000
-
-
-@contextlib.contextmanager
-def env(**values: Optional[str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Case:
@@ -84,6 +71,8 @@ class Case:
             return torch.randn(*shape, generator=g, device=device, dtype=dtype)
 
         self.query = randn(batch, HEADS, HEAD)
+        self.overrides = DecodeOverrides()  # the plan variant being timed
+        self._plans: dict[DecodeOverrides, DecodePlan] = {}
         self.k = randn(batch, KV_HEADS, padded, HEAD)
         self.v = randn(batch, KV_HEADS, padded, HEAD)
         num_blocks = batch * nblk + 7
@@ -108,6 +97,17 @@ class Case:
     def kv_bytes(self) -> int:
         return 2 * self.batch * KV_HEADS * self.tokens * HEAD * 2
 
+    def plan(self) -> DecodePlan:
+        """attn-core's plan for this case under ``self.overrides`` (the variant being timed),
+        made once per variant so timed calls do not plan."""
+        if self.overrides not in self._plans:
+            shape = AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, self.query.dtype)
+            lengths = DecodeLengths(self.batch, self.tokens, self.block_tables.shape[1])
+            self._plans[self.overrides] = decode_plan_for(
+                shape, lengths, self.query.device, overrides=self.overrides
+            )
+        return self._plans[self.overrides]
+
     def decode(self, ws: Workspace, out: torch.Tensor) -> torch.Tensor:
         return paged_decode(
             self.query,
@@ -118,6 +118,7 @@ class Case:
             self.tokens,
             out=out,
             workspace=ws,
+            plan=self.plan(),
         )
 
 
@@ -251,10 +252,7 @@ def safe_measure(name: str, c: Case, *args: Any, **kwargs: Any) -> dict[str, Any
 
 
 def plan_row(c: Case) -> dict[str, Any]:
-    layout = validate_caches(
-        c.key_cache, c.value_cache, "auto", compute_dtype=c.query.dtype, device=c.query.device
-    )
-    plan = plan_for(c.query, layout, c.block_tables.shape[1], c.tokens)
+    plan = c.plan()
     return {
         "tier": plan.tier,
         "partition_size": plan.partition_size,
@@ -277,15 +275,15 @@ def plan_row(c: Case) -> dict[str, Any]:
     }
 
 
-def variants(c: Case) -> list[tuple[str, dict[str, Optional[str]]]]:
+def variants(c: Case) -> list[tuple[str, DecodeOverrides]]:
     """Graph-replayed alternatives to the default plan at this shape: the other tier, the
     other gather width. (GPU run 1's partition-size sweep and token gathers are gone: the
     one-pass rewrite leaves one gather and a tier choice.)"""
     tier = plan_row(c)["tier"]
     other = "one_pass" if tier == "partitioned" else "partitioned"
     return [
-        (f"graph, tier={other}", {"ATTN_CORE_DECODE_TIER": other}),
-        ("graph, gather 8-byte", {"ATTN_CORE_DECODE_GATHER_BYTES": "8"}),
+        (f"graph, tier={other}", DecodeOverrides(tier=other)),
+        ("graph, gather 8-byte", DecodeOverrides(gather_bytes=8)),
     ]
 
 
@@ -320,36 +318,37 @@ def bench_shape(
     )
     row.update(plan_row(c))
     emit(row)
-    graphs = [("attn_core plan, CUDA graph", {})] + variants(c)
+    graphs = [("attn_core plan, CUDA graph", DecodeOverrides())] + variants(c)
     for name, overrides in graphs:
-        with env(**overrides):
-            try:
-                replay = graph_replay_fn(c)
-            except RuntimeError as exc:
-                emit({"variant": name, "batch": batch, "context": tokens, "ms": math.nan,
-                      "error": f"capture: {str(exc)[:160]}"})  # fmt: skip
-                continue
-            if replay is None:
-                continue
-            row = safe_measure(name, c, replay, device, copy_bw, iters, check=replay)
-            row.update(plan_row(c))
+        c.overrides = overrides
+        try:
+            replay = graph_replay_fn(c)
+        except RuntimeError as exc:
+            emit({"variant": name, "batch": batch, "context": tokens, "ms": math.nan,
+                  "error": f"capture: {str(exc)[:160]}"})  # fmt: skip
+            continue
+        if replay is None:
+            continue
+        row = safe_measure(name, c, replay, device, copy_bw, iters, check=replay)
+        row.update(plan_row(c))
         emit(row)
         del replay
         _release(device)
+    c.overrides = DecodeOverrides()
     if not quick and tokens >= 32768 and batch == 1:
-        with env(ATTN_CORE_DECODE_STREAM_TOKENS="8192"):
-            sws = Workspace()
-            row = safe_measure(
-                "attn_core stream=8192",
-                c,
-                lambda: c.decode(sws, out),
-                device,
-                copy_bw,
-                max(3, iters // 4),
-                check=lambda: c.decode(sws, torch.full_like(c.query, math.nan)),
-                fresh=lambda: c.decode(Workspace(), out),
-            )
-            row.update(plan_row(c))
+        c.overrides = DecodeOverrides(stream_tokens=8192)
+        sws = Workspace()
+        row = safe_measure(
+            "attn_core stream=8192",
+            c,
+            lambda: c.decode(sws, out),
+            device,
+            copy_bw,
+            max(3, iters // 4),
+            check=lambda: c.decode(sws, torch.full_like(c.query, math.nan)),
+            fresh=lambda: c.decode(Workspace(), out),
+        )
+        row.update(plan_row(c))
         emit(row)
         del sws
         _release(device)

@@ -63,11 +63,18 @@ from _timing import (  # noqa: E402
     write_results,
 )
 
-from attn_core import paged_prefix_prefill, plan_prefill, write_to_paged_cache  # noqa: E402
-from attn_core.decode import bmm_supports  # noqa: E402
+from attn_core import (  # noqa: E402  # noqa: E402
+    AttentionShape,
+    PrefillLengths,
+    paged_prefix_prefill,
+    prefill_plan_for,
+    write_to_paged_cache,
+)
+from attn_core.capabilities import FUSED_ORDER, probe_capabilities  # noqa: E402
 from attn_core.plan_prefill import ELEMENTWISE_BYTES_PER_SCORE  # noqa: E402
-from attn_core.prefill_backends import BACKENDS, ensure_verified  # noqa: E402
+from attn_core.prefill import verify_prefill_backend  # noqa: E402
 from attn_core.prefill_case import PrefillCase, make_prefill_case  # noqa: E402
+from attn_core.settings import PrefillOverrides  # noqa: E402
 from attn_core.testing import reference_prefix_prefill, tokens_from_cache  # noqa: E402
 
 SHAPE = {"num_heads": 24, "num_kv_heads": 4, "head_size": 256}
@@ -75,7 +82,7 @@ QUICK_SHAPE = {"num_heads": 4, "num_kv_heads": 2, "head_size": 64}
 BLOCK_SIZE = 16
 CHECK_ROWS = 16
 BASELINE_KEY_TILE = 4096
-IMPL_ORDER = ("attn-core torch", *(f"attn-core {b}" for b in BACKENDS), "baseline loop")
+IMPL_ORDER = ("attn-core torch", *(f"attn-core {b}" for b in FUSED_ORDER), "baseline loop")
 COLUMNS = (
     "impl", "context", "chunk", "ms", "tflops", "pct_matmul", "x_floor", "floor_ms",
     "floor_elem_ms", "transient_gb", "launches", "max_err", "note",
@@ -307,7 +314,7 @@ def _measure_case(run, case, want, heads, ctx_kv, shape, device) -> None:
         fn, note = make()
         _measure(run, impl, fn, out_arg, want, heads, base, device, timing, note)
 
-    for name in ("torch", *BACKENDS):
+    for name in ("torch", *FUSED_ORDER):
         make = lambda name=name: _attn_core_fn(case, name, device, out)  # noqa: E731
         row(f"attn-core {name}", make, fast, out)
     k_all, v_all = _contiguous_kv(case, *ctx_kv)
@@ -333,11 +340,13 @@ def _attn_core_fn(case, name, device, out) -> tuple[Optional[Callable], str]:
     q = case.query
     try:
         if name != "torch":
-            ensure_verified(name, device, q.dtype, q.shape[2])
-        plan = plan_prefill(
-            q.shape[1], case.key.shape[1], q.shape[2], q.dtype, case.max_query_len,
-            max_context_len=int(case.context_lens[0]), device=device, backend=name,
-        )  # fmt: skip
+            verify_prefill_backend(name, device, q.dtype, q.shape[2])
+        plan = prefill_plan_for(
+            AttentionShape(q.shape[1], case.key.shape[1], q.shape[2], BLOCK_SIZE, q.dtype),
+            PrefillLengths(case.max_query_len, int(case.context_lens[0])),
+            device,
+            overrides=PrefillOverrides(backend=name),
+        )
     except (RuntimeError, ValueError) as exc:
         return None, str(exc)[:120]
     note = f"tiles q{plan.query_tile}/k{plan.key_tile} stream{plan.stream_chunk}"
@@ -401,7 +410,7 @@ def _baseline_loop(case, k_all, v_all) -> Callable:
     ctx = k_all.shape[1] - n
     scale = hs**-0.5
     # torch 2.1 has no half matmul on the CPU: the baseline then multiplies in fp32 there.
-    mm = q.dtype if bmm_supports(q.device.type, q.dtype) else torch.float32
+    mm = q.dtype if probe_capabilities(q.device, q.dtype).half_matmul else torch.float32
 
     def run():
         qg = q.view(n, kvh, heads // kvh, hs).permute(1, 2, 0, 3).reshape(kvh, -1, hs)
@@ -465,10 +474,14 @@ def _sweep(run, case, want, heads, device) -> None:
         impl = f"sweep q{tq}/k{tk}"
         if not run.has_time(f"context {base['context']} chunk {base['chunk']}: {impl}", deadline):
             continue
-        plan = plan_prefill(
-            q.shape[1], case.key.shape[1], q.shape[2], q.dtype, case.max_query_len,
-            device=device, backend="torch", query_tile=tq, key_tile=tk, budget_bytes=1 << 40,
-        )  # fmt: skip
+        plan = prefill_plan_for(
+            AttentionShape(q.shape[1], case.key.shape[1], q.shape[2], BLOCK_SIZE, q.dtype),
+            PrefillLengths(case.max_query_len),
+            device,
+            overrides=PrefillOverrides(
+                backend="torch", query_tile=tq, key_tile=tk, budget_bytes=1 << 40
+            ),
+        )
         fn = lambda plan=plan: paged_prefix_prefill(*case.args(), out=out, plan=plan)  # noqa: E731
         note = f"workspace {plan.workspace_bytes / 1e9:.2f} GB"
         timing = Timing(warmup=0, iters=2, launches=False)

@@ -1,5 +1,5 @@
-"""make_prefill_case / PrefillCase: re-exported by attn_core.testing without tying the test
-support to the execution code, and importable in either order."""
+"""make_prefill_case / PrefillCase: part of attn_core.testing (no execution code), also importable
+as attn_core.prefill_case, in either order."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-import attn_core.prefill_case as prefill_case_module
+import attn_core.testing.prefill_case as prefill_case_module
 from attn_core import testing
 
-SRC = os.path.dirname(os.path.dirname(os.path.abspath(prefill_case_module.__file__)))
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(prefill_case_module.__file__))))
 
 
 def test_testing_reexports_the_same_objects() -> None:

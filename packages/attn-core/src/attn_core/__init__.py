@@ -2,21 +2,38 @@
 
 Public API: :func:`paged_decode`, :func:`paged_prefix_prefill`, :func:`write_to_paged_cache`,
 :func:`plan_decode` / :func:`plan_prefill` (frozen plan objects, the single source of launch
-decisions) and :class:`DeviceSpec` profiles.
+decisions; pure functions of shape, lengths, device profile, :class:`Capabilities` and
+overrides), their device-resolving wrappers :func:`decode_plan_for` / :func:`prefill_plan_for`,
+and :class:`DeviceSpec` profiles.
 """
 
 from attn_core.cache_write import write_to_paged_cache
+from attn_core.capabilities import Capabilities, probe_capabilities, profile_capabilities
 from attn_core.decode import paged_decode
 from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, get_device_spec
-from attn_core.plan_decode import DecodePlan, plan_decode
-from attn_core.plan_prefill import PrefillPlan, plan_prefill
+from attn_core.plan_decode import DecodeLengths, DecodePlan, decode_plan_for, plan_decode
+from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
 from attn_core.plan_types import KernelStep
-from attn_core.prefill import paged_prefix_prefill
+from attn_core.prefill import paged_prefix_prefill, prefill_plan_for
+from attn_core.settings import DecodeOverrides, Overrides, PrefillOverrides
+from attn_core.shapes import QWEN36, AttentionShape
 
 __all__ = [
     "DEVICE_SPECS",
+    "QWEN36",
+    "AttentionShape",
+    "Capabilities",
+    "DecodeLengths",
+    "DecodeOverrides",
     "DecodePlan",
+    "Overrides",
+    "PrefillLengths",
+    "PrefillOverrides",
+    "decode_plan_for",
+    "prefill_plan_for",
+    "probe_capabilities",
+    "profile_capabilities",
     "DeviceSpec",
     "KernelStep",
     "PrefillPlan",

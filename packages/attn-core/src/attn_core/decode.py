@@ -50,13 +50,15 @@ from attn_core.cache_layout import (
     check_block_tables,
     validate_caches,
 )
+from attn_core.capabilities import probe_capabilities
 from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
 from attn_core.decode_gather import block_ids, gather_keys, gather_values, to_compute
 from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec
 from attn_core.lse_merge import merge_lse
-from attn_core.plan_decode import DecodePlan, plan_decode
-from attn_core.settings import DecodeOverrides, current_overrides
+from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
+from attn_core.settings import current_overrides
+from attn_core.shapes import AttentionShape
 from attn_core.workspace import Workspace, default_workspace, is_capturing
 
 # Score of a masked slot: finite, so an all-masked partition's max/exp/sum stay finite, yet
@@ -80,6 +82,7 @@ def paged_decode(
     out: Optional[torch.Tensor] = None,
     workspace: Optional[Workspace] = None,
     device_spec: Optional[DeviceSpec] = None,
+    plan: Optional[DecodePlan] = None,
 ) -> torch.Tensor:
     """What vLLM 0.6.3's ``paged_attention_v1`` / ``v2`` compute.
 
@@ -96,6 +99,9 @@ def paged_decode(
         out: ``[num_seqs, num_heads, head_size]`` in the query's dtype, written in place.
         workspace: scratch buffers (default: the thread's shared workspace).
         device_spec: the profile to plan for (default: detected, see :func:`plan_for`).
+        plan: a prebuilt :class:`DecodePlan` (:func:`attn_core.plan_decode`; the simulator,
+            benchmarks, tests); it must be for this call's shape, batch and dtype. Default:
+            planned here from the device and the environment's overrides.
     Returns:
         ``[num_seqs, num_heads, head_size]`` in the query's dtype (``out`` if given).
     """
@@ -117,7 +123,10 @@ def paged_decode(
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if query.shape[0] == 0:  # an empty batch is a no-op, not an error
         return out
-    plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec)
+    if plan is None:
+        plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec)
+    else:
+        _check_plan(plan, query, layout, block_tables.shape[1], max_seq_len)
     if value_checks_enabled() and not is_capturing(query.device):
         # reading values syncs, which a CUDA-graph capture forbids: capture checks nothing
         _check_values(layout, block_tables, seq_lens, max_seq_len)
@@ -204,40 +213,31 @@ def _check_values(
         )
 
 
+def _check_plan(
+    plan: DecodePlan, query: torch.Tensor, layout: CacheLayout, max_blocks: int, max_seq_len: int
+) -> None:
+    """A caller's plan must be for this call: same sizes and dtypes, covering its context."""
+    if not isinstance(plan, DecodePlan):
+        raise ValueError(f"plan must be an attn_core DecodePlan, got {type(plan).__name__}")
+    cache_elem = 1 if layout.is_fp8 else query.element_size()
+    want = (query.shape[0], query.shape[1], layout.num_kv_heads, layout.head_size,
+            layout.block_size, query.dtype, cache_elem)  # fmt: skip
+    got = (plan.num_seqs, plan.num_heads, plan.num_kv_heads, plan.head_size, plan.block_size,
+           plan.compute_dtype, plan.cache_element_size)  # fmt: skip
+    if want != got:
+        raise ValueError(
+            "plan must be for (num_seqs, num_heads, num_kv_heads, head_size, block_size, dtype, "
+            f"cache element size) = {want}, got {got}"
+        )
+    context = min(max_seq_len, max_blocks * layout.block_size)
+    if plan.context_tokens < context:
+        raise ValueError(
+            f"plan.context_tokens must cover min(max_seq_len, block_tables capacity) = "
+            f"{context}, got {plan.context_tokens}"
+        )
+
+
 # -------------------------------------------------------------------------------------- plan
-@functools.cache
-def bmm_writes_fp32(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether ``torch.bmm(..., out_dtype=torch.float32)`` works for ``dtype`` on this device.
-
-    CUDA builds of recent torch have it (fp16/bf16 in, fp32 accumulate *and* output); older
-    torch (2.1) and the CPU do not, and the executor then upcasts keys to fp32 instead.
-    """
-    if dtype == torch.float32:
-        return True
-    if device_type != "cuda":
-        return False
-    try:
-        a = torch.ones(1, 2, 8, dtype=dtype, device=device_type)
-        return torch.bmm(a, a.transpose(1, 2), out_dtype=torch.float32).dtype == torch.float32
-    except (TypeError, RuntimeError, NotImplementedError):
-        return False
-
-
-@functools.cache
-def bmm_supports(device_type: str, dtype: torch.dtype) -> bool:
-    """Whether ``torch.bmm`` runs in ``dtype`` on this device type.
-
-    torch 2.1's CPU has no fp16 bmm ("baddbmm_with_gemm" not implemented for 'Half'); decode
-    then runs its matmuls in fp32 there.
-    """
-    try:
-        a = torch.ones(1, 2, 8, dtype=dtype, device=device_type)
-        torch.bmm(a, a.transpose(1, 2))
-        return True
-    except (TypeError, RuntimeError, NotImplementedError):
-        return False
-
-
 def plan_for(
     query: torch.Tensor,
     layout: CacheLayout,
@@ -245,60 +245,24 @@ def plan_for(
     max_seq_len: int,
     device_spec: Optional[DeviceSpec] = None,
 ) -> DecodePlan:
-    """The plan :func:`paged_decode` executes for these arguments (cached per shape and env)."""
-    spec = device_spec or detect_device_spec(query.device)
-    env = current_overrides().decode  # frozen: the cache key that cannot miss a variable
-    num_seqs, num_heads, _ = query.shape
-    cache_elem = 1 if layout.is_fp8 else query.element_size()
-    fp32_scores = bmm_writes_fp32(query.device.type, query.dtype)
-    half_bmm = bmm_supports(query.device.type, query.dtype)
-    return _cached_plan(
-        num_seqs,
-        num_heads,
+    """The plan :func:`paged_decode` makes for these arguments: the profile (``device_spec`` or
+    detected), probed capabilities and the environment's overrides, cached on all of them (the
+    frozen :class:`DecodeOverrides` is the key, so no variable can be left out of it)."""
+    shape = AttentionShape(
+        query.shape[1],
         layout.num_kv_heads,
         layout.head_size,
         layout.block_size,
-        max_seq_len,
-        max_blocks,
         query.dtype,
-        cache_elem,
-        spec,
-        fp32_scores,
-        half_bmm,
-        env,
+        layout.kv_cache_dtype,
     )
+    lengths = DecodeLengths(query.shape[0], max_seq_len, max_blocks)
+    spec = device_spec or detect_device_spec(query.device)
+    caps = probe_capabilities(query.device, query.dtype)
+    return _cached_plan(shape, lengths, spec, caps, current_overrides().decode)
 
 
-@functools.lru_cache(maxsize=256)
-def _cached_plan(
-    num_seqs: int,
-    num_heads: int,
-    num_kv_heads: int,
-    head_size: int,
-    block_size: int,
-    max_seq_len: int,
-    max_blocks: int,
-    dtype: torch.dtype,
-    cache_elem: int,
-    spec: DeviceSpec,
-    fp32_scores: bool,
-    half_bmm: bool,
-    env: DecodeOverrides,
-) -> DecodePlan:
-    return plan_decode(
-        num_seqs,
-        num_heads,
-        num_kv_heads,
-        head_size,
-        block_size,
-        max_seq_len,
-        max_blocks,
-        dtype,
-        cache_element_size=cache_elem,
-        device_spec=spec,
-        scores_fp32_from_bmm=fp32_scores,
-        bmm_in_compute_dtype=half_bmm,
-    )
+_cached_plan = functools.lru_cache(maxsize=256)(plan_decode)
 
 
 # ----------------------------------------------------------------------------------- execute

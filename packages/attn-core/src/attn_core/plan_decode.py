@@ -28,21 +28,13 @@ multiple of the block size and clamped to [``MIN_PARTITION``, what shared memory
 over ``num_chunks`` fixed-size chunks (a Python loop over chunks, the one loop decode has) and
 merges them online, so transient memory is bounded by the chunk, not the context.
 
-Environment overrides (read on every plan; invalid values raise ``ValueError``):
-
-- ``ATTN_CORE_DECODE_PARTITION_SIZE``: tokens per partition (a multiple of the block size).
-- ``ATTN_CORE_DECODE_SINGLE_TILE_MAX``: longest context (tokens) the single-tile tier takes.
-- ``ATTN_CORE_DECODE_STREAM_TOKENS``: turn streaming on with this many tokens per chunk.
-- ``ATTN_CORE_DECODE_TIER``: force ``single_tile`` / ``one_pass`` / ``partitioned``.
-- ``ATTN_CORE_DECODE_SUBSCRIPTION``: the even-share subscription factor.
-- ``ATTN_CORE_DECODE_SCORES``: ``fp32`` (default) or ``compute``. Where bmm cannot write fp32
-  from fp16/bf16 inputs (torch 2.1, the CPU) exact fp32 scores cost an fp32 copy of the keys;
-  ``compute`` instead rounds scores to the compute dtype (vLLM's kernels do not) to save that
-  copy's traffic and memory.
-- ``ATTN_CORE_DECODE_GATHER_BYTES``: ``16`` (default) or ``8``: element width of the block
-  gathers (``complex128`` / ``int64`` views of the raw bytes; see
-  :mod:`attn_core.decode_gather`). ``bench/decode_bench.py`` times both.
-- ``ATTN_CORE_DEVICE``: the device profile (see :mod:`attn_core.device_spec`).
+Inputs are explicit (:func:`plan_decode` is a pure function): the shape
+(:class:`~attn_core.shapes.AttentionShape`), the lengths (:class:`DecodeLengths`), the device
+profile, its :class:`~attn_core.capabilities.Capabilities` and the
+:class:`~attn_core.settings.DecodeOverrides` (tier, partition size, single-tile limit,
+subscription, streaming, score rounding, gather width; ``ATTN_CORE_DECODE_*`` in the
+environment, read by :mod:`attn_core.settings` only). :func:`decode_plan_for` resolves the last
+three from a device and the environment, for callers at the API boundary.
 """
 
 from __future__ import annotations
@@ -53,10 +45,12 @@ from typing import Optional
 
 import torch
 
+from attn_core.capabilities import Capabilities, probe_capabilities
 from attn_core.device_detect import detect_device_spec
-from attn_core.device_spec import DeviceSpec, get_device_spec, occupancy_limits
+from attn_core.device_spec import DeviceSpec, occupancy_limits
 from attn_core.plan_types import KernelStep
-from attn_core.settings import current_overrides
+from attn_core.settings import DecodeOverrides, current_overrides
+from attn_core.shapes import AttentionShape
 
 TIERS = ("single_tile", "one_pass", "partitioned")
 GATHER_BYTES = (8, 16)
@@ -112,7 +106,7 @@ class DecodePlan:
             writes fp32 from fp16/bf16, or ``scores_in_compute_dtype``).
         scores_fp32_from_bmm: the device's bmm writes fp32 scores from fp16/bf16 inputs; if not,
             keys are upcast to fp32 before the score product (exact fp32 scores either way).
-        scores_in_compute_dtype: opt-in (``ATTN_CORE_DECODE_SCORES=compute``): the score bmm
+        scores_in_compute_dtype: opt-in (``DecodeOverrides.scores="compute"``): the score bmm
             writes the compute dtype, converted to fp32 after (no key upcast, rounded scores).
         workspace_bytes: bytes of scratch one step needs (reused across calls).
         steps: launches as a device would run them; grids are
@@ -146,11 +140,6 @@ class DecodePlan:
     steps: tuple[KernelStep, ...]
     torch_ops: int
     device_spec: DeviceSpec
-
-    @property
-    def padded_tokens(self) -> int:
-        """Token slots one chunk gathers: ``chunk_tokens``."""
-        return self.chunk_tokens
 
     @property
     def kv_bytes(self) -> int:
@@ -230,183 +219,207 @@ def _even_share(
     return ps, wanted
 
 
-def plan_decode(
-    num_seqs: int,
-    num_heads: int,
-    num_kv_heads: int,
-    head_size: int,
-    block_size: int,
-    max_seq_len: int,
-    max_blocks_per_seq: Optional[int] = None,
-    dtype: torch.dtype = torch.float16,
-    *,
-    cache_element_size: Optional[int] = None,
-    device_spec: Optional[DeviceSpec] = None,
-    device: Optional[torch.device] = None,
-    partition_size: Optional[int] = None,
-    single_tile_max: Optional[int] = None,
-    stream_tokens: Optional[int] = None,
-    tier: Optional[str] = None,
-    gather_bytes: Optional[int] = None,
-    scores_fp32_from_bmm: bool = False,
-    bmm_in_compute_dtype: bool = True,
-    scores: Optional[str] = None,
-) -> DecodePlan:
-    """Plan one decode step. Arguments override the environment, which overrides the profile.
+@dataclass(frozen=True)
+class DecodeLengths:
+    """The lengths one decode step is planned for.
 
-    Args:
+    Attributes:
+        num_seqs: sequences in the batch (one query token each).
         max_seq_len: upper bound on ``seq_lens`` (may exceed all of them).
         max_blocks_per_seq: width of ``block_tables``; caps the context at its capacity.
-        cache_element_size: bytes per cache element (1 for fp8); defaults to ``dtype``'s.
-        scores_fp32_from_bmm: the device's bmm writes fp32 from ``dtype`` inputs.
-        bmm_in_compute_dtype: the device's bmm runs in ``dtype`` at all (else fp32 matmuls).
-        device_spec: the profile; default ``ATTN_CORE_DEVICE`` or the one matching ``device``.
     """
-    for name, value in (
-        ("num_seqs", num_seqs),
-        ("num_heads", num_heads),
-        ("num_kv_heads", num_kv_heads),
-        ("head_size", head_size),
-        ("block_size", block_size),
-        ("max_seq_len", max_seq_len),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads must be divisible by num_kv_heads ({num_kv_heads}), got {num_heads}"
-        )
-    if isinstance(device_spec, str):
-        device_spec = get_device_spec(device_spec)
-    spec = device_spec or detect_device_spec(device)
-    elem = torch.empty((), dtype=dtype).element_size()
-    cache_elem = cache_element_size or elem
-    group = num_heads // num_kv_heads
 
-    context = max_seq_len
-    if max_blocks_per_seq is not None:
-        context = min(context, max_blocks_per_seq * block_size)
+    num_seqs: int
+    max_seq_len: int
+    max_blocks_per_seq: Optional[int] = None
 
-    env = current_overrides().decode
-    tier = tier or env.tier
-    if tier is not None and tier not in TIERS:
-        raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
-    forced_ps = partition_size or env.partition_size
-    if forced_ps is not None and forced_ps % block_size:
-        raise ValueError(
-            f"partition_size must be a multiple of block_size ({block_size}), got {forced_ps}"
-        )
-    tile_max = single_tile_max or env.single_tile_max
-    largest = _largest_partition(spec, group, head_size, elem, block_size)
-    if tile_max is None:
-        tile_max = largest
-    stream = stream_tokens or env.stream_tokens
-    subscription = env.subscription or SUBSCRIPTION
+    def __post_init__(self) -> None:
+        for name in ("num_seqs", "max_seq_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        blocks = self.max_blocks_per_seq
+        if blocks is not None and (
+            isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1
+        ):
+            raise ValueError(f"max_blocks_per_seq must be None or a positive int, got {blocks!r}")
 
-    threads = _threads(spec)
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What :func:`plan_decode` resolved from its arguments before choosing anything."""
+
+    shape: AttentionShape
+    num_seqs: int
+    context: int  # tokens the step covers: min(max_seq_len, table capacity)
+    span: int  # tokens one launch covers: the padded context, or one streamed chunk of it
+    padded: int  # the padded context (block_size - 1 masked slots after the longest sequence)
+    max_blocks_per_seq: Optional[int]
+    streaming: bool
+    forced_tier: Optional[str]
+    forced_partition: Optional[int]
+    tile_max: int  # longest span the single_tile tier takes
+    largest: int  # longest partition whose logits fit one block's shared memory
+    subscription: int
+    gather_bytes: int
+    matmul_dtype: torch.dtype
+    score_input: torch.dtype
+    in_compute: bool  # scores rounded to the compute dtype (opt-in)
+    scores_fp32_from_bmm: bool
+
+
+def plan_decode(
+    shape: AttentionShape,
+    lengths: DecodeLengths,
+    spec: DeviceSpec,
+    caps: Capabilities,
+    overrides: Optional[DecodeOverrides] = None,
+) -> DecodePlan:
+    """Plan one decode step: a pure function of its arguments (no environment, no kernels).
+
+    Args:
+        shape: heads, head size, block size, compute and cache dtypes.
+        lengths: batch size, ``max_seq_len`` and the block table's width.
+        spec: the device profile whose grids, shared memory and occupancy the plan sizes for.
+        caps: what the device's torch can do for ``shape.dtype`` (fp32 bmm output, half bmm).
+        overrides: decisions forced from outside; None fields let the plan decide.
+    """
+    inputs = _resolve(shape, lengths, spec, caps, overrides or DecodeOverrides())
+    tier, ps = _choose_tier(inputs, spec)
+    return _size(inputs, spec, tier, ps)
+
+
+def decode_plan_for(
+    shape: AttentionShape,
+    lengths: DecodeLengths,
+    device: torch.device,
+    device_spec: Optional[DeviceSpec] = None,
+    overrides: Optional[DecodeOverrides] = None,
+) -> DecodePlan:
+    """:func:`plan_decode` for ``device``: the profile (``device_spec`` or detected /
+    ``ATTN_CORE_DEVICE``), probed capabilities and ``overrides`` (default: the environment's)."""
+    spec = device_spec if device_spec is not None else detect_device_spec(device)
+    caps = probe_capabilities(torch.device(device), shape.dtype)
+    return plan_decode(
+        shape,
+        lengths,
+        spec,
+        caps,
+        overrides if overrides is not None else current_overrides().decode,
+    )
+
+
+def _resolve(
+    shape: AttentionShape,
+    lengths: DecodeLengths,
+    spec: DeviceSpec,
+    caps: Capabilities,
+    overrides: DecodeOverrides,
+) -> _Inputs:
+    bs, elem = shape.block_size, shape.element_size
+    context = lengths.max_seq_len
+    if lengths.max_blocks_per_seq is not None:
+        context = min(context, lengths.max_blocks_per_seq * bs)
+    forced_ps = overrides.partition_size
+    if forced_ps is not None and forced_ps % bs:
+        raise ValueError(f"partition_size must be a multiple of block_size ({bs}), got {forced_ps}")
+    largest = _largest_partition(spec, shape.group, shape.head_size, elem, bs)
     # Every sequence's row keeps block_size - 1 slots past its last token (max_seq_len at
     # most): decode zeroes those value slots with one fixed-size index_put (see decode.py).
-    padded = _round_up(context + block_size - 1, block_size)
-    streaming = stream is not None
-    # tokens one launch covers: the context, or one streamed chunk of it
-    span = min(padded, max(block_size, stream // block_size * block_size)) if stream else padded
-    rows = num_seqs * num_kv_heads
-    ps, _ = _even_share(
-        spec, span, rows, group, head_size, elem, block_size, largest, subscription, threads
+    padded = _round_up(context + bs - 1, bs)
+    stream = overrides.stream_tokens
+    span = min(padded, max(bs, stream // bs * bs)) if stream else padded
+    scores = overrides.scores or "fp32"
+    matmul_dtype = shape.dtype if caps.half_matmul else torch.float32
+    exact_fp32 = caps.bmm_writes_fp32 and caps.half_matmul
+    in_compute = scores == "compute" and elem != 4 and not exact_fp32 and caps.half_matmul
+    return _Inputs(
+        shape=shape,
+        num_seqs=lengths.num_seqs,
+        context=context,
+        span=span,
+        padded=padded,
+        max_blocks_per_seq=lengths.max_blocks_per_seq,
+        streaming=stream is not None,
+        forced_tier=overrides.tier,
+        forced_partition=forced_ps,
+        tile_max=overrides.single_tile_max or largest,
+        largest=largest,
+        subscription=overrides.subscription or SUBSCRIPTION,
+        gather_bytes=overrides.gather_bytes or 16,
+        matmul_dtype=matmul_dtype,
+        score_input=shape.dtype if (in_compute or exact_fp32) else torch.float32,
+        in_compute=in_compute,
+        scores_fp32_from_bmm=caps.bmm_writes_fp32,
     )
-    if forced_ps is not None:
-        ps = forced_ps
 
-    if tier is None:
-        if span <= tile_max:
-            tier = "single_tile"
-        elif span <= ps or (forced_ps is None and one_pass_fills_device(spec, num_seqs, num_heads)):
-            tier = "one_pass"  # the batch's softmax rows alone fill the device
-        else:
-            tier = "partitioned"
 
+def _choose_tier(inputs: _Inputs, spec: DeviceSpec) -> tuple[str, int]:
+    """``(tier, partition size)``: the forced tier, else by span, shared memory and batch."""
+    s = inputs.shape
+    rows = inputs.num_seqs * s.num_kv_heads
+    ps, _ = _even_share(
+        spec, inputs.span, rows, s.group, s.head_size, s.element_size, s.block_size,
+        inputs.largest, inputs.subscription, _threads(spec),
+    )  # fmt: skip
+    if inputs.forced_partition is not None:
+        ps = inputs.forced_partition
+    if inputs.forced_tier is not None:
+        return inputs.forced_tier, ps
+    if inputs.span <= inputs.tile_max:
+        return "single_tile", ps
+    fills = one_pass_fills_device(spec, inputs.num_seqs, s.num_heads)
+    if inputs.span <= ps or (inputs.forced_partition is None and fills):
+        return "one_pass", ps  # the batch's softmax rows alone fill the device
+    return "partitioned", ps
+
+
+def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int) -> DecodePlan:
+    """Partitions, chunks, launches and workspace of the chosen tier."""
+    s = inputs.shape
     if tier == "partitioned":
-        chunk = _round_up(span, ps)
+        chunk = _round_up(inputs.span, ps)
         num_partitions = chunk // ps
     else:
-        chunk = span
-        ps = chunk
+        chunk = ps = inputs.span
         num_partitions = 1
-    num_chunks = -(-padded // chunk)
-    gather_bytes = gather_bytes or env.gather_bytes or 16
-    if gather_bytes not in GATHER_BYTES:
-        raise ValueError(f"gather_bytes must be one of {GATHER_BYTES}, got {gather_bytes!r}")
-    scores = scores or env.scores or "fp32"
-    if scores not in ("fp32", "compute"):
-        raise ValueError(f"scores must be 'fp32' or 'compute', got {scores!r}")
-    matmul_dtype = dtype if bmm_in_compute_dtype else torch.float32
-    in_compute = (
-        scores == "compute" and elem != 4 and not scores_fp32_from_bmm and bmm_in_compute_dtype
-    )
-    exact_fp32 = scores_fp32_from_bmm and bmm_in_compute_dtype
-    score_input = dtype if (in_compute or exact_fp32) else torch.float32
+    num_chunks = -(-inputs.padded // chunk)
+    elem, cache_elem = s.element_size, s.cache_element_size
+    capacity = (inputs.max_blocks_per_seq or 1 << 62) * s.block_size
     ops = _torch_ops(
-        tier,
-        streaming,
-        num_chunks,
-        dtype,
-        matmul_dtype,
-        score_input,
-        in_compute,
-        cache_elem != elem,
-        head_size,
-        chunk * num_chunks > (max_blocks_per_seq or 1 << 62) * block_size,
-    )
-
+        tier, inputs.streaming, num_chunks, s.dtype, inputs.matmul_dtype, inputs.score_input,
+        inputs.in_compute, cache_elem != elem, s.head_size, chunk * num_chunks > capacity,
+    )  # fmt: skip
     steps = _steps(
-        spec,
-        tier,
-        num_seqs,
-        num_kv_heads,
-        group,
-        head_size,
-        elem,
-        ps,
-        num_partitions,
-        num_chunks,
-        threads,
-    )
+        spec, tier, inputs.num_seqs, s.num_kv_heads, s.group, s.head_size, elem, ps,
+        num_partitions, num_chunks, _threads(spec),
+    )  # fmt: skip
     workspace = _workspace_bytes(
-        num_seqs,
-        num_kv_heads,
-        group,
-        head_size,
-        elem,
-        cache_elem,
-        chunk,
-        num_partitions,
-        tier,
-        score_input != torch.float32 or elem == 4,
-        streaming,
-        matmul_dtype,
-        in_compute,
-    )
+        inputs.num_seqs, s.num_kv_heads, s.group, s.head_size, elem, cache_elem, chunk,
+        num_partitions, tier, inputs.score_input != torch.float32 or elem == 4,
+        inputs.streaming, inputs.matmul_dtype, inputs.in_compute,
+    )  # fmt: skip
     return DecodePlan(
         tier=tier,
-        num_seqs=num_seqs,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        head_size=head_size,
-        block_size=block_size,
-        group=group,
-        context_tokens=context,
+        num_seqs=inputs.num_seqs,
+        num_heads=s.num_heads,
+        num_kv_heads=s.num_kv_heads,
+        head_size=s.head_size,
+        block_size=s.block_size,
+        group=s.group,
+        context_tokens=inputs.context,
         partition_size=ps,
         num_partitions=num_partitions,
         chunk_tokens=chunk,
         num_chunks=num_chunks,
-        streaming=streaming,
-        gather_bytes=gather_bytes,
-        matmul_dtype=matmul_dtype,
-        score_input_dtype=score_input,
-        compute_dtype=dtype,
+        streaming=inputs.streaming,
+        gather_bytes=inputs.gather_bytes,
+        matmul_dtype=inputs.matmul_dtype,
+        score_input_dtype=inputs.score_input,
+        compute_dtype=s.dtype,
         cache_element_size=cache_elem,
-        scores_fp32_from_bmm=scores_fp32_from_bmm,
-        scores_in_compute_dtype=in_compute,
+        scores_fp32_from_bmm=inputs.scores_fp32_from_bmm,
+        scores_in_compute_dtype=inputs.in_compute,
         workspace_bytes=workspace,
         steps=steps,
         torch_ops=ops,

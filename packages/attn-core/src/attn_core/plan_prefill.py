@@ -31,25 +31,21 @@ How the numbers are chosen (torch backend):
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from attn_core.cache_layout import COMPUTE_DTYPES, SUPPORTED_HEAD_SIZES
-from attn_core.device_detect import detect_device_spec
+from attn_core.capabilities import Capabilities
 from attn_core.device_spec import DeviceSpec
 from attn_core.plan_types import KernelStep
-from attn_core.settings import current_overrides
+from attn_core.settings import PrefillOverrides
+from attn_core.shapes import AttentionShape, dtype_from_name
 
-BUDGET_ENV = "ATTN_CORE_PREFILL_BUDGET_BYTES"
-BACKEND_ENV = "ATTN_CORE_PREFILL_BACKEND"
-STREAM_ENV = "ATTN_CORE_PREFILL_STREAM"
+BACKEND_ENV = "ATTN_CORE_PREFILL_BACKEND"  # named in reasons and errors (settings reads it)
 DEFAULT_BUDGET_BYTES = 1 << 30  # the issue's bound on transient memory beyond the context
 # Elementwise bytes per score of the torch path with 2-byte scores (module docstring).
 ELEMENTWISE_BYTES_PER_SCORE = 14
-BACKENDS = ("torch", "sdpa", "vendor_flash")
 
 # The issue's baseline loop used 4096-token key tiles; kept until a device sweep says otherwise.
 DEFAULT_KEY_TILE = 4096
@@ -72,6 +68,7 @@ class PrefillPlan:
         score_dtype: dtype of the score tile (softmax sums and the accumulator are fp32).
         matmul_dtype: dtype of the matmul operands (gathered K/V, query tile, probabilities);
             differs from ``score_dtype`` only for bf16 on CUDA, where QK^T writes fp32 scores.
+        pv_dtype: dtype P @ [V | 1] writes (fp32 where the GEMM can write it).
         budget_bytes: bound on transient memory beyond the gathered context.
         workspace_bytes: what the per-call buffers take (score tile, state, query tile, P@V).
         steps: launches of one (query tile, key tile) update, for the simulator; run
@@ -86,6 +83,7 @@ class PrefillPlan:
     dtype: torch.dtype
     score_dtype: torch.dtype
     matmul_dtype: torch.dtype
+    pv_dtype: torch.dtype
     max_query_len: int
     query_tile: int
     key_tile: int
@@ -114,82 +112,93 @@ class PrefillPlan:
         return count
 
 
+@dataclass(frozen=True)
+class PrefillLengths:
+    """The lengths one prefill call is planned for.
+
+    Attributes:
+        max_query_len: the longest chunk of new tokens in the batch (tiles are sized for it).
+        max_context_len: the longest cached context; decides streaming unless forced.
+    """
+
+    max_query_len: int
+    max_context_len: int = 0
+
+    def __post_init__(self) -> None:
+        q, c = self.max_query_len, self.max_context_len
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+            raise ValueError(f"max_query_len must be a positive int, got {q!r}")
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"max_context_len must be a non-negative int, got {c!r}")
+
+
 def plan_prefill(
-    num_heads: int,
-    num_kv_heads: int,
-    head_size: int,
-    dtype: torch.dtype,
-    max_query_len: int,
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    spec: DeviceSpec,
+    caps: Capabilities,
+    overrides: Optional[PrefillOverrides] = None,
     *,
-    max_context_len: int = 0,
-    device: Optional[torch.device] = None,
-    device_spec: Optional[DeviceSpec] = None,
     alibi: bool = False,
-    sliding_window: Optional[int] = None,
-    budget_bytes: Optional[int] = None,
-    backend: Optional[str] = None,
-    stream: Optional[bool] = None,
-    query_tile: Optional[int] = None,
-    key_tile: Optional[int] = None,
-    score_dtype: Optional[torch.dtype] = None,
+    sliding_window: int = 0,
 ) -> PrefillPlan:
-    """Plan one prefill call.
+    """Plan one prefill call: a pure function of its arguments (no environment, no kernels).
 
     Args:
-        max_query_len: the longest chunk of new tokens in the batch (tiles are sized for it).
-        max_context_len: the longest cached context; decides streaming when ``stream`` is None.
-        device: where the tensors live (CPU plans keep fp32 scores; backends depend on it).
-        budget_bytes: transient bound; default ``ATTN_CORE_PREFILL_BUDGET_BYTES`` or 1 GiB.
-        backend: force one of :data:`BACKENDS`; default ``ATTN_CORE_PREFILL_BACKEND`` or auto.
-        stream: force streaming on/off; default ``ATTN_CORE_PREFILL_STREAM`` or by size.
-        query_tile / key_tile / score_dtype: overrides for tests and the bench's sweep.
+        shape: heads, head size and the compute dtype (the block size does not matter here).
+        lengths: the longest query chunk and cached context.
+        spec: the device profile the launch grids are sized for.
+        caps: what the device's torch can do; ``caps.fused_prefill`` are the fused backends
+            the plan may pick (the caller narrows it to verified ones, see
+            :mod:`attn_core.prefill_verify`).
+        overrides: forced backend, budget, streaming, tiles, score dtype (None: the plan's).
+        alibi / sliding_window: features of the call (the fused backends take neither).
     """
-    _check_shape_args(num_heads, num_kv_heads, head_size, dtype, max_query_len, max_context_len)
-    device = torch.device("cpu") if device is None else torch.device(device)
-    spec = device_spec if device_spec is not None else detect_device_spec(device)
-    budget = _resolve_budget(budget_bytes)
-    matmul_dtype, score_dtype = _score_dtypes(dtype, device, score_dtype)
-    chosen, reason = _choose_backend(backend, device, dtype, head_size, alibi, sliding_window)
-    elem = torch.empty((), dtype=dtype).element_size()
+    overrides = overrides if overrides is not None else PrefillOverrides()
+    dtype, head_size = shape.dtype, shape.head_size
+    budget = overrides.budget_bytes or DEFAULT_BUDGET_BYTES
+    forced_scores = dtype_from_name(overrides.score_dtype) if overrides.score_dtype else None
+    matmul_dtype, score_dtype = _score_dtypes(dtype, caps, forced_scores)
+    chosen, reason = _choose_backend(overrides.backend, caps, dtype, alibi, sliding_window)
     sizing = _TileSizing(
-        num_heads,
+        shape.num_heads,
         head_size,
-        elem,
+        shape.element_size,
         score_bytes=torch.empty((), dtype=score_dtype).element_size(),
         operand_bytes=torch.empty((), dtype=matmul_dtype).element_size(),
         separate_probs=matmul_dtype != score_dtype,
         alibi=alibi,
     )
     if chosen != "torch":
-        return _fused_plan(chosen, reason, sizing, budget, spec, locals())
-    tk = key_tile if key_tile is not None else DEFAULT_KEY_TILE
-    tq = query_tile if query_tile is not None else sizing.query_tile(tk, max_query_len, budget)
-    if query_tile is None and key_tile is None:
-        while tq < min(MIN_QUERY_TILE, max_query_len) and tk > MIN_KEY_TILE:
+        return _fused_plan(chosen, reason, shape, lengths, overrides, sizing, budget, spec)
+    tk = overrides.key_tile if overrides.key_tile is not None else DEFAULT_KEY_TILE
+    tq = overrides.query_tile or sizing.query_tile(tk, lengths.max_query_len, budget)
+    if overrides.query_tile is None and overrides.key_tile is None:
+        while tq < min(MIN_QUERY_TILE, lengths.max_query_len) and tk > MIN_KEY_TILE:
             tk //= 2
-            tq = sizing.query_tile(tk, max_query_len, budget)
-    _check_positive_tile("query_tile", tq)
-    _check_positive_tile("key_tile", tk)
-    stream_chunk = _stream_chunk(stream, max_context_len, num_kv_heads, head_size, elem, budget, tk)
+            tq = sizing.query_tile(tk, lengths.max_query_len, budget)
+    stream_chunk = _stream_chunk(
+        overrides.stream, lengths.max_context_len, shape.num_kv_heads, head_size,
+        shape.element_size, budget, tk,
+    )  # fmt: skip
     return PrefillPlan(
         backend=chosen,
         backend_reason=reason,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
         head_size=head_size,
         dtype=dtype,
         score_dtype=score_dtype,
         matmul_dtype=matmul_dtype,
-        max_query_len=max_query_len,
+        pv_dtype=_pv_dtype(matmul_dtype, caps),
+        max_query_len=lengths.max_query_len,
         query_tile=tq,
         key_tile=tk,
         stream_chunk=stream_chunk,
         budget_bytes=budget,
         workspace_bytes=sizing.bytes(tq, tk),
         device_name=spec.name,
-        steps=_tile_steps(
-            spec, num_kv_heads, num_heads // num_kv_heads, head_size, tq, tk, alibi=alibi
-        ),
+        steps=_tile_steps(spec, shape.num_kv_heads, shape.group, head_size, tq, tk, alibi=alibi),
     )
 
 
@@ -236,29 +245,37 @@ def _largest_pow2(max_query_len: int, fits) -> int:
 
 
 def _fused_plan(
-    backend: str, reason: str, sizing: _TileSizing, budget: int, spec: DeviceSpec, args: dict
+    backend: str,
+    reason: str,
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    overrides: PrefillOverrides,
+    sizing: _TileSizing,
+    budget: int,
+    spec: DeviceSpec,
 ) -> PrefillPlan:
     """A fused backend tiles keys inside its kernel; the plan tiles queries (merge state) and
     decides streaming; ``key_tile`` is 0."""
-    tq = args["query_tile"] or _largest_pow2(
-        args["max_query_len"], lambda t: sizing.fused_bytes(t) <= budget
+    tq = overrides.query_tile or _largest_pow2(
+        lengths.max_query_len, lambda t: sizing.fused_bytes(t) <= budget
     )
-    kvh, heads, hs = args["num_kv_heads"], args["num_heads"], args["head_size"]
     stream_chunk = _stream_chunk(
-        args["stream"], args["max_context_len"], kvh, hs, sizing.elem, budget, DEFAULT_KEY_TILE
-    )
+        overrides.stream, lengths.max_context_len, shape.num_kv_heads, shape.head_size,
+        sizing.elem, budget, DEFAULT_KEY_TILE,
+    )  # fmt: skip
     # The kernel's own grid: 128-query blocks per head (flash-attention's forward tiling).
-    kernel = KernelStep("prefill_fused_attention", (_ceil_div(tq, 128), heads, 1), 128, 0)
+    kernel = KernelStep("prefill_fused_attention", (_ceil_div(tq, 128), shape.num_heads, 1), 128, 0)
     return PrefillPlan(
         backend=backend,
         backend_reason=reason,
-        num_heads=heads,
-        num_kv_heads=kvh,
-        head_size=hs,
-        dtype=args["dtype"],
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_size=shape.head_size,
+        dtype=shape.dtype,
         score_dtype=torch.float32,
-        matmul_dtype=args["dtype"],
-        max_query_len=args["max_query_len"],
+        matmul_dtype=shape.dtype,
+        pv_dtype=torch.float32,
+        max_query_len=lengths.max_query_len,
         query_tile=tq,
         key_tile=0,
         stream_chunk=stream_chunk,
@@ -270,74 +287,58 @@ def _fused_plan(
 
 
 def _score_dtypes(
-    dtype: torch.dtype, device: torch.device, forced: Optional[torch.dtype]
+    dtype: torch.dtype, caps: Capabilities, forced: Optional[torch.dtype]
 ) -> tuple[torch.dtype, torch.dtype]:
     """``(matmul_dtype, score_dtype)`` of the torch backend.
 
     - CPU: fp32 for both (fp32 CPU matmuls are the fast ones, see the module docstring).
-    - CUDA fp16: fp16 for both. 2-byte scores halve the elementwise floor; fp16's 11-bit
+    - GPU fp16: fp16 for both. 2-byte scores halve the elementwise floor; fp16's 11-bit
       significand keeps a logit of 30 within 0.008 (0.8 % on its weight).
-    - CUDA bf16: bf16 operands, fp32 scores where ``bmm(..., out_dtype=float32)`` exists (recent
-      torch): bf16's 8-bit significand would put a logit of 30 off by up to 0.06 (6 % on its
-      weight). Without it (torch 2.1), bf16 scores, and that error stands.
-    - "meta" (the simulator tracing the device path): the compute dtype for both.
+    - GPU bf16: bf16 operands, fp32 scores where ``caps.bmm_writes_fp32`` (recent torch):
+      bf16's 8-bit significand would put a logit of 30 off by up to 0.06 (6 % on its weight).
+      Without it (torch 2.1), bf16 scores, and that error stands.
     ``forced`` (tests, sweeps) sets both.
     """
     if forced is not None:
         return forced, forced
-    if dtype == torch.float32 or device.type not in ("cuda", "meta"):
+    if dtype == torch.float32 or caps.device_type not in ("cuda", "meta"):
         return torch.float32, torch.float32
-    if dtype == torch.bfloat16 and device.type == "cuda" and bmm_writes_fp32(str(device), dtype):
+    if dtype == torch.bfloat16 and caps.bmm_writes_fp32:
         return dtype, torch.float32
     return dtype, dtype
 
 
-@functools.cache
-def bmm_writes_fp32(device: str, dtype: torch.dtype) -> bool:
-    """Whether ``torch.bmm(a, b, out_dtype=torch.float32, out=...)`` works here for ``dtype``."""
-    try:
-        a = torch.ones(1, 2, 8, dtype=dtype, device=device)
-        out = torch.empty(1, 2, 2, dtype=torch.float32, device=device)
-        torch.bmm(a, a.transpose(1, 2), out_dtype=torch.float32, out=out)
-        return bool(out.eq(8.0).all())
-    except (TypeError, RuntimeError, NotImplementedError):
-        return False
+def _pv_dtype(matmul_dtype: torch.dtype, caps: Capabilities) -> torch.dtype:
+    """P @ [V | 1]'s output: fp32 where the GEMM can write it (the row sums then carry no
+    2-byte rounding; ``[rows, hs + 8]`` is small beside the score tile)."""
+    if matmul_dtype != torch.float32 and caps.device_type == "cuda" and caps.bmm_writes_fp32:
+        return torch.float32
+    return matmul_dtype
 
 
 def _choose_backend(
     forced: Optional[str],
-    device: torch.device,
+    caps: Capabilities,
     dtype: torch.dtype,
-    head_size: int,
     alibi: bool,
-    sliding_window: Optional[int],
+    sliding_window: int,
 ) -> tuple[str, str]:
-    """Backend name and the reason; a fused backend named here is still checked at first use."""
-    if forced is None:
-        forced = current_overrides().prefill.backend
-        source = f"forced by {BACKEND_ENV}"
-    else:
-        source = "forced by the caller"
+    """Backend name and the reason; a forced fused backend is checked where it runs."""
     if forced is not None:
-        if forced not in BACKENDS:
-            raise ValueError(f"prefill backend must be one of {BACKENDS}, got {forced!r}")
         if forced != "torch" and (alibi or sliding_window):
             raise ValueError(
-                f"prefill backend {forced!r} ({source}) supports neither alibi nor "
-                f"sliding_window; got alibi={alibi}, sliding_window={sliding_window}"
+                f"prefill backend {forced!r} (forced by {BACKEND_ENV} / PrefillOverrides.backend) "
+                f"supports neither alibi nor sliding_window; got alibi={alibi}, "
+                f"sliding_window={sliding_window}"
             )
-        return forced, source
-    # Lazy import: the registry imports this module's constants.
-    from attn_core.prefill_backends import fused_backend_for
-
+        return forced, f"forced by {BACKEND_ENV} / PrefillOverrides.backend"
     if alibi:
         return "torch", "alibi: the fused kernels take no ALiBi bias"
     if sliding_window:
         return "torch", "sliding_window: the fused formulation has no window mask"
-    fused = fused_backend_for(device, dtype, head_size)
-    if fused is None:
-        return "torch", f"no fused backend on {device.type} for {dtype}"
-    return fused, "fused backend for this device (verified against the reference at first use)"
+    if not caps.fused_prefill:
+        return "torch", f"no fused backend on {caps.device_type} for {dtype}"
+    return caps.fused_prefill[0], "fused backend for this device (verified against the reference)"
 
 
 def _stream_chunk(
@@ -350,8 +351,6 @@ def _stream_chunk(
     key_tile: int,
 ) -> int:
     per_token = 2 * num_kv_heads * head_size * elem  # gathered K and V
-    if stream is None:
-        stream = current_overrides().prefill.stream
     if stream is None:
         stream = max_context_len * per_token > budget
     if not stream:
@@ -396,46 +395,6 @@ def _tile_steps(
         gemm("prefill_pv", rows, head_size + 8),  # + the row sums (prefill_gather.SUM_COLUMNS)
         elementwise("prefill_rescale_acc", kv_heads * rows * head_size),
     )
-
-
-def _resolve_budget(budget_bytes: Optional[int]) -> int:
-    if budget_bytes is None:
-        budget_bytes = current_overrides().prefill.budget_bytes
-        if budget_bytes is None:
-            return DEFAULT_BUDGET_BYTES
-    if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 1:
-        raise ValueError(f"budget_bytes must be a positive int, got {budget_bytes!r}")
-    return budget_bytes
-
-
-def _check_shape_args(
-    num_heads: int,
-    num_kv_heads: int,
-    head_size: int,
-    dtype: torch.dtype,
-    max_query_len: int,
-    max_context_len: int,
-) -> None:
-    for name, value in (("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads must be a multiple of num_kv_heads ({num_kv_heads}), got {num_heads}"
-        )
-    if head_size not in SUPPORTED_HEAD_SIZES:
-        raise ValueError(f"head_size must be one of {SUPPORTED_HEAD_SIZES}, got {head_size}")
-    if dtype not in COMPUTE_DTYPES:
-        raise ValueError(f"dtype must be one of {COMPUTE_DTYPES}, got {dtype}")
-    if isinstance(max_query_len, bool) or not isinstance(max_query_len, int) or max_query_len < 1:
-        raise ValueError(f"max_query_len must be a positive int, got {max_query_len!r}")
-    if not isinstance(max_context_len, int) or max_context_len < 0:
-        raise ValueError(f"max_context_len must be a non-negative int, got {max_context_len!r}")
-
-
-def _check_positive_tile(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _ceil_div(a: int, b: int) -> int:

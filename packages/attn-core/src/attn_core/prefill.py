@@ -1,6 +1,8 @@
 """Chunked prefill over a paged prefix: what vLLM 0.6.3's ``PagedAttention.forward_prefix`` does.
 
-validate -> plan (:func:`attn_core.plan_prefill`) -> execute (torch or fused backend).
+validate -> plan (:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused
+backends, overrides; then the pure :func:`attn_core.plan_prefill`) -> execute (torch or fused
+backend).
 """
 
 from __future__ import annotations
@@ -10,11 +12,18 @@ from typing import Optional
 import torch
 
 from attn_core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
+from attn_core.capabilities import probe_capabilities
 from attn_core.checks import check_positive, check_tensor, resolve_scale
-from attn_core.plan_prefill import PrefillPlan, plan_prefill
-from attn_core.prefill_backends import ensure_verified
+from attn_core.device_detect import detect_device_spec
+from attn_core.device_spec import DeviceSpec
+from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
 from attn_core.prefill_fused import run_fused_prefill
-from attn_core.prefill_torch import Problem, SeqSpan, run_torch_prefill
+from attn_core.prefill_problem import Problem, SeqSpan
+from attn_core.prefill_torch import run_torch_prefill
+from attn_core.prefill_verify import ensure_verified, verified_capabilities
+from attn_core.settings import PrefillOverrides, current_overrides
+from attn_core.shapes import AttentionShape
+from attn_core.testing import PrefillCase
 from attn_core.workspace import Workspace
 
 _LEN_DTYPES = (torch.int32, torch.int64)
@@ -77,53 +86,6 @@ def paged_prefix_prefill(
     Returns:
         ``out``: ``[num_tokens, num_heads, head_size]`` in query's dtype.
     """
-    return _prefill(
-        query,
-        key,
-        value,
-        key_cache,
-        value_cache,
-        block_tables,
-        query_start_loc,
-        seq_lens,
-        context_lens,
-        max_query_len,
-        scale,
-        alibi_slopes,
-        sliding_window,
-        kv_cache_dtype,
-        k_scale,
-        v_scale,
-        out,
-        plan,
-        verify=True,
-        workspace=workspace,
-    )
-
-
-def _prefill(
-    query,
-    key,
-    value,
-    key_cache,
-    value_cache,
-    block_tables,
-    query_start_loc,
-    seq_lens,
-    context_lens,
-    max_query_len,
-    scale,
-    alibi_slopes,
-    sliding_window,
-    kv_cache_dtype,
-    k_scale,
-    v_scale,
-    out,
-    plan,
-    verify: bool,
-    workspace: Optional[Workspace] = None,
-) -> torch.Tensor:
-    """The body of :func:`paged_prefix_prefill`; ``verify=False`` only for the backend check."""
     problem, spans = _validate(
         query,
         key,
@@ -147,26 +109,91 @@ def _prefill(
         raise ValueError(
             f"workspace must be an attn_core Workspace, got {type(workspace).__name__}"
         )
-    heads, head_size = query.shape[1], query.shape[2]
     if plan is None:
-        plan = plan_prefill(
-            heads,
+        shape = AttentionShape(
+            query.shape[1],
             problem.layout.num_kv_heads,
-            head_size,
+            query.shape[2],
+            problem.layout.block_size,
             query.dtype,
-            max_query_len,
-            max_context_len=max((s.ctx for s in spans), default=0),
-            device=query.device,
+            problem.layout.kv_cache_dtype,
+        )
+        lengths = PrefillLengths(max_query_len, max((s.ctx for s in spans), default=0))
+        plan = prefill_plan_for(
+            shape,
+            lengths,
+            query.device,
             alibi=alibi_slopes is not None,
             sliding_window=problem.window,
         )
     _check_plan(plan, query, problem, max_query_len)
+    if plan.backend != "torch":  # checked once per process; a failed check raises here
+        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
+    _execute(plan, problem, spans, out, workspace)
+    return out
+
+
+def prefill_plan_for(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    device: torch.device,
+    device_spec: Optional[DeviceSpec] = None,
+    overrides: Optional[PrefillOverrides] = None,
+    *,
+    alibi: bool = False,
+    sliding_window: int = 0,
+) -> PrefillPlan:
+    """:func:`plan_prefill` for ``device``: the profile (``device_spec`` or detected /
+    ``ATTN_CORE_DEVICE``), the probed capabilities with fused backends narrowed to those that
+    matched the reference (checked once per process, :mod:`attn_core.prefill_verify`), and
+    ``overrides`` (default: the environment's)."""
+    device = torch.device(device)
+    spec = device_spec if device_spec is not None else detect_device_spec(device)
+    caps = probe_capabilities(device, shape.dtype)
+    overrides = overrides if overrides is not None else current_overrides().prefill
+    if caps.fused_prefill and overrides.backend is None and not alibi and not sliding_window:
+        caps = verified_capabilities(caps, device, shape.dtype, shape.head_size, _run_unverified)
+    return plan_prefill(
+        shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window
+    )
+
+
+def verify_prefill_backend(
+    name: str, device: torch.device, dtype: torch.dtype, head_size: int
+) -> None:
+    """Check fused backend ``name`` against the float64 reference here (once per process);
+    ``RuntimeError`` if it is unavailable or does not match. For registration-time checks and
+    benchmarks; :func:`paged_prefix_prefill` does the same lazily."""
+    ensure_verified(name, torch.device(device), dtype, head_size, _run_unverified)
+
+
+def _execute(
+    plan: PrefillPlan,
+    problem: Problem,
+    spans: list[SeqSpan],
+    out: torch.Tensor,
+    workspace: Optional[Workspace],
+) -> None:
     if plan.backend == "torch":
         run_torch_prefill(plan, problem, spans, out, workspace)
-        return out
-    if verify:
-        ensure_verified(plan.backend, query.device, query.dtype, head_size)
-    run_fused_prefill(plan, problem, spans, out)
+    else:
+        run_fused_prefill(plan, problem, spans, out)
+
+
+def _run_unverified(case: PrefillCase, plan: PrefillPlan) -> torch.Tensor:
+    """The verification step's runner: ``case`` through ``plan`` with no check of its own."""
+    kw = case.kwargs()
+    problem, spans = _validate(
+        *case.args(),
+        None,
+        kw["alibi_slopes"],
+        kw["sliding_window"],
+        kw["kv_cache_dtype"],
+        kw["k_scale"],
+        kw["v_scale"],
+    )
+    out = torch.empty_like(case.query)
+    _execute(plan, problem, spans, out, None)
     return out
 
 

@@ -16,7 +16,7 @@ import torch
 from attn_core.plan_prefill import PrefillPlan
 from attn_core.prefill_backends import BACKENDS
 from attn_core.prefill_gather import new_tokens_head_major
-from attn_core.prefill_torch import Problem, gather_span
+from attn_core.prefill_problem import Problem, gather_span
 
 
 def run_fused_prefill(plan: PrefillPlan, problem: Problem, spans: list, out: torch.Tensor) -> None:

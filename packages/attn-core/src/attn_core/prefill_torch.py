@@ -8,54 +8,21 @@ that the causal mask or the sliding window fully exclude are skipped; only tiles
 edge build a mask.
 
 Every buffer (score tile, query tile, P@V tile, running max, fp32 sum / accumulator) is
-allocated once per call in :class:`_Workspace` - or taken from a reusable
+allocated once per call in :class:`_SoftmaxState` - or taken from a reusable
 :class:`attn_core.workspace.Workspace` - and updated in place with ``out=`` forms.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from attn_core.cache_layout import CacheLayout
-from attn_core.plan_prefill import PrefillPlan, bmm_writes_fp32
-from attn_core.prefill_gather import SUM_COLUMNS, gather_context, new_tokens_head_major
+from attn_core.plan_prefill import PrefillPlan
+from attn_core.prefill_gather import SUM_COLUMNS, new_tokens_head_major
+from attn_core.prefill_problem import Problem, gather_span
 from attn_core.workspace import Workspace
-
-
-@dataclass(frozen=True)
-class SeqSpan:
-    """One sequence of the packed batch: tokens ``[q0, q1)`` of the chunk, ``ctx`` cached."""
-
-    index: int
-    q0: int
-    q1: int
-    ctx: int
-
-    @property
-    def query_len(self) -> int:
-        return self.q1 - self.q0
-
-
-@dataclass(frozen=True)
-class Problem:
-    """The call's tensors and attention options, validated by :mod:`attn_core.prefill`."""
-
-    query: torch.Tensor  # [num_tokens, heads, hs]
-    key: torch.Tensor  # [num_tokens, kv_heads, hs]
-    value: torch.Tensor  # [num_tokens, kv_heads, hs]
-    key_cache: torch.Tensor
-    value_cache: torch.Tensor
-    block_tables: torch.Tensor  # [num_seqs, max_blocks] int32
-    layout: CacheLayout
-    scale: float
-    alibi_slopes: Optional[torch.Tensor]  # [heads] fp32
-    window: int  # 0: no sliding window
-    k_scale: float
-    v_scale: float
 
 
 def run_torch_prefill(
@@ -70,7 +37,7 @@ def run_torch_prefill(
     ``scratch``: a reusable :class:`Workspace` for the tile buffers (steady state allocates
     none); None allocates them for this call only.
     """
-    ws = _Workspace(plan, problem, scratch)
+    ws = _SoftmaxState(plan, problem, scratch)
     for span in spans:
         if span.query_len == 0:
             continue
@@ -101,41 +68,11 @@ def run_torch_prefill(
             ws.finish(out[span.q0 + a : span.q0 + b])
 
 
-def scores_into(q: torch.Tensor, keys_t: torch.Tensor, out: torch.Tensor) -> None:
-    """``out = q @ keys_t``; with fp32 ``out`` and 2-byte operands, the GEMM writes fp32."""
-    _bmm_into(q, keys_t, out)
-
-
 def _bmm_into(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     if out.dtype == a.dtype:
         torch.bmm(a, b, out=out)
     else:
         torch.bmm(a, b, out_dtype=out.dtype, out=out)
-
-
-def gather_span(
-    problem: Problem,
-    span: SeqSpan,
-    c0: int,
-    c1: int,
-    dtype: torch.dtype,
-    *,
-    sum_column: bool,
-) -> tuple:
-    """Context tokens ``[c0, c1)`` of one sequence: keys ``[kvh, n, hs]``, values
-    ``[kvh, n, hs]`` (``[kvh, n, hs + 8]`` with the row-sum column the torch path's P@V uses)."""
-    return gather_context(
-        problem.key_cache,
-        problem.value_cache,
-        problem.block_tables[span.index],
-        c0,
-        c1,
-        problem.layout,
-        dtype,
-        problem.k_scale,
-        problem.v_scale,
-        sum_column=sum_column,
-    )
 
 
 def _context_chunks(
@@ -151,8 +88,9 @@ def _context_chunks(
     return [(c0, c1) for c0, c1 in chunks if c1 > lowest]
 
 
-class _Workspace:
-    """Per-call buffers sized for one (query tile, key tile) and the running softmax state.
+class _SoftmaxState:
+    """The online softmax of one query tile: running max, sum and accumulator, and the per-call
+    tile buffers (score tile, query tile, P@V) they are updated through.
 
     Rows are ``(group member j, query i)`` per KV head: ``[kv_heads, group * query_tile]``, so
     the query heads that share a KV head share one read of each key tile.
@@ -175,13 +113,8 @@ class _Workspace:
         # fp32 scores with 2-byte operands: P@V reads a 2-byte copy of the probabilities.
         self._probs = buf("probs", rows * plan.key_tile, md) if md != sd else None
         self._q = buf("query", rows * self.hs, md)
-        # P @ [V | 1]: P @ V and the row sums (prefill_gather.SUM_COLUMNS), fp32 where the GEMM
-        # can write it (the sum then carries no 2-byte rounding; [rows, hs + 8] is small beside
-        # the score tile).
-        self._pv_dtype = md
-        if md != torch.float32 and dev.type == "cuda" and bmm_writes_fp32(str(dev), md):
-            self._pv_dtype = torch.float32
-        self._pv = buf("pv", rows * (self.hs + SUM_COLUMNS), self._pv_dtype)
+        # P @ [V | 1]: P @ V and the row sums (prefill_gather.SUM_COLUMNS) in plan.pv_dtype.
+        self._pv = buf("pv", rows * (self.hs + SUM_COLUMNS), plan.pv_dtype)
         self._acc = buf("acc", rows * self.hs, torch.float32)
         # The running max is a max of score values, so it is exact in the score dtype; keeping
         # it there makes the big in-place subtract a same-dtype (vectorised) kernel.
@@ -240,7 +173,7 @@ class _Workspace:
         n = keys.shape[1]
         count = self.kvh * self.rows
         s = self._scores[: count * n].view(self.kvh, self.rows, n)
-        scores_into(self.q, keys.transpose(1, 2), s)
+        _bmm_into(self.q, keys.transpose(1, 2), s)  # fp32 s from 2-byte operands: GEMM writes it
         s4 = s.view(self.kvh, self.group, self.t, n)
         if self._slopes is not None:
             self._add_alibi(s4, self._slopes, lo, n)

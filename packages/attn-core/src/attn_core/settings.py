@@ -27,6 +27,7 @@ DECODE_BACKENDS = ("torch", "native")
 DECODE_SCORES = ("fp32", "compute")
 GATHER_BYTES = (8, 16)
 PREFILL_BACKENDS = ("torch", "sdpa", "vendor_flash")
+SCORE_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def parse_bool(name: str, raw: Optional[str], default: Optional[bool] = False) -> Optional[bool]:
@@ -126,6 +127,8 @@ class PrefillOverrides:
         budget_bytes: bound on transient memory beyond the gathered context.
         stream: True always streams the context, False never; None decides by the budget.
         query_tile / key_tile: tile sizes of the torch backend (tests and sweeps).
+        score_dtype: ``"float16"`` / ``"bfloat16"`` / ``"float32"``: the torch backend's score
+            and matmul dtype (tests and sweeps; no environment variable).
     """
 
     backend: Optional[str] = None
@@ -133,11 +136,13 @@ class PrefillOverrides:
     stream: Optional[bool] = None
     query_tile: Optional[int] = None
     key_tile: Optional[int] = None
+    score_dtype: Optional[str] = None
 
     def __post_init__(self) -> None:
         owner = "PrefillOverrides"
         _check_optional_choice(owner, "backend", self.backend, PREFILL_BACKENDS)
         _check_optional_choice(owner, "stream", self.stream, (True, False))
+        _check_optional_choice(owner, "score_dtype", self.score_dtype, SCORE_DTYPES)
         for name in ("budget_bytes", "query_tile", "key_tile"):
             _check_optional_int(owner, name, getattr(self, name))
 

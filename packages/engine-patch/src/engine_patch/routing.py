@@ -22,7 +22,14 @@ from typing import Optional
 
 import torch
 
-from attn_core import DecodePlan, DeviceSpec, detect_device_spec, plan_decode
+from attn_core import (
+    AttentionShape,
+    DecodeLengths,
+    DecodePlan,
+    DeviceSpec,
+    decode_plan_for,
+    detect_device_spec,
+)
 from engine_patch import native_v2, settings
 from engine_patch.native import v1_max_seq_len
 from engine_patch.state import STATE
@@ -103,14 +110,10 @@ def decode_route(
     impl, reason, limit = choose(max_seq_len, block_size, head_size, dtype, device)
     plan = None
     if impl == ATTN_CORE:
-        plan = plan_decode(
-            num_seqs,
-            num_heads,
-            num_kv_heads,
-            head_size,
-            block_size,
-            max_seq_len,
-            dtype=dtype,
+        plan = decode_plan_for(
+            AttentionShape(num_heads, num_kv_heads, head_size, block_size, dtype),
+            DecodeLengths(num_seqs, max_seq_len),
+            device,
             device_spec=_spec_for(device.type, device.index),
         )
     return DecodeRoute(impl, reason, limit, plan)

@@ -104,14 +104,8 @@ def _decode_plans(shape: AttentionShape, device: torch.device, num_seqs: int, co
 def _prefill_plans(shape: AttentionShape, device: torch.device, contexts, chunk: int) -> list:
     rows = []
     for context in contexts:
-        plan = attn_core.plan_prefill(
-            shape.num_heads,
-            shape.num_kv_heads,
-            shape.head_size,
-            shape.dtype,
-            min(chunk, context),
-            max_context_len=context,
-            device=device,
+        plan = attn_core.prefill_plan_for(
+            shape, attn_core.PrefillLengths(min(chunk, context), context), device
         )
         rows.append(
             {

@@ -13,6 +13,7 @@ Per profile in ``gates.toml``:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
@@ -20,12 +21,11 @@ from typing import Optional
 from tabulate import tabulate
 
 from attn_core.device_spec import DeviceSpec
+from attn_core.settings import DecodeOverrides
 from attn_sim.config import decode_threshold
 from attn_sim.designs import evaluate, from_steps
 from attn_sim.simulate import CaseResult, simulate
-from attn_sim.workloads import Case, base_name, env_var, plan_for
-
-STREAM_ENV = "ATTN_CORE_DECODE_STREAM_TOKENS"
+from attn_sim.workloads import Case, base_name, plan_for
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,10 @@ def check_plans(spec: DeviceSpec, gates: dict, planner: Callable, report: GateRe
     _check_plan_grid(spec, planner, report, plan_grid(gates))
     decode = [c for c in plan_grid(gates) if c.path == "decode"]
     for tokens in gates["plan"].get("decode_stream_tokens", []):
-        with env_var(STREAM_ENV, tokens):
-            _check_plan_grid(spec, planner, report, decode, f" stream{tokens}")
+        streamed = [
+            dataclasses.replace(c, decode=DecodeOverrides(stream_tokens=tokens)) for c in decode
+        ]
+        _check_plan_grid(spec, planner, report, streamed, f" stream{tokens}")
 
 
 def _check_plan_grid(

@@ -22,6 +22,8 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
 from attn_core.device_spec import DeviceSpec
 from attn_core.shapes import AttentionShape
 from attn_sim.cost import design_cost
@@ -39,7 +41,7 @@ from attn_sim.designs import (
 from attn_sim.report_plot import plot
 from attn_sim.report_text import markdown, shape_text  # noqa: F401 (the CLI's entry points)
 from attn_sim.simulate import CaseResult, simulate
-from attn_sim.workloads import BMM_OUT_DTYPE, Case, base_name, plan_for
+from attn_sim.workloads import Case, plan_for, sim_capabilities
 
 K = 1024
 DECODE_CONTEXTS = (1 * K, 4 * K, 8 * K, 32 * K, 100 * K, 256 * K, 1024 * K)
@@ -223,7 +225,7 @@ def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
         "profile": spec.name,
         "shape": dataclasses.asdict(shape),
         "assumptions": assumptions(spec),
-        "bmm_out_dtype": BMM_OUT_DTYPE.get(base_name(spec), False),
+        "bmm_out_dtype": sim_capabilities(spec, torch.float16).bmm_writes_fp32,
         "memory_bytes": spec.memory_bytes,
         "prefill_chunk": PREFILL_CHUNK,
         "designs": design_rows(spec, shape),

@@ -13,23 +13,27 @@ Three sweeps:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional
 
 from attn_core.device_spec import DeviceSpec
+from attn_core.settings import ENV_VARS, DecodeOverrides, PrefillOverrides
 from attn_sim.cost import design_cost
 from attn_sim.designs import QWEN36, evaluate, gqa_partitioned
 from attn_sim.simulate import simulate
-from attn_sim.workloads import Case, env_var
+from attn_sim.workloads import Case
 
 K = 1024
 SWEEP_CASES = [Case("decode", b, c) for b in (1, 8) for c in (8 * K, 32 * K, 100 * K, 256 * K)]
 SWEEP_CASES.append(Case("decode", 64, 8 * K))
+# Labelled by the environment variable a user would set; swept as DecodeOverrides fields.
 CANDIDATES: dict[str, list[Optional[int]]] = {
     "ATTN_CORE_DECODE_PARTITION_SIZE": [None, 256, 512, 1024, 2048, 4096],
     "ATTN_CORE_DECODE_SUBSCRIPTION": [None, 1, 2, 4, 8],
     "ATTN_CORE_DECODE_SINGLE_TILE_MAX": [None, 512, 1024, 2048, 4096],
 }
+_OVERRIDE = {v.name: v.attr for v in ENV_VARS if v.section == "decode"}
 DESIGN_PARTITIONS = (256, 512, 1024, 2048, 4096)
 DESIGN_TILES = (8, 16, 32, 64)
 
@@ -46,12 +50,12 @@ def sweep_plan(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[dic
     for name, values in CANDIDATES.items():
         group = []
         for value in values:
-            with env_var(name, value):
-                try:
-                    results = [simulate(spec, c) for c in cases]
-                except ValueError as err:  # attn-core refused the value for some case
-                    group.append({"constant": name, "value": value, "error": str(err)[:80]})
-                    continue
+            try:
+                forced = DecodeOverrides(**{_OVERRIDE[name]: value})
+                results = [simulate(spec, dataclasses.replace(c, decode=forced)) for c in cases]
+            except ValueError as err:  # attn-core refused the value for some case
+                group.append({"constant": name, "value": value, "error": str(err)[:80]})
+                continue
             rel = _geomean([r.time_s / d for r, d in zip(results, default, strict=True)])
             at_100k = [r.time_s for r in results if r.label == "decode b1 ctx102400"]
             group.append(
@@ -105,32 +109,20 @@ PREFILL_QUERY_TILES = (None, 512, 1024)  # None: the plan's own (largest under t
 def sweep_prefill(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[dict]:
     """attn-core's torch prefill with forced (query tile, key tile), traced.
 
-    The tiles are injected into the plan ``paged_prefix_prefill`` makes (``query_tile`` /
-    ``key_tile`` arguments of ``plan_prefill``); a pair is ruled out if any case's transient
-    memory exceeds K+V plus the prefill budget (``gates.toml``) or a launch does not fit.
+    The tiles are the cases' ``PrefillOverrides`` (``query_tile`` / ``key_tile``); a pair is
+    ruled out if any case's transient memory exceeds K+V plus the prefill budget (``gates.toml``) or a launch does not fit.
     """
-    from unittest import mock
-
-    from attn_core import prefill as prefill_module
     from attn_sim.config import load_gates
 
     cases = cases or PREFILL_CASES
     over = load_gates()["prefill"]["transient_over_kv_bytes"]
-    real_plan = prefill_module.plan_prefill
     default = [simulate(spec, c).time_s for c in cases]
     rows = []
     for key_tile in PREFILL_KEY_TILES:
         for query_tile in PREFILL_QUERY_TILES:
-            forced = {"key_tile": key_tile}
-            if query_tile is not None:
-                forced["query_tile"] = query_tile
-
-            def planner(*args, _forced=forced, **kwargs):
-                return real_plan(*args, **{**kwargs, **_forced})
-
+            forced = PrefillOverrides(key_tile=key_tile, query_tile=query_tile)
             try:
-                with mock.patch.object(prefill_module, "plan_prefill", planner):
-                    results = [simulate(spec, c) for c in cases]
+                results = [simulate(spec, dataclasses.replace(c, prefill=forced)) for c in cases]
             except ValueError as err:  # the plan refused the pair (over its budget)
                 rows.append(
                     {"key_tile": key_tile, "query_tile": query_tile, "error": str(err)[:60]}

@@ -10,26 +10,27 @@ Decode inputs (vLLM 0.6.3 layout, every sequence ``context`` tokens long)::
 
 Prefill adds ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]`` for the new tokens and
 ``query_start_loc`` ``[num_seqs + 1]`` / ``context_lens`` ``[num_seqs]`` (shadowed, so code that
-reads offsets on the host still traces). The traced code plans for the profile through
-``ATTN_CORE_DEVICE`` (set for the duration of the call).
+reads offsets on the host still traces). The traced call executes the plan :func:`plan_for`
+makes for the profile (passed as ``plan=``): attn-core's pure planners with the profile's
+capabilities (:func:`attn_core.profile_capabilities`, what that device's torch would report)
+and the case's overrides. Nothing reads or writes the environment.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import inspect
-import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from attn_core.capabilities import Capabilities, profile_capabilities
 from attn_core.device_spec import DeviceSpec
+from attn_core.settings import DecodeOverrides, PrefillOverrides
 from attn_sim.designs import Shape
 from attn_sim.tracer import Trace, trace
 
-TIER_ENV = "ATTN_CORE_DECODE_TIER"  # attn-core's override of the plan's tier
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
@@ -48,6 +49,13 @@ class Case:
     dtype: str = "float16"
     query_len: int = 1
     tier: Optional[str] = None  # decode: force this plan tier (what a measurement ran)
+    decode: DecodeOverrides = field(default_factory=DecodeOverrides)  # sweeps, gates
+    prefill: PrefillOverrides = field(default_factory=PrefillOverrides)
+
+    def decode_overrides(self, tier: Optional[str] = None) -> DecodeOverrides:
+        """The decode overrides with ``tier`` (or the case's own) forced."""
+        tier = tier or self.tier
+        return dataclasses.replace(self.decode, tier=tier) if tier else self.decode
 
     def label(self) -> str:
         """Baseline key: path, batch, context (and the chunk for prefill)."""
@@ -101,48 +109,10 @@ def prefill_inputs(case: Case) -> tuple[tuple, dict, dict[torch.Tensor, torch.Te
     return args, {}, shadows
 
 
-# The torch each profile runs under decides some of attn-core's choices: the vendor ships torch
-# 2.1 for the BI-V100, whose bmm has no ``out_dtype`` (keys are upcast for fp32 scores); the
-# NVIDIA profiles run current torch, whose CUDA bmm writes fp32 scores from fp16/bf16 inputs.
-BMM_OUT_DTYPE = {"bi-v100": False, "bi-v100-smem48k": False, "h200": True, "a100": True}
-
-
-@contextlib.contextmanager
-def profile_env(spec: DeviceSpec) -> Iterator[None]:
-    """Make attn-core plan (and pick torch features) for ``spec`` while tracing.
-
-    Sets ``ATTN_CORE_DEVICE`` to the profile's base name and answers attn-core's "does bmm write
-    fp32 scores" probe as that profile's torch would (the probe itself only sees ``meta``).
-    """
-    name = base_name(spec)
-    old = os.environ.get("ATTN_CORE_DEVICE")
-    os.environ["ATTN_CORE_DEVICE"] = name
-    patched = _patch_bmm_probe(BMM_OUT_DTYPE.get(name, False))
-    try:
-        yield
-    finally:
-        patched()
-        if old is None:
-            os.environ.pop("ATTN_CORE_DEVICE", None)
-        else:
-            os.environ["ATTN_CORE_DEVICE"] = old
-
-
-@contextlib.contextmanager
-def env_var(name: str, value: Optional[object]) -> Iterator[None]:
-    """Set (or with ``None`` unset) one environment variable for the duration."""
-    old = os.environ.get(name)
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = str(value)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
+# The fused prefill kernels are not modelled: the vendor's flash library cannot be traced on a
+# CPU and no op rule prices either kernel yet, so the simulator prices the torch backend
+# everywhere (report_text says so). Profile capabilities keep everything else they state.
+FUSED_PREFILL_MODELLED = False
 
 
 def base_name(spec: DeviceSpec) -> str:
@@ -150,28 +120,10 @@ def base_name(spec: DeviceSpec) -> str:
     return spec.name.split("+")[0]
 
 
-def _patch_bmm_probe(answer: bool):
-    try:
-        from attn_core import decode
-    except ImportError:
-        return lambda: None
-    original = getattr(decode, "bmm_writes_fp32", None)
-    if original is None:
-        return lambda: None
-
-    def probe(device_type: str, dtype: torch.dtype) -> bool:
-        return (
-            dtype == torch.float32
-            or (device_type == "meta" and answer)
-            or (device_type != "meta" and original(device_type, dtype))
-        )
-
-    decode.bmm_writes_fp32 = probe
-
-    def restore() -> None:
-        decode.bmm_writes_fp32 = original
-
-    return restore
+def sim_capabilities(spec: DeviceSpec, dtype: torch.dtype) -> Capabilities:
+    """What ``spec``'s device would report for ``dtype`` (no probing), as the simulator plans."""
+    caps = profile_capabilities(spec, dtype)
+    return caps if FUSED_PREFILL_MODELLED else dataclasses.replace(caps, fused_prefill=())
 
 
 def trace_case(spec: DeviceSpec, case: Case) -> tuple[Trace, int]:
@@ -190,14 +142,13 @@ def trace_case(spec: DeviceSpec, case: Case) -> tuple[Trace, int]:
     else:
         raise ValueError(f"case.path must be 'decode' or 'prefill', got {case.path!r}")
     workspace = _fresh_workspace(fn)
-    forced = env_var(TIER_ENV, case.tier) if case.tier else contextlib.nullcontext()
-    with profile_env(spec), forced:
-        args, kwargs, shadows = build(case)
-        if workspace is not None:
-            kwargs["workspace"] = workspace
-        warm, _ = trace(fn, *args, shadows=shadows, **kwargs)
-        args, _, shadows = build(case)
-        record, _ = trace(fn, *args, shadows=shadows, **kwargs)
+    args, kwargs, shadows = build(case)
+    kwargs["plan"] = plan_for(spec, case)
+    if workspace is not None:
+        kwargs["workspace"] = workspace
+    warm, _ = trace(fn, *args, shadows=shadows, **kwargs)
+    args, _, shadows = build(case)
+    record, _ = trace(fn, *args, shadows=shadows, **kwargs)
     held = workspace.nbytes if workspace is not None else warm.retained_bytes
     return record, held
 
@@ -214,36 +165,13 @@ def plan_for(spec: DeviceSpec, case: Case, tier: Optional[str] = None):
     """attn-core's plan object for ``case`` on ``spec`` (decode: ``tier`` forces a tier)."""
     import attn_core
 
+    dtype = DTYPES[case.dtype]
+    caps = sim_capabilities(spec, dtype)
     s = case.shape
-    blocks = -(-case.context // s.block_size)
-    with profile_env(spec):
-        if case.path == "decode":
-            return attn_core.plan_decode(
-                case.num_seqs,
-                s.num_heads,
-                s.num_kv_heads,
-                s.head_size,
-                s.block_size,
-                case.context,
-                blocks,
-                DTYPES[case.dtype],
-                device_spec=spec,
-                tier=tier,
-            )
-        return _plan_prefill(spec, case)
-
-
-def _plan_prefill(spec: DeviceSpec, case: Case):
-    import attn_core
-
-    s = case.shape
-    return attn_core.plan_prefill(
-        s.num_heads,
-        s.num_kv_heads,
-        s.head_size,
-        DTYPES[case.dtype],
-        case.query_len,
-        max_context_len=case.context - case.query_len,
-        device=torch.device("meta"),
-        device_spec=spec,
-    )
+    shape = attn_core.AttentionShape(s.num_heads, s.num_kv_heads, s.head_size, s.block_size, dtype)
+    if case.path == "decode":
+        blocks = -(-case.context // s.block_size)
+        lengths = attn_core.DecodeLengths(case.num_seqs, case.context, blocks)
+        return attn_core.plan_decode(shape, lengths, spec, caps, case.decode_overrides(tier))
+    lengths = attn_core.PrefillLengths(case.query_len, case.context - case.query_len)
+    return attn_core.plan_prefill(shape, lengths, spec, caps, case.prefill)
