@@ -110,7 +110,8 @@ def sweep_prefill(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[
     """attn-core's torch prefill with forced (query tile, key tile), traced.
 
     The tiles are the cases' ``PrefillOverrides`` (``query_tile`` / ``key_tile``); a pair is
-    ruled out if any case's transient memory exceeds K+V plus the prefill budget (``gates.toml``) or a launch does not fit.
+    ruled out if any case's transient memory exceeds K+V plus the prefill budget
+    (``gates.toml``) or a launch does not fit.
     """
     from attn_sim.config import load_gates
 
