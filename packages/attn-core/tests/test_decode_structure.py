@@ -113,19 +113,19 @@ def test_op_count_does_not_grow_with_context_or_batch(tier: str, clean_decode_en
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @pytest.mark.parametrize("variant", ("plain", "fp8", "stream", "scores=compute", "head 128"))
-def test_plan_counts_the_ops_it_issues(variant, tier, dtype, clean_decode_env) -> None:
-    """DecodePlan.torch_ops (what the simulator charges) is exactly what the executor issues."""
-    ov: dict = {}  # DecodeOverrides fields for this test's plans
-    ov["tier"] = tier
-    ov["partition_size"] = 32
+def test_every_variant_issues_a_fixed_op_set(variant, tier, dtype) -> None:
+    """Each variant's op set does not depend on the batch or the lengths (the simulator counts
+    the ops by tracing the executor; no restated count is kept anywhere)."""
+    ov: dict = {"tier": tier, "partition_size": 32}
     kv, head = ("fp8" if variant == "fp8" else "auto"), (128 if variant == "head 128" else 64)
     if variant == "stream":
         ov["stream_tokens"] = 64
     if variant == "scores=compute":
         ov["scores"] = "compute"
-    case = make_paged_case((150, 3), 8, 2, head, 16, dtype, kv_cache_dtype=kv)
-    rec = record(case, **ov)
-    assert sum(rec.ops.values()) == plan_of(case, **ov).torch_ops, rec.ops
+    one = record(make_paged_case((150, 3), 8, 2, head, 16, dtype, kv_cache_dtype=kv), **ov)
+    # same longest sequence: a streamed step repeats its set once per chunk of that length
+    other = make_paged_case((150, 40, 7), 8, 2, head, 16, dtype, kv_cache_dtype=kv, seed=1)
+    assert record(other, **ov).ops == one.ops
 
 
 def test_no_host_sync_or_data_dependent_shapes() -> None:
