@@ -35,7 +35,6 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 import torch
-
 from device_facts_record import absent, document, is_absent, measured
 
 SECTIONS = ("driver", "rates", "v1", "tiers")
@@ -131,7 +130,9 @@ def run_v1(sizes: Sizes, notes: dict) -> dict:
     if r["stopped"] == "absent":
         facts["native_v1_max_seq_len"] = absent("tokens", probes[-1]["detail"])
     elif r["reach"] is None:
-        facts["native_v1_max_seq_len"] = absent("tokens", f"HANG at context {probes[-1]['context']}")
+        facts["native_v1_max_seq_len"] = absent(
+            "tokens", f"HANG at context {probes[-1]['context']}"
+        )
     else:
         fail = next((p for p in probes if p["context"] == r["first_failure"]), None)
         method = (
@@ -177,8 +178,11 @@ def run_tiers(sizes: Sizes, notes: dict) -> dict:
     )
     facts = {
         "decode_tiers": measured(timed, "s", method),
-        "native_decode": measured(native, "", "attn_core.native load_native (no build) + "
-                                  "verify_native against the float64 reference"),  # fmt: skip
+        "native_decode": measured(
+            native,
+            "",
+            "attn_core.native load_native (no build) + verify_native against the float64 reference",
+        ),  # fmt: skip
     }
     if failed:
         facts["decode_tier_errors"] = measured(failed, "", "rows whose every timing raised")
@@ -224,12 +228,15 @@ def parse_args(argv=None):
     p.add_argument("--out", type=Path, default=Path("results"))
     p.add_argument("--junit", type=Path)
     p.add_argument("--quick", action="store_true", default=os.environ.get("HIL_QUICK") == "1")
-    p.add_argument("--device", default=os.environ.get("HIL_DEVICE", ""), choices=("", "cuda", "cpu"))
+    p.add_argument(
+        "--device", default=os.environ.get("HIL_DEVICE", ""), choices=("", "cuda", "cpu")
+    )
     p.add_argument("--target", default=os.environ.get("HIL_TARGET") or "local")
     p.add_argument(
         "--sections",
         default=os.environ.get("HIL_DF_SECTIONS") or ",".join(SECTIONS),
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: $HIL_DF_SECTIONS, else all)",
+        help=f"comma-separated subset of {','.join(SECTIONS)} "
+        "(default: $HIL_DF_SECTIONS, else all)",
     )
     args = p.parse_args(argv)
     chosen = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -282,8 +289,11 @@ def main(argv=None) -> int:
         facts=facts,
         sizes=dataclasses.asdict(sizes),
         sections={k: {"status": v["status"], "seconds": v["seconds"]} for k, v in results.items()},
-        platform={"torch_cuda": torch.version.cuda, "corex": getattr(torch.version, "corex", None),
-                  **notes},  # fmt: skip
+        platform={
+            "torch_cuda": torch.version.cuda,
+            "corex": getattr(torch.version, "corex", None),
+            **notes,
+        },  # fmt: skip
         suite_seconds=round(time.monotonic() - t_start, 2),
     )
     path = args.out / FACTS_FILE

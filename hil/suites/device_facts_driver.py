@@ -15,7 +15,8 @@ import ctypes.util
 import glob
 import os
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from device_facts_record import absent, measured
 
@@ -172,4 +173,6 @@ def gpu_only_names() -> list:
 
 
 def units() -> dict:
-    return {name: unit for name, unit, *_ in DRIVER_FACTS} | {"max_registers_per_thread": "registers"}
+    return {name: unit for name, unit, *_ in DRIVER_FACTS} | {
+        "max_registers_per_thread": "registers"
+    }

@@ -19,7 +19,6 @@ import statistics
 import time
 
 import torch
-
 from device_facts_record import absent, measured
 
 GiB = 1024**3
@@ -50,8 +49,6 @@ def bandwidths(nbytes: int, repeats: int) -> dict:
     size = _size_text(nbytes)
     t_read = event_median_s(lambda: src.sum(dtype=torch.float32), repeats)
     t_copy = event_median_s(lambda: dst.copy_(src), repeats)
-    del src, dst
-    torch.cuda.empty_cache()
     return {
         "hbm_bandwidth": measured(
             nbytes / t_read,
