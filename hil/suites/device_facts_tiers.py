@@ -135,11 +135,16 @@ def time_graph(fn, device: torch.device, repeats: int) -> tuple:
 
 
 def attn_core_call(c: Case, out: torch.Tensor):
+    """One decode step with a workspace of its own, so a graph captured over it never shares
+    scratch buffers with the next variant's eager calls."""
     import attn_core
+    from attn_core.workspace import Workspace
 
+    ws = Workspace()
     return lambda: attn_core.paged_decode(
-        c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.context, out=out
-    )
+        c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.context, out=out,
+        workspace=ws,
+    )  # fmt: skip
 
 
 def native_library(device: torch.device) -> tuple:
