@@ -139,5 +139,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(venv_backend="uv|virtualenv")
 def hil(session: nox.Session) -> None:
     """Run HIL suites on lab targets: nox -s hil -- --target NAME --suite functional."""
-    session.install("-e", HIL)
+    # [ssh]: paramiko, which docker-py 7.x needs for any ssh:// endpoint (the lab target), even
+    # with use_ssh_client = true
+    session.install("-e", f"{HIL}[ssh]")
     session.run("python", "-m", "hil", *session.posargs)
