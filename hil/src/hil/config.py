@@ -50,6 +50,14 @@ def expand(text: str, environ: Mapping[str, str]) -> str:
     return _VAR.sub(sub, text)
 
 
+def _expand(text: str, environ: Mapping[str, str], key: str) -> str:
+    """expand() with the dotted key of the value in its error."""
+    try:
+        return expand(text, environ)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of a suite: a pytest run over payload paths, or a command.
@@ -149,7 +157,7 @@ def _str_table(table: Mapping[str, Any], key: str, where: str, environ) -> dict:
     for k, v in raw.items():
         if not isinstance(v, str):
             raise ConfigError(f"{where}.{key}.{k} must be a string, got {type(v).__name__} ({v!r})")
-        out[str(k)] = expand(v, environ)
+        out[str(k)] = _expand(v, environ, f"{where}.{key}.{k}")
     return out
 
 
@@ -173,12 +181,12 @@ def _str_list(table: Mapping[str, Any], key: str, where: str, environ) -> tuple[
             )
     if environ is None:  # command steps: {python}-style placeholders, no ${VAR} expansion
         return tuple(value)
-    return tuple(expand(v, environ) for v in value)
+    return tuple(_expand(v, environ, f"{where}.{key}[{i}]") for i, v in enumerate(value))
 
 
 def _opt_str(table, key, where, environ) -> Optional[str]:
     value = _typed(table, key, str, where, None)
-    return None if value is None else expand(value, environ)
+    return None if value is None else _expand(value, environ, f"{where}.{key}")
 
 
 def parse_step(raw: Any, where: str, environ) -> Step:
@@ -252,7 +260,7 @@ def parse_target(name: str, raw: Any, environ) -> Target:
     where = f"targets.{name}"
     raw = _table(raw, where)
     _reject_unknown(raw, _TARGET_KEYS, where)
-    endpoint = expand(_typed(raw, "endpoint", str, where, "env"), environ)
+    endpoint = _expand(_typed(raw, "endpoint", str, where, "env"), environ, f"{where}.endpoint")
     if endpoint != "env" and not endpoint.startswith(("unix://", "tcp://", "ssh://", "npipe://")):
         raise ConfigError(
             f"{where}.endpoint must be unix://, tcp://, ssh:// or 'env', got {endpoint!r}"
@@ -272,13 +280,13 @@ def parse_target(name: str, raw: Any, environ) -> Target:
         devices=_str_list(raw, "devices", where, environ),
         mounts=_str_list(raw, "mounts", where, environ),
         gpus=_str_list(raw, "gpus", where, environ),
-        base_image=expand(_typed(raw, "base_image", str, where, "hil-base:bookworm"), environ),
+        base_image=_opt_str(raw, "base_image", where, environ) or "hil-base:bookworm",
         environment=_str_table(raw, "environment", where, environ),
         network=_typed(raw, "network", str, where, "none"),
         mem_limit=_memory(raw, "mem_limit", where, environ),
         shm_size=_memory(raw, "shm_size", where, environ),
         python=_typed(raw, "python", str, where, "python3"),
-        wheels=expand(_typed(raw, "wheels", str, where, ""), environ),
+        wheels=_opt_str(raw, "wheels", where, environ) or "",
         suite_timeouts=suite_timeouts,
         test_timeout_s=_seconds(raw, "test_timeout_s", where, 600.0),
         probe_timeout_s=_seconds(raw, "probe_timeout_s", where, 120.0),
@@ -286,7 +294,7 @@ def parse_target(name: str, raw: Any, environ) -> Target:
         probe=_str_list(raw, "probe", where, environ),
         use_ssh_client=_typed(raw, "use_ssh_client", bool, where, False),
         build_args=_str_table(raw, "build_args", where, environ),
-        dockerfile=expand(_typed(raw, "dockerfile", str, where, ""), environ),
+        dockerfile=_opt_str(raw, "dockerfile", where, environ) or "",
         description=_typed(raw, "description", str, where, ""),
     )
     for m in target.mounts:
@@ -324,7 +332,7 @@ def parse_config(
         }
         if not targets:
             raise ConfigError("config must define at least one [targets.NAME] table, got none")
-    except ValueError as exc:  # expand() raises plain ValueErrors: they get the file too
+    except ValueError as exc:  # every error gets the file's path in front of its key
         raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
     return Config(targets=targets, suites=suites, path=path)
 
