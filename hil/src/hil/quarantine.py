@@ -102,7 +102,7 @@ class QuarantineStore:
     def _read(self) -> dict:
         try:
             text = self.path.read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no file yet: nothing quarantined
             return {"quarantine": {}}
         except (OSError, UnicodeDecodeError) as exc:
             raise self._error(f"cannot be read ({exc})") from None
