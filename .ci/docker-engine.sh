@@ -53,13 +53,19 @@ pid_of() {
     echo "$pid"
 }
 
+# alive and not a zombie (an exited child its parent has not reaped yet counts as gone)
+alive() {
+    [ -r "/proc/$1/stat" ] || return 1
+    [ "$(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
 # TERM, wait up to $2 seconds, then KILL
 end_pid() {
     local pid="$1" wait_s="$2"
     kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 1 "$wait_s"); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 1
+    for _ in $(seq 1 "$((wait_s * 5))"); do
+        alive "$pid" || return 0
+        sleep 0.2
     done
     say "pid $pid still alive after ${wait_s} s: KILL"
     kill -KILL "$pid" 2>/dev/null || true
