@@ -81,10 +81,12 @@ def test_command_placeholders_are_not_expanded(tmp_path):
     assert step.command == ("{python}", "${X}")
 
 
-@pytest.mark.parametrize("good", ["4g", "512m", "1.5g", "1024", "100K", "7b"])
+@pytest.mark.parametrize("good", ["4g", "512m", "1.5g", "1024", "100K", "7b", "4gb", "64GB"])
 def test_docker_memory_strings_accepted(tmp_path, good):
     path = write(tmp_path, GOOD + f'mem_limit = "{good}"\n')
     assert load_config(path, SUITES, environ={}).targets["t"].mem_limit == good
+    docker_utils = pytest.importorskip("docker.utils")
+    assert docker_utils.parse_bytes(good) > 0  # what the engine call will do with it
 
 
 def test_bad_suites_toml_is_named(tmp_path):

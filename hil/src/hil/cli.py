@@ -31,7 +31,7 @@ from hil.summary import render, wrap, write_summary
 
 DEFAULT_SUITES = "functional,long-context"
 # a run id is one path component under --out: no separators, no "..", no leading dot or dash
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 EPILOG = """\
 commands:
   python -m hil reset-target NAME [--state PATH]    lift NAME's quarantine
@@ -168,7 +168,7 @@ def pick(config: Config, args) -> tuple:
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID.match(run_id) or ".." in run_id:
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
         raise UsageError(
             f"--run-id must be one path component (letters, digits, '.', '_', '-'; "
             f"starting with a letter or digit; no '..'; at most 100 characters), got {run_id!r}"

@@ -28,8 +28,8 @@ else:  # pragma: no cover - Python 3.10
 EXECUTORS = ("docker", "local")
 DEVICE_KINDS = ("cpu", "cuda")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-# what docker-py's parse_bytes accepts: an integer count of bytes, or a number with b/k/m/g
-_MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?[bkmgBKMG]?$")
+# a subset of what docker-py's parse_bytes accepts: bytes, or a number with b, k, m, g (kb...)
+MEMORY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?([kmgKMG][bB]?|[bB])?")
 
 
 class ConfigError(ValueError):
@@ -163,10 +163,10 @@ def _str_table(table: Mapping[str, Any], key: str, where: str, environ) -> dict:
 
 def _memory(table: Mapping[str, Any], key: str, where: str, environ) -> Optional[str]:
     value = _opt_str(table, key, where, environ)
-    if value is not None and not _MEMORY.match(value):
+    if value is not None and not MEMORY_SIZE.fullmatch(value):
         raise ConfigError(
-            f"{where}.{key} must be a Docker memory size such as '512m' or '4g' "
-            f"(a number with an optional b/k/m/g suffix), got {value!r}"
+            f"{where}.{key} must be a Docker memory size such as '512m', '4g' or '4gb' "
+            f"(a number with an optional b, k, m or g suffix), got {value!r}"
         )
     return value
 
