@@ -11,7 +11,7 @@ import pytest
 from hil_helpers import REPO
 
 SCRIPT = REPO / ".ci" / "docker-engine.sh"
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the script refuses to run as non-root")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the script refuses to run as non-root")
 
 
 def script(tmp_path, *args, **env_extra) -> subprocess.CompletedProcess:
@@ -38,6 +38,7 @@ def fake_dockerd(tmp_path, host: str) -> subprocess.Popen:
     return proc
 
 
+@needs_root
 def test_stop_ends_our_dockerd_only(tmp_path):
     ours = fake_dockerd(tmp_path, f"unix://{tmp_path / 'hil.sock'}")
     other = subprocess.Popen(["sleep", "300"], start_new_session=True)
@@ -54,6 +55,7 @@ def test_stop_ends_our_dockerd_only(tmp_path):
                 p.wait()
 
 
+@needs_root
 def test_stop_ignores_a_pid_file_naming_another_process(tmp_path):
     other = subprocess.Popen(["sleep", "300"], start_new_session=True)
     (tmp_path / "dockerd.pid").write_text(str(other.pid))  # stale: the pid was reused
@@ -66,6 +68,7 @@ def test_stop_ignores_a_pid_file_naming_another_process(tmp_path):
         other.wait()
 
 
+@needs_root
 def test_clean_stops_and_deletes_the_data_root(tmp_path):
     root = tmp_path / "root"
     (root / "vfs" / "dir").mkdir(parents=True)
@@ -84,18 +87,63 @@ def test_clean_stops_and_deletes_the_data_root(tmp_path):
             ours.kill()
 
 
+@needs_root
 def test_clean_refuses_slash(tmp_path):
     proc = script(tmp_path, "clean", HIL_DOCKER_ROOT="/")
     assert "refusing to delete '/'" in proc.stderr and proc.returncode != 0
 
 
+@needs_root
 def test_unknown_command(tmp_path):
     proc = script(tmp_path, "bogus")
     assert proc.returncode == 2 and "expected start, stop, clean [--cache] or status" in proc.stderr
 
 
-def test_ci_run_stops_the_engine_it_started_at_exit():
-    text = (REPO / ".ci" / "run").read_text()
-    assert "trap stop_engine EXIT" in text
-    assert "HIL_KEEP_ENGINE" in text and "bash .ci/docker-engine.sh stop" in text
-    assert text.index("trap stop_engine EXIT") < text.index("bash .ci/docker-engine.sh\n")
+def ci_run(tmp_path, nox_rc: int = 0, **env_extra) -> tuple:
+    """.ci/run in a copy of the tree whose docker-engine.sh, python3 and nox are stand-ins that
+    log their calls: (exit code, the log's lines)."""
+    tree = tmp_path / "tree"
+    (tree / ".ci").mkdir(parents=True)
+    (tree / ".ci" / "run").write_text((REPO / ".ci" / "run").read_text())
+    log = tmp_path / "calls.log"
+    (tree / ".ci" / "docker-engine.sh").write_text(f'echo "engine ${{1:-start}}" >>{log}\n')
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("python3", "exit 0"), ("nox", f'echo "nox $*" >>{log}; exit {nox_rc}')):
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    env = {
+        "PATH": f"{bin_}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HIL_DOCKER_PID": str(tmp_path / "dockerd.pid"),
+        **env_extra,
+    }
+    proc = subprocess.run(
+        ["bash", str(tree / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60
+    )
+    return proc.returncode, log.read_text().splitlines() if log.exists() else []
+
+
+def test_ci_run_stops_the_engine_it_started(tmp_path):
+    code, calls = ci_run(tmp_path)
+    assert code == 0 and calls[0] == "engine start" and calls[-1] == "engine stop", calls
+
+
+def test_ci_run_stops_the_engine_after_a_failure_and_keeps_the_exit_code(tmp_path):
+    code, calls = ci_run(tmp_path, nox_rc=3)
+    assert code == 3 and calls == ["engine start", "nox -s tests", "engine stop"], calls
+
+
+def test_ci_run_keeps_the_engine_when_asked(tmp_path):
+    code, calls = ci_run(tmp_path, HIL_KEEP_ENGINE="1")
+    assert code == 0 and "engine stop" not in calls, calls
+
+
+def test_ci_run_leaves_an_engine_it_did_not_start(tmp_path):
+    already = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (tmp_path / "dockerd.pid").write_text(str(already.pid))
+    try:
+        code, calls = ci_run(tmp_path)
+        assert code == 0 and "engine stop" not in calls, calls
+    finally:
+        already.kill()
+        already.wait()
