@@ -347,7 +347,7 @@ def test_random_config_text(raw):
 def test_random_state_files(raw, command):
     with Sandbox() as box:
         box.state.parent.mkdir()
-        box.state.write_text(raw)
+        box.state.write_bytes(raw.encode())
         argv = [*command, "--state", str(box.state)]
         if command[0] != "reset-target":
             argv += ["--config", str(box.config), "--executor", "local"]
@@ -355,4 +355,4 @@ def test_random_state_files(raw, command):
         check(code, out, err)
         if code == 2:
             assert str(box.state) in err and "reset-target --repair" in err, err
-            assert box.state.read_text() == raw  # never overwritten
+            assert box.state.read_bytes() == raw.encode()  # never overwritten

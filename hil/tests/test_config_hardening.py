@@ -120,3 +120,13 @@ def test_cli_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, monkeypatc
     assert code == 2
     assert str(path) in err and key in err and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_cli_config_path_that_cannot_be_read(tmp_path, capsys, kind):
+    path = tmp_path / "targets.toml"
+    if kind == "directory":
+        path.mkdir()
+    code = cli.main(["--config", str(path), "--list-targets", "--state", str(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and f"config file {path} (--config" in err, err

@@ -194,3 +194,18 @@ def test_read_only_state_directory(tmp_path, capsys, monkeypatch):
         assert cli.main(["--list-targets", "--state", str(ro / "s.json")]) == 0
     finally:
         ro.chmod(0o755)
+
+
+def test_a_directory_as_state_file_is_refused_and_never_moved(tmp_path, capsys):
+    state = tmp_path / "dir"
+    (state / "keep").mkdir(parents=True)
+    for argv in (["--list-targets"], ["reset-target", "--repair"], ["reset-target", "x"]):
+        assert cli.main([*argv, "--state", str(state)]) == 2
+        assert f"state file {state} is a directory" in capsys.readouterr().err
+    assert (state / "keep").is_dir() and not list(tmp_path.glob("dir.corrupt-*"))
+
+
+def test_repair_of_a_missing_file_does_nothing(tmp_path, capsys):
+    state = tmp_path / "s.json"
+    assert cli.main(["reset-target", "--repair", "--state", str(state)]) == 0
+    assert "nothing to repair" in capsys.readouterr().out and not state.exists()

@@ -139,7 +139,13 @@ def reset_target(argv: Sequence[str]) -> int:
 def load(args) -> Config:
     repo = repo_root()
     path = args.config or Path(os.environ.get("HIL_CONFIG") or repo / "hil" / "targets.toml")
-    return load_config(path, repo / "hil" / "suites" / "suites.toml")
+    try:
+        return load_config(path, repo / "hil" / "suites" / "suites.toml")
+    except OSError as exc:  # missing, a directory, unreadable: name the file and the option
+        raise UsageError(
+            f"config file {exc.filename or path} (--config / $HIL_CONFIG) cannot be read: "
+            f"{exc.strerror or exc}"
+        ) from None
 
 
 def names_of(option: str, text: str) -> list:

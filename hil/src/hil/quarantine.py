@@ -100,6 +100,8 @@ class QuarantineStore:
             raise StateError(f"state file {self.path} is not writable; pass --state PATH")
 
     def _read(self) -> dict:
+        if self.path.is_dir():  # not a corrupt file: --repair must never move a directory
+            raise StateError(f"state file {self.path} is a directory; pass --state FILE")
         try:
             text = self.path.read_text()
         except (FileNotFoundError, NotADirectoryError):  # no file yet: nothing quarantined
@@ -172,6 +174,9 @@ class QuarantineStore:
         """Move an unreadable or wrongly shaped file aside and start an empty one; where it went,
         or None when the file was fine (or absent) and nothing was done."""
         with self._locked():
+            if not self.path.is_file():  # absent (nothing to repair) or a directory (refused)
+                self._read()
+                return None
             try:
                 self._read()
                 return None
