@@ -446,7 +446,7 @@ def _gather_and_score(
     ids = block_ids(block_tables, masked[:, ::bs], start // bs, c // bs, ws)
     keys = gather_keys(ws, key_cache, ids, layout, plan.gather_bytes)
     values = gather_values(ws, value_cache, ids, layout, plan.gather_bytes)
-    _zero_value_tails(ws, values, end, plan)
+    _zero_value_tails(ws, values, end, plan, last=start + c >= plan.num_chunks * c)
 
     keys = keys.view(rows, c, head_size)
     if plan.scores_in_compute_dtype:
@@ -474,7 +474,7 @@ def _gather_and_score(
 
 
 def _zero_value_tails(
-    ws: Workspace, values: torch.Tensor, end: torch.Tensor, plan: DecodePlan
+    ws: Workspace, values: torch.Tensor, end: torch.Tensor, plan: DecodePlan, last: bool = True
 ) -> None:
     """Zero the ``block_size - 1`` gathered value slots after each sequence's last token.
 
@@ -483,6 +483,9 @@ def _zero_value_tails(
     inside the row (``C >= max_seq_len + block_size - 1``) and past the end, so one
     ``index_put_`` of zeros does it. A streamed chunk may end before a sequence does: targets
     are clamped into the chunk and slots that hold real tokens are written back unchanged.
+    The ``last`` chunk is not clamped above: the chunks cover ``max_seq_len + block_size - 1``
+    slots, so a target past it means ``seq_lens > max_seq_len`` and fails (IndexError / device
+    assert) rather than silently dropping the tokens no chunk covers.
     """
     num_seqs, c, bs = end.shape[0], plan.chunk_tokens, plan.block_size
     device = values.device
@@ -495,7 +498,7 @@ def _zero_value_tails(
         target = end[:, None] + step  # [S, BS - 1]
         torch.ops.aten.index_put_(values, [None, None, seqs, target], zero)
         return
-    target = (end[:, None] + step).clamp_(0, c - 1)
+    target = (end[:, None] + step).clamp_(0, None if last else c - 1)
     current = values[:, :, seqs, target]
     keep = target < end[:, None]  # a clamped target on a real token: write it back as it is
     torch.ops.aten.index_put_(values, [None, None, seqs, target], torch.where(keep, current, zero))
