@@ -102,9 +102,15 @@ def validate_caches(
         )
     head_size = head_chunks * x
     if head_size not in SUPPORTED_HEAD_SIZES:
-        raise ValueError(f"head_size must be one of {SUPPORTED_HEAD_SIZES}, got {head_size}")
+        raise ValueError(
+            f"key_cache's head_size must be one of {SUPPORTED_HEAD_SIZES}, got {head_size} "
+            f"(shape[2] * shape[4] = {head_chunks} * {x})"
+        )
     if block_size not in SUPPORTED_BLOCK_SIZES:
-        raise ValueError(f"block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size}")
+        raise ValueError(
+            f"key_cache's block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size} "
+            "(shape[3])"
+        )
     check_tensor(
         "value_cache",
         value_cache,
