@@ -13,21 +13,22 @@ every call, inside CUDA-graph capture too:
 - a non-empty batch needs a cache of at least one block.
 
 What only ``ATTN_CORE_CHECKS=1`` catches (it reads ``seq_lens`` and ``block_tables``, a sync,
-and is skipped during graph capture), and what happens without it:
+and is skipped during graph capture), and what each bad value does without it. "The torch
+error" is ``IndexError`` or ``RuntimeError`` from an index op on the CPU and a device-side
+assert on CUDA; ``tests/test_bad_input_decode.py`` holds the code to this list:
 
-- ``seq_lens[i] > block_tables.shape[1] * block_size``: never a silent wrong answer. Columns of
-  the step beyond the table's width get block id -1 unless masked
-  (:func:`attn_core.decode_gather.block_ids`), so the gather fails: ``IndexError`` on the CPU,
-  a device-side assert on CUDA;
-- ``max_seq_len < seq_lens[i] <= capacity``: the blocks read are the sequence's own. The result
-  is exact while the step still covers the sequence; beyond it, ``IndexError`` on the CPU / a
-  device-side assert on CUDA (non-streaming), or attention over the first
-  ``num_chunks * chunk_tokens`` tokens only (streaming);
-- ``seq_lens[i] < 1``: a finite output computed from the sequence's first block (vLLM's kernel
-  is undefined there too);
-- block ids outside ``[0, num_blocks)`` in the columns a sequence uses: ``IndexError`` on the
-  CPU, a device-side assert on CUDA. Ids of blocks another sequence owns are not errors (prefix
-  caching shares blocks).
+- ``seq_lens[i] > block_tables.shape[1] * block_size``: the torch error, never numbers. Step
+  columns beyond the table's width get block id -1 unless masked
+  (:func:`attn_core.decode_gather.block_ids`), so the gather fails instead of reading a block
+  the sequence does not own (issue 11 saw relative errors of 0.14-0.36 from that);
+- ``max_seq_len < seq_lens[i] <= capacity``: only the sequence's own blocks are read. The result
+  is exact while the step's columns (``>= max_seq_len + block_size - 1``) cover the sequence,
+  else the torch error; streaming too (the last chunk's tail zeroing is not clamped,
+  ``decode._zero_value_tails``), so no tokens are dropped silently;
+- ``seq_lens[i] < 1``: a finite output of no meaning (vLLM's kernel is undefined there too);
+  lengths below minus the step's width: the torch error;
+- block ids outside ``[0, num_blocks)`` in the columns a sequence uses: the torch error. Ids of
+  blocks another sequence owns are not errors (prefix caching shares blocks).
 """
 
 from __future__ import annotations
