@@ -68,7 +68,8 @@ def paged_prefix_prefill(
         out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, written in place.
         plan: a prebuilt :class:`PrefillPlan` (bench sweeps, tests); default plans this call.
         workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
-            then allocate only the gathered context); None allocates them per call.
+            then allocate only the gathered context); None allocates them per call. One
+            thread's only: another thread using it raises ``RuntimeError``.
 
     Host syncs: one. ``query_start_loc``, ``seq_lens`` and ``context_lens`` are read to the
     host together once per call; per-sequence slicing and tile counts need them. Nothing else
