@@ -271,9 +271,10 @@ def plan_for(
         layout.kv_cache_dtype,
     )
     lengths = DecodeLengths(query.shape[0], max_seq_len, max_blocks)
-    spec = device_spec or detect_device_spec(query.device)
+    overrides = current_overrides()  # once per call: the environment read at the boundary
+    spec = device_spec or detect_device_spec(query.device, forced=overrides.device)
     caps = probe_capabilities(query.device, query.dtype)
-    return _cached_plan(shape, lengths, spec, caps, current_overrides().decode)
+    return _cached_plan(shape, lengths, spec, caps, overrides.decode)
 
 
 _cached_plan = functools.lru_cache(maxsize=256)(plan_decode)

@@ -20,6 +20,9 @@ from attn_core.cache_layout import (
 )
 
 DTYPE_NAMES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# Bytes per element of the compute dtypes, without allocating a tensor to ask (the decode entry
+# point builds a shape on every call).
+_ELEMENT_SIZES = {torch.float16: 2, torch.bfloat16: 2, torch.float32: 4}
 
 
 def dtype_from_name(name: str) -> torch.dtype:
@@ -91,7 +94,7 @@ class AttentionShape:
     @property
     def element_size(self) -> int:
         """Bytes of one query / compute element."""
-        return torch.empty((), dtype=self.dtype).element_size()
+        return _ELEMENT_SIZES[self.dtype]
 
     @property
     def cache_element_size(self) -> int:
