@@ -30,7 +30,16 @@ nox.options.error_on_missing_interpreters = True
 # A CPU build on the project machines' local disk; BI100_TORCH overrides it (e.g. on a laptop).
 TORCH = shlex.split(os.environ.get("BI100_TORCH", "torch==2.13.0"))
 # The vendor stack: torch 2.1.0+corex on Python 3.10. 2.1.2 is the newest 2.1.x on PyPI.
-COMPAT_TORCH = ["torch==2.1.2", "numpy<2"]
+# PyPI has only the CUDA 12.1 build of 2.1.2 (a 670 MB wheel, measured, that pulls the
+# nvidia-* wheels: about 4.7 GB installed); the CPU build (~185 MB, not measured: unreachable
+# here) is only on PyTorch's own index, which the project machines cannot reach. Where it is
+# reachable, BI100_COMPAT_INDEX selects it, e.g.
+#   BI100_COMPAT_INDEX=https://download.pytorch.org/whl/cpu nox -s compat
+# and BI100_COMPAT_TORCH may name a local wheel file instead of the requirement.
+COMPAT_TORCH = shlex.split(os.environ.get("BI100_COMPAT_TORCH", "torch==2.1.2"))
+COMPAT_INDEX = os.environ.get("BI100_COMPAT_INDEX", "")
+# torch 2.1.2's own requirements besides the nvidia-* / triton wheels of the CUDA build
+COMPAT_TORCH_DEPS = ["filelock", "typing-extensions", "sympy", "networkx", "jinja2", "fsspec"]
 
 
 def _interpreter(version: str) -> str:
@@ -109,7 +118,12 @@ def vllm(session: nox.Session) -> None:
 @nox.session(python=COMPAT_PYTHON)
 def compat(session: nox.Session) -> None:
     """attn-core's tests on torch 2.1.2 / Python 3.10 (the vendor ships torch 2.1.0+corex, 3.10)."""
-    session.install(*COMPAT_TORCH)
+    if COMPAT_INDEX:
+        # --no-deps: the CPU index must serve torch only; its pure-Python deps come from PyPI
+        session.install("--index-url", COMPAT_INDEX, "--no-deps", *COMPAT_TORCH)
+        session.install(*COMPAT_TORCH_DEPS, "numpy<2")
+    else:
+        session.install(*COMPAT_TORCH, "numpy<2")
     session.install(*TEST_DEPS)
     session.install("--no-deps", "-e", ATTN_CORE)
     session.run("python", "-c", "import torch; print('torch', torch.__version__)")
@@ -139,5 +153,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(venv_backend="uv|virtualenv")
 def hil(session: nox.Session) -> None:
     """Run HIL suites on lab targets: nox -s hil -- --target NAME --suite functional."""
-    session.install("-e", HIL)
+    # [ssh]: paramiko, which docker-py 7.x needs for any ssh:// endpoint (the lab target), even
+    # with use_ssh_client = true
+    session.install("-e", f"{HIL}[ssh]")
     session.run("python", "-m", "hil", *session.posargs)

@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
 # A private Docker engine for the HIL tests, with a base image built without any registry.
 #
-#   bash .ci/docker-engine.sh        # idempotent; prints the exports to use, last
+#   bash .ci/docker-engine.sh [start]        # idempotent; prints the exports to use, last
+#   bash .ci/docker-engine.sh stop           # stop the dockerd (and its containerd) started here
+#   bash .ci/docker-engine.sh clean          # stop, then delete the engine's data root
+#   bash .ci/docker-engine.sh clean --cache  # ... and the rootfs tarball + wheels cache too
+#   bash .ci/docker-engine.sh status         # whether it runs, and disk used by root and cache
 #
-# What it does (each step is skipped when already done):
-#   1. apt-get installs Debian's docker.io and debootstrap.
+# What `start` does (each step is skipped when already done):
+#   1. apt-get installs Debian's docker.io and debootstrap (needs root and the network).
 #   2. starts dockerd as root on its own socket ($HIL_DOCKER_SOCK), vfs storage driver, no
 #      iptables, no bridge, its own data-root / exec-root / pidfile, so it never touches a
-#      system docker; waits until it answers.
+#      system docker; waits until it answers. dockerd starts its own containerd (socket and pid
+#      file under the exec-root /run/hil-docker/containerd).
 #   3. debootstraps a minbase bookworm root filesystem with python3 (+ venv, pip, setuptools),
 #      caches it as a tarball outside the repo ($HIL_CACHE) and `docker import`s it as
 #      $HIL_BASE_IMAGE. Containers run with network none, so nothing else comes from outside.
 #   4. fills a wheels directory ($HIL_CACHE/wheels) with the CPU torch wheel and the pure-Python
 #      wheels the suites need (pytest, pytest-timeout, tabulate, hypothesis, torch's deps), which
 #      the HIL runner copies into the image's build context (HIL_WHEELS).
-# Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_CACHE, HIL_BASE_IMAGE, HIL_TORCH_WHEEL, DEBIAN_MIRROR.
+# `stop` ends only the dockerd whose pid file ($HIL_DOCKER_PID) names a dockerd on our socket,
+# then the containerd and shims it ran (found by their pid file / our containerd socket), never
+# a system docker. The data root (vfs: every image layer and container is a full copy; about
+# 5 GB after `nox -s tests`) stays for the next start, which reuses its cached torch layer;
+# `clean` removes it.
+# Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
+#      HIL_TORCH_WHEEL, DEBIAN_MIRROR.
 set -euo pipefail
 
 SOCK="${HIL_DOCKER_SOCK:-/run/hil-docker.sock}"
@@ -24,15 +35,104 @@ BASE_IMAGE="${HIL_BASE_IMAGE:-hil-base:bookworm}"
 TORCH_WHEEL="${HIL_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HOST="unix://${SOCK}"
+EXEC_ROOT="/run/hil-docker"
+PIDFILE="${HIL_DOCKER_PID:-/run/hil-docker.pid}"
+CONTAINERD_PIDFILE="$EXEC_ROOT/containerd/containerd.pid"
+CONTAINERD_SOCK="$EXEC_ROOT/containerd/containerd.sock"
 LOG="/var/log/hil-dockerd.log"
 
 say() { echo "[docker-engine] $*" >&2; }
 dk() { docker -H "$HOST" "$@"; }
 
+# the pid in pid file $1 if that process is alive and its command line contains $2
+pid_of() {
+    local pid
+    pid="$(cat "$1" 2>/dev/null || true)"
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$2" || return 1
+    echo "$pid"
+}
+
+# alive and not a zombie (an exited child its parent has not reaped yet counts as gone)
+alive() {
+    [ -r "/proc/$1/stat" ] || return 1
+    [ "$(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# TERM, wait up to $2 seconds, then KILL
+end_pid() {
+    local pid="$1" wait_s="$2"
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 "$((wait_s * 5))"); do
+        alive "$pid" || return 0
+        sleep 0.2
+    done
+    say "pid $pid still alive after ${wait_s} s: KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+stop_engine() {
+    local pid cpid
+    if pid="$(pid_of "$PIDFILE" "$HOST")"; then
+        say "stopping dockerd (pid $pid) on $HOST"
+        # dockerd stops its containers and its managed containerd on TERM
+        end_pid "$pid" 60
+    else
+        say "no dockerd of ours running (pid file $PIDFILE)"
+    fi
+    if cpid="$(pid_of "$CONTAINERD_PIDFILE" containerd)"; then
+        say "stopping the containerd dockerd left behind (pid $cpid)"
+        end_pid "$cpid" 30
+    fi
+    # shims of our containerd (their command line names our private containerd socket)
+    for shim in $(pgrep -f -- "-address $CONTAINERD_SOCK" || true); do
+        say "stopping containerd shim $shim"
+        end_pid "$shim" 10
+    done
+    rm -f "$PIDFILE"
+}
+
+safe_rm() {  # refuse to delete / or an empty path, and unmount leftovers first
+    local dir="$1"
+    case "$dir" in "" | "/" | "/var" | "/var/lib" | "/var/cache" | "/run")
+        say "refusing to delete '$dir'"; return 1 ;;
+    esac
+    [ -e "$dir" ] || { say "$dir already absent"; return 0; }
+    awk -v d="$dir/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r |
+        while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    say "deleting $dir ($(du -sh "$dir" 2>/dev/null | cut -f1))"
+    rm -rf "$dir"
+}
+
 if [ "$(id -u)" != 0 ]; then
-    say "must run as root (it starts dockerd and runs debootstrap)"
+    say "must run as root (it starts and stops dockerd, runs debootstrap)"
     exit 1
 fi
+
+case "${1:-start}" in
+start) ;;
+stop)
+    stop_engine
+    exit 0
+    ;;
+clean)
+    stop_engine
+    safe_rm "$ROOT"
+    rm -rf "$EXEC_ROOT"
+    if [ "${2:-}" = "--cache" ]; then safe_rm "$CACHE"; fi
+    exit 0
+    ;;
+status)
+    if pid="$(pid_of "$PIDFILE" "$HOST")"; then say "dockerd running (pid $pid) on $HOST"
+    else say "dockerd not running"; fi
+    du -sh "$ROOT" "$CACHE" 2>/dev/null || true
+    exit 0
+    ;;
+*)
+    say "unknown command '$1'; expected start, stop, clean [--cache] or status"
+    exit 2
+    ;;
+esac
 
 # 1. packages
 if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
@@ -48,15 +148,15 @@ fi
 if dk info >/dev/null 2>&1; then
     say "dockerd already answering on $HOST"
 else
-    mkdir -p "$ROOT" "/run/hil-docker"
+    mkdir -p "$ROOT" "$EXEC_ROOT"
     say "starting dockerd on $HOST (vfs, no iptables, no bridge; log $LOG)"
     setsid dockerd \
         --host "$HOST" \
         --storage-driver vfs \
         --iptables=false --ip6tables=false --bridge=none \
         --data-root "$ROOT" \
-        --exec-root /run/hil-docker \
-        --pidfile /run/hil-docker.pid \
+        --exec-root "$EXEC_ROOT" \
+        --pidfile "$PIDFILE" \
         >>"$LOG" 2>&1 </dev/null &
     for _ in $(seq 1 60); do
         dk info >/dev/null 2>&1 && break
@@ -67,7 +167,7 @@ else
         tail -n 30 "$LOG" >&2
         exit 1
     fi
-    say "dockerd is up (pid $(cat /run/hil-docker.pid))"
+    say "dockerd is up (pid $(cat "$PIDFILE")); stop it with: bash .ci/docker-engine.sh stop"
 fi
 
 # 3. the base image

@@ -176,12 +176,16 @@ def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: floa
     want = reference(one, k, v)
     sweep_rows = []
     best = None
-    splits = partition_candidates(one, sm_count) if sweep else [_default_split(one, sm_count)]
+    rule = _rule_split(one)
+    splits = [rule] + [s for s in partition_candidates(one, sm_count) if s != rule and sweep]
     for parts, ps in splits:
         t = graph_ms([native_step(lib, c, parts, ps) for c in cases])
-        sweep_rows.append({"partitions": parts, "partition_size": ps, "graph_ms": t})
+        sweep_rows.append({"partitions": parts, "partition_size": ps, "graph_ms": t,
+                           "rule": (parts, ps) == rule})  # fmt: skip
         if best is None or t < best[0]:
             best = (t, parts, ps)
+    row["rule_ms"] = sweep_rows[0]["graph_ms"]
+    row["rule_parts"] = rule[0]
     assert best is not None
     t, parts, ps = best
     step = native_step(lib, one, parts, ps)
@@ -204,11 +208,15 @@ def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: floa
     return row
 
 
-def _default_split(c: PagedKV, sm_count: int) -> tuple[int, int]:
-    rows = c.batch * KV_HEADS
-    want = max(1, math.ceil(4 * sm_count / rows))
-    ps = max(128, -(-math.ceil(c.tokens / want) // 128) * 128)
-    return -(-c.tokens // ps), ps
+def _rule_split(c: PagedKV) -> tuple[int, int]:
+    """What attn-core's plan chooses (:func:`attn_core.native.split.native_split`)."""
+    from attn_core.device_spec import detect_device_spec
+    from attn_core.native.split import native_split
+    from attn_core.shapes import AttentionShape
+
+    shape = AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, kv_cache_dtype=c.kv_cache_dtype)
+    split = native_split(shape, c.batch, c.tokens, detect_device_spec(torch.device("cuda")))
+    return split.num_partitions, split.partition_size
 
 
 def _sdpa_ms(c: PagedKV, k: torch.Tensor, v: torch.Tensor) -> Optional[float]:
@@ -274,7 +282,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         rows.append(bench_shape(lib, vllm, batch, tokens, sm_count, bw, args.sweep))
         print_table([rows[-1]], COLUMNS)
         if args.sweep:
-            print_table(rows[-1]["sweep"], ["partitions", "partition_size", "graph_ms"])
+            print_table(rows[-1]["sweep"], ["partitions", "partition_size", "graph_ms", "rule"])
         write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
     if hasattr(torch, "float8_e4m3fn"):
         for kind in ("fp8_e4m3", "fp8_e5m2"):
@@ -286,7 +294,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 COLUMNS = [
-    "shape", "kv_cache", "floor_ms", "native_ms", "native_eager_ms", "native_parts", "native_ps",
+    "shape", "kv_cache", "floor_ms", "rule_ms", "rule_parts", "native_ms", "native_eager_ms",
+    "native_parts", "native_ps",
     "native_err", "torch_path_ms", "sdpa_ms", "vllm_v2_ms", "vllm_v2_err",
 ]  # fmt: skip
 

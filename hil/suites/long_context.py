@@ -13,7 +13,9 @@ Writes OUT/long_context_metrics.json: a list of self-describing records (kind, n
 context_len, query_len, num_heads, num_kv_heads, head_size, block_size, dtype, median_s,
 kv_bytes, bandwidth_bytes_per_s, peak_bytes, rel_error, max_abs_error, device, ...) which
 ``attn_sim calibrate`` reads; OUT/long_context_table.md; and a JUnit report (one case each).
-Quick mode (--quick or HIL_QUICK=1): tiny sizes on any device, seconds on a CPU.
+Quick mode (--quick or HIL_QUICK=1/true/yes/on): tiny sizes on any device, seconds on a CPU.
+A bad option or variable (HIL_QUICK=maybe, HIL_LC_KINDS=bogus, HIL_LC_DTYPE=bogus,
+HIL_LC_CONTEXTS=abc) is a config error: one line naming it, a JUnit error case "config", exit 2.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
 import torch
+from suite_vars import (
+    DTYPES,
+    KINDS,
+    SuiteConfigError,
+    parse_bool,
+    parse_choices,
+    parse_contexts,
+    parse_dtype,
+)
 
 FULL_CONTEXTS = (32 * 1024, 64 * 1024, 100_000, 128 * 1024, 256 * 1024)
 QUICK_CONTEXTS = (257, 1000)
@@ -366,19 +377,17 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results"))
     p.add_argument("--junit", type=Path)
-    p.add_argument("--quick", action="store_true", default=os.environ.get("HIL_QUICK") == "1")
+    # None: not given, so the HIL_* variable (or the built-in default) decides in resolve()
+    p.add_argument("--quick", action="store_true", default=None, help="tiny sizes ($HIL_QUICK)")
     p.add_argument("--device", default=os.environ.get("HIL_DEVICE", ""))
     p.add_argument(
         "--contexts",
-        default=os.environ.get("HIL_LC_CONTEXTS", ""),
         help="comma-separated context lengths (default: $HIL_LC_CONTEXTS, else all)",
     )
-    p.add_argument("--kinds", default=os.environ.get("HIL_LC_KINDS", "decode,prefill"))
+    p.add_argument("--kinds", help=f"{','.join(KINDS)} (default: $HIL_LC_KINDS, else both)")
     p.add_argument(
         "--dtype",
-        default=os.environ.get("HIL_LC_DTYPE", ""),
-        help="float16 | bfloat16 | float32 (default: $HIL_LC_DTYPE, else float16 "
-        "on cuda, float32 on cpu)",
+        help=f"{' | '.join(DTYPES)} (default: $HIL_LC_DTYPE, else float16 on cuda, float32 on cpu)",
     )
     p.add_argument("--repeats", type=int, default=0)
     p.add_argument("--warmup", type=int, default=2)
@@ -392,19 +401,59 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def _pick(option: str, value, variable: str, environ) -> tuple:
+    """(name to blame, raw text): the option when given, else the environment variable."""
+    if value is not None:
+        return option, value
+    return variable, environ.get(variable, "")
+
+
+def resolve(args, environ=None) -> None:
+    """Fill args.quick / kinds / contexts / dtype from options, then HIL_* variables, then the
+    defaults; SuiteConfigError naming the option or variable when a value is bad."""
+    environ = os.environ if environ is None else environ
+    if args.quick is None:
+        args.quick = parse_bool("HIL_QUICK", environ.get("HIL_QUICK"), False)
+    name, raw = _pick("--kinds", args.kinds, "HIL_LC_KINDS", environ)
+    args.kinds = parse_choices(name, raw, KINDS) if raw.strip() else list(KINDS)
+    name, raw = _pick("--contexts", args.contexts, "HIL_LC_CONTEXTS", environ)
+    args.contexts = parse_contexts(name, raw)
+    name, raw = _pick("--dtype", args.dtype, "HIL_LC_DTYPE", environ)
+    args.dtype = parse_dtype(name, raw)
+    if args.device not in ("", "cpu", "cuda") and not args.device.startswith("cuda:"):
+        raise SuiteConfigError(f"--device / HIL_DEVICE must be cpu or cuda, got {args.device!r}")
+
+
+def config_error(args, message: str) -> int:
+    """One line on stderr, a JUnit error case named "config" (so the host's report says what
+    was wrong instead of "no tests ran"), exit 2."""
+    print(f"long-context: config error: {message}", file=sys.stderr, flush=True)
+    if args.junit:
+        args.junit.parent.mkdir(parents=True, exist_ok=True)
+        args.junit.write_text(
+            '<?xml version="1.0" encoding="utf-8"?>\n<testsuites><testsuite name="long-context">'
+            '<testcase classname="long-context" name="config">'
+            f"<error message={quoteattr('config error: ' + message)}/></testcase>"
+            "</testsuite></testsuites>\n"
+        )
+    return 2
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        resolve(args)
+    except SuiteConfigError as exc:
+        return config_error(args, str(exc))
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     shape = QUICK_SHAPE if args.quick else FULL_SHAPE
-    contexts = [int(c) for c in args.contexts.split(",") if c] or list(
-        QUICK_CONTEXTS if args.quick else FULL_CONTEXTS
-    )
+    contexts = args.contexts or list(QUICK_CONTEXTS if args.quick else FULL_CONTEXTS)
     dtype_name = args.dtype or ("float16" if device == "cuda" else "float32")
     dtype = getattr(torch, dtype_name)
     args.repeats = args.repeats or (3 if args.quick else 10)
     args.out.mkdir(parents=True, exist_ok=True)
     records = []
-    for kind in args.kinds.split(","):
+    for kind in args.kinds:
         for ctx in contexts:
             print(f"[long-context] {kind} context {ctx} {dtype_name} on {device}", flush=True)
             try:

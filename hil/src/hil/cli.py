@@ -1,18 +1,19 @@
 """``python -m hil``: run suites on targets, list them, plan a run, or lift a quarantine.
 
     python -m hil [--target A,B] [--suite functional,long-context] [--executor docker|local]
-                  [--config hil/targets.toml] [--out hil-results] [--state PATH]
+                  [--config hil/targets.toml] [--out hil-results] [--state PATH] [--run-id ID]
                   [--recheck] [--quick] [--wheels DIR] [--dry-run] [--list-targets] [--quiet]
-    python -m hil reset-target NAME [--state PATH]
+    python -m hil reset-target (NAME | --all | --repair) [--state PATH]
 
-Exit status: 0 all suites passed, 1 test failures, 2 hang, infrastructure error or refusal
-(also for a bad command line or config).
+Exit status: 0 all suites passed, 1 test failures only, 2 hang, infrastructure error or refusal
+(also for a bad command line, config or state file).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -26,9 +27,25 @@ from hil.logs import Console
 from hil.quarantine import QuarantineStore, default_state_path
 from hil.runner import RunContext, run_all
 from hil.status import EXIT_HANG_OR_INFRA, EXIT_OK, exit_code
-from hil.summary import render, write_summary
+from hil.summary import render, wrap, write_summary
 
 DEFAULT_SUITES = "functional,long-context"
+# a run id is one path component under --out: no separators, no "..", no leading dot or dash
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+EPILOG = """\
+commands:
+  python -m hil reset-target NAME [--state PATH]    lift NAME's quarantine
+  python -m hil reset-target --all [--state PATH]   lift every quarantine
+  python -m hil reset-target --repair [--state PATH]
+                   move a corrupt state file aside (<name>.corrupt-<time>), start an empty one
+
+exit status: 0 every suite passed; 1 test failures only; 2 a hang, an infrastructure error,
+a refused (quarantined) target, or a bad command line, config or state file.
+"""
+
+
+class UsageError(ValueError):
+    """A bad argument: reported as ``hil: ...``, exit 2."""
 
 
 def repo_root() -> Path:
@@ -42,7 +59,12 @@ def repo_root() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hil", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m hil",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
         "--config", type=Path, help="targets TOML (default: $HIL_CONFIG or hil/targets.toml)"
     )
@@ -76,34 +98,104 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def reset_target(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m hil reset-target")
-    p.add_argument("name")
-    p.add_argument("--state", type=Path)
+    p = argparse.ArgumentParser(
+        prog="python -m hil reset-target",
+        description="Lift a target's quarantine, every quarantine, or repair a corrupt state file.",
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("name", nargs="?", help="the target whose quarantine to lift")
+    what.add_argument("--all", action="store_true", help="lift every quarantine")
+    what.add_argument(
+        "--repair",
+        action="store_true",
+        help="move an unreadable state file aside to <name>.corrupt-<time> and start an empty one",
+    )
+    p.add_argument("--state", type=Path, help="state file (default: $HIL_STATE or ~/.local/...)")
     args = p.parse_args(argv)
     store = QuarantineStore(args.state or default_state_path())
-    if store.release(args.name):
-        print(f"target {args.name}: quarantine lifted ({store.path})")
-    else:
-        print(f"target {args.name} was not quarantined ({store.path})")
+    try:
+        if args.repair:
+            aside = store.repair()
+            if aside is None:
+                print(f"state file {store.path} is readable: nothing to repair")
+            else:
+                print(
+                    f"state file {store.path}: the unreadable one is kept as {aside}; "
+                    "started an empty one (re-quarantine targets from it by hand if needed)"
+                )
+        elif args.all:
+            names = store.release_all()
+            print(f"quarantine lifted for {', '.join(names) or 'no target'} ({store.path})")
+        elif store.release(args.name):
+            print(f"target {args.name}: quarantine lifted ({store.path})")
+        else:
+            print(f"target {args.name} was not quarantined ({store.path})")
+    except (ValueError, OSError) as exc:
+        print(f"hil: {exc}", file=sys.stderr)
+        return EXIT_HANG_OR_INFRA
     return EXIT_OK
 
 
 def load(args) -> Config:
     repo = repo_root()
     path = args.config or Path(os.environ.get("HIL_CONFIG") or repo / "hil" / "targets.toml")
-    return load_config(path, repo / "hil" / "suites" / "suites.toml")
+    try:
+        return load_config(path, repo / "hil" / "suites" / "suites.toml")
+    except OSError as exc:  # missing, a directory, unreadable: name the file and the option
+        raise UsageError(
+            f"config file {exc.filename or path} (--config / $HIL_CONFIG) cannot be read: "
+            f"{exc.strerror or exc}"
+        ) from None
+
+
+def names_of(option: str, text: str) -> list:
+    """Comma-separated names; an empty item or a repeated name is an error (a repeated target
+    would run twice into one artifact directory), so it is refused rather than de-duplicated."""
+    names = [n.strip() for n in text.split(",")]
+    if text.strip() and "" in names:
+        raise UsageError(f"{option} has an empty name in {text!r}; expected NAME[,NAME...]")
+    names = [n for n in names if n]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UsageError(f"{option} names {repeated} more than once in {text!r}")
+    return names
 
 
 def pick(config: Config, args) -> tuple:
-    names = [n for n in args.target.split(",") if n] or list(config.targets)
+    names = names_of("--target", args.target) or list(config.targets)
     unknown = [n for n in names if n not in config.targets]
     if unknown:
-        raise ValueError(f"--target names unknown targets {unknown}; known: {list(config.targets)}")
-    suites = [s for s in args.suite.split(",") if s]
+        raise UsageError(f"--target names unknown targets {unknown}; known: {list(config.targets)}")
+    suites = names_of("--suite", args.suite)
     bad = [s for s in suites if s not in config.suites]
     if bad or not suites:
-        raise ValueError(f"--suite must name suites from {list(config.suites)}, got {suites}")
+        raise UsageError(f"--suite must name suites from {list(config.suites)}, got {suites}")
     return [config.targets[n] for n in names], [config.suites[s] for s in suites]
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise UsageError(
+            f"--run-id must be one path component (letters, digits, '.', '_', '-'; "
+            f"starting with a letter or digit; no '..'; at most 100 characters), got {run_id!r}"
+        )
+    return run_id
+
+
+def prepare_out(out_root: Path, run_id: str) -> Path:
+    """``OUT/RUN_ID``, created and writable, checked before any target is touched: a summary
+    that cannot be written would lose the run's results."""
+    if out_root.exists() and not out_root.is_dir():
+        raise UsageError(f"--out {out_root} is a file, expected a directory (or a new path)")
+    out = out_root / run_id
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".hil-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"--out {out_root}: cannot write {out} ({exc.strerror or exc})") from None
+    return out
 
 
 def list_targets(config: Config, store: QuarantineStore) -> str:
@@ -118,8 +210,8 @@ def list_targets(config: Config, store: QuarantineStore) -> str:
                 t.device,
                 ", ".join(t.devices + t.gpus) or "-",
                 t.base_image,
-                f"QUARANTINED: {q['reason']}" if q else "ok",
-                t.description,
+                wrap(f"QUARANTINED: {q['reason']}" if q else "ok"),
+                wrap(t.description),
             ]
         )
     return tabulate(
@@ -167,22 +259,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return reset_target(argv[1:])
     args = build_parser().parse_args(argv)
     store = QuarantineStore(args.state or default_state_path())
+    # ValueError: bad arguments, config (ConfigError names the file and key) or state file
+    # (StateError names the file and the repair command); OSError: a file that cannot be read.
     try:
+        run_id = check_run_id(args.run_id or time.strftime("%Y%m%d-%H%M%S"))
         config = load(args)
         if args.list_targets:
             print(list_targets(config, store))
             return EXIT_OK
         targets, suites = pick(config, args)
+        if args.dry_run:
+            print(dry_run(targets, suites, args, store))
+            return EXIT_OK
+        store.check_writable()
+        store.all()  # a corrupt state file stops the run here, not in every worker
+        out = prepare_out(args.out, run_id)
     except (ValueError, OSError) as exc:
         print(f"hil: {exc}", file=sys.stderr)
         return EXIT_HANG_OR_INFRA
-    if args.dry_run:
-        print(dry_run(targets, suites, args, store))
-        return EXIT_OK
-    run_id = args.run_id or time.strftime("%Y%m%d-%H%M%S")
     ctx = RunContext(
         repo=repo_root(),
-        out=args.out / run_id,
+        out=out,
         run_id=run_id,
         store=store,
         console=Console(echo=not args.quiet),
@@ -192,8 +289,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         wheels=args.wheels,
     )
     results = run_all(targets, suites, ctx)
-    write_summary(ctx.out / "summary.json", results, run_id)
     print(render(results))
     code = exit_code(results)
+    try:
+        write_summary(ctx.out / "summary.json", results, run_id)
+    except OSError as exc:
+        print(f"hil: cannot write the summary {ctx.out / 'summary.json'}: {exc}", file=sys.stderr)
+        return EXIT_HANG_OR_INFRA
     print(f"exit {code}; summary in {ctx.out / 'summary.json'}")
     return code

@@ -4,11 +4,14 @@ A target is one Docker host with its devices (``[targets.NAME]``); a suite is a 
 steps (``[suites.NAME]``) run inside one container. The built-in suites live in
 ``hil/suites/suites.toml``; a targets file may add suites of its own (the fault-injection tests
 do). Strings may use ``${VAR}`` / ``${VAR:-default}``, expanded from the environment at load time.
-Every field error is a ValueError naming the field, what was expected and what was found.
+Every field error is a ConfigError (a ValueError) naming the file, the dotted key, what was
+expected and what was found; everything is checked at load time, so a bad value never reaches a
+container (a negative probe timeout would kill a healthy target's probe and quarantine it).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -25,6 +28,12 @@ else:  # pragma: no cover - Python 3.10
 EXECUTORS = ("docker", "local")
 DEVICE_KINDS = ("cpu", "cuda")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# a subset of what docker-py's parse_bytes accepts: bytes, or a number with b, k, m, g (kb...)
+MEMORY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?([kmgKMG][bB]?|[bB])?")
+
+
+class ConfigError(ValueError):
+    """A bad config value; ``str()`` names the file (when known) and the dotted key."""
 
 
 def expand(text: str, environ: Mapping[str, str]) -> str:
@@ -39,6 +48,14 @@ def expand(text: str, environ: Mapping[str, str]) -> str:
         raise ValueError(f"environment variable {name} is not set (needed by {text!r})")
 
     return _VAR.sub(sub, text)
+
+
+def _expand(text: str, environ: Mapping[str, str], key: str) -> str:
+    """expand() with the dotted key of the value in its error."""
+    try:
+        return expand(text, environ)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -109,59 +126,102 @@ def _typed(table: Mapping[str, Any], key: str, kind: type, where: str, default: 
     value = table[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if not isinstance(value, kind):
-        raise ValueError(
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(
             f"{where}.{key} must be {kind.__name__}, got {type(value).__name__} ({value!r})"
+        )
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(f"{where}.{key} must be a finite number, got {value!r}")
+    return value
+
+
+def _seconds(table: Mapping[str, Any], key: str, where: str, default: Any, zero_ok=False) -> Any:
+    """A timeout in seconds: > 0 (or >= 0 where 0 means "no per-test timeout")."""
+    value = _typed(table, key, float, where, default)
+    if value is not None and (value < 0 or (value == 0 and not zero_ok)):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ConfigError(f"{where}.{key} must be {bound} seconds, got {value!r}")
+    return value
+
+
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be a table, got {type(value).__name__} ({value!r})")
+    return value
+
+
+def _str_table(table: Mapping[str, Any], key: str, where: str, environ) -> dict:
+    """A table of string values (environment, build_args), expanded."""
+    raw = _typed(table, key, dict, where, {})
+    out = {}
+    for k, v in raw.items():
+        if not isinstance(v, str):
+            raise ConfigError(f"{where}.{key}.{k} must be a string, got {type(v).__name__} ({v!r})")
+        out[str(k)] = _expand(v, environ, f"{where}.{key}.{k}")
+    return out
+
+
+def _memory(table: Mapping[str, Any], key: str, where: str, environ) -> Optional[str]:
+    value = _opt_str(table, key, where, environ)
+    if value is not None and not MEMORY_SIZE.fullmatch(value):
+        raise ConfigError(
+            f"{where}.{key} must be a Docker memory size such as '512m', '4g' or '4gb' "
+            f"(a number with an optional b, k, m or g suffix), got {value!r}"
         )
     return value
 
 
 def _str_list(table: Mapping[str, Any], key: str, where: str, environ) -> tuple[str, ...]:
     value = _typed(table, key, list, where, [])
-    for item in value:
+    for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise ValueError(f"{where}.{key} must be a list of strings, got item {item!r}")
-    return tuple(expand(v, environ) for v in value)
+            raise ConfigError(
+                f"{where}.{key} must be a list of strings, got item {item!r} "
+                f"({type(item).__name__}) at {where}.{key}[{i}]"
+            )
+    if environ is None:  # command steps: {python}-style placeholders, no ${VAR} expansion
+        return tuple(value)
+    return tuple(_expand(v, environ, f"{where}.{key}[{i}]") for i, v in enumerate(value))
 
 
 def _opt_str(table, key, where, environ) -> Optional[str]:
     value = _typed(table, key, str, where, None)
-    return None if value is None else expand(value, environ)
+    return None if value is None else _expand(value, environ, f"{where}.{key}")
 
 
-def parse_step(raw: Mapping[str, Any], where: str, environ) -> Step:
+def parse_step(raw: Any, where: str, environ) -> Step:
+    raw = _table(raw, where)
     known = {"name", "pytest", "markers", "command", "junit", "timeout_s", "cwd"}
     _reject_unknown(raw, known, where)
     name = _typed(raw, "name", str, where, None)
     if not name:
-        raise ValueError(f"{where}.name must be a non-empty string, got {raw.get('name')!r}")
+        raise ConfigError(f"{where}.name must be a non-empty string, got {raw.get('name')!r}")
     step = Step(
         name=name,
         pytest=_str_list(raw, "pytest", where, environ),
         markers=_typed(raw, "markers", str, where, ""),
-        command=tuple(_typed(raw, "command", list, where, [])),
+        command=_str_list(raw, "command", where, None),
         junit=_typed(raw, "junit", bool, where, False),
-        timeout_s=_typed(raw, "timeout_s", float, where, None),
+        timeout_s=_seconds(raw, "timeout_s", where, None, zero_ok=True),
         cwd=_typed(raw, "cwd", str, where, ""),
     )
     if bool(step.pytest) == bool(step.command):
-        raise ValueError(f"{where} must have exactly one of 'pytest' or 'command', got {raw!r}")
+        raise ConfigError(f"{where} must have exactly one of 'pytest' or 'command', got {raw!r}")
     return step
 
 
-def parse_suite(name: str, raw: Mapping[str, Any], environ) -> Suite:
+def parse_suite(name: str, raw: Any, environ) -> Suite:
     where = f"suites.{name}"
+    raw = _table(raw, where)
     _reject_unknown(raw, {"description", "timeout_s", "steps", "payload"}, where)
     steps_raw = _typed(raw, "steps", list, where, [])
     if not steps_raw:
-        raise ValueError(f"{where}.steps must list at least one step, got none")
+        raise ConfigError(f"{where}.steps must list at least one step, got none")
     steps = tuple(parse_step(s, f"{where}.steps[{i}]", environ) for i, s in enumerate(steps_raw))
     names = [s.name for s in steps]
     if len(set(names)) != len(names):
-        raise ValueError(f"{where}.steps names must be unique, got {names}")
-    timeout = _typed(raw, "timeout_s", float, where, 1800.0)
-    if timeout <= 0:
-        raise ValueError(f"{where}.timeout_s must be > 0, got {timeout}")
+        raise ConfigError(f"{where}.steps names must be unique, got {names}")
+    timeout = _seconds(raw, "timeout_s", where, 1800.0)
     return Suite(
         name=name,
         steps=steps,
@@ -196,25 +256,23 @@ _TARGET_KEYS = {
 }
 
 
-def parse_target(name: str, raw: Mapping[str, Any], environ) -> Target:
+def parse_target(name: str, raw: Any, environ) -> Target:
     where = f"targets.{name}"
+    raw = _table(raw, where)
     _reject_unknown(raw, _TARGET_KEYS, where)
-    endpoint = expand(_typed(raw, "endpoint", str, where, "env"), environ)
+    endpoint = _expand(_typed(raw, "endpoint", str, where, "env"), environ, f"{where}.endpoint")
     if endpoint != "env" and not endpoint.startswith(("unix://", "tcp://", "ssh://", "npipe://")):
-        raise ValueError(
+        raise ConfigError(
             f"{where}.endpoint must be unix://, tcp://, ssh:// or 'env', got {endpoint!r}"
         )
     device = _typed(raw, "device", str, where, "cpu")
     if device not in DEVICE_KINDS:
-        raise ValueError(f"{where}.device must be one of {DEVICE_KINDS}, got {device!r}")
-    env_raw = _typed(raw, "environment", dict, where, {})
-    environment = {str(k): expand(str(v), environ) for k, v in env_raw.items()}
+        raise ConfigError(f"{where}.device must be one of {DEVICE_KINDS}, got {device!r}")
     timeouts_raw = _typed(raw, "suite_timeouts", dict, where, {})
-    suite_timeouts = {}
-    for suite, value in timeouts_raw.items():
-        if not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{where}.suite_timeouts.{suite} must be > 0 seconds, got {value!r}")
-        suite_timeouts[suite] = float(value)
+    suite_timeouts = {
+        suite: _seconds(timeouts_raw, suite, f"{where}.suite_timeouts", None)
+        for suite in timeouts_raw
+    }
     target = Target(
         name=name,
         endpoint=endpoint,
@@ -222,36 +280,33 @@ def parse_target(name: str, raw: Mapping[str, Any], environ) -> Target:
         devices=_str_list(raw, "devices", where, environ),
         mounts=_str_list(raw, "mounts", where, environ),
         gpus=_str_list(raw, "gpus", where, environ),
-        base_image=expand(_typed(raw, "base_image", str, where, "hil-base:bookworm"), environ),
-        environment=environment,
+        base_image=_opt_str(raw, "base_image", where, environ) or "hil-base:bookworm",
+        environment=_str_table(raw, "environment", where, environ),
         network=_typed(raw, "network", str, where, "none"),
-        mem_limit=_opt_str(raw, "mem_limit", where, environ),
-        shm_size=_opt_str(raw, "shm_size", where, environ),
+        mem_limit=_memory(raw, "mem_limit", where, environ),
+        shm_size=_memory(raw, "shm_size", where, environ),
         python=_typed(raw, "python", str, where, "python3"),
-        wheels=expand(_typed(raw, "wheels", str, where, ""), environ),
+        wheels=_opt_str(raw, "wheels", where, environ) or "",
         suite_timeouts=suite_timeouts,
-        test_timeout_s=_typed(raw, "test_timeout_s", float, where, 600.0),
-        probe_timeout_s=_typed(raw, "probe_timeout_s", float, where, 120.0),
-        build_timeout_s=_typed(raw, "build_timeout_s", float, where, 1800.0),
+        test_timeout_s=_seconds(raw, "test_timeout_s", where, 600.0),
+        probe_timeout_s=_seconds(raw, "probe_timeout_s", where, 120.0),
+        build_timeout_s=_seconds(raw, "build_timeout_s", where, 1800.0),
         probe=_str_list(raw, "probe", where, environ),
         use_ssh_client=_typed(raw, "use_ssh_client", bool, where, False),
-        build_args={
-            str(k): expand(str(v), environ)
-            for k, v in _typed(raw, "build_args", dict, where, {}).items()
-        },
-        dockerfile=expand(_typed(raw, "dockerfile", str, where, ""), environ),
+        build_args=_str_table(raw, "build_args", where, environ),
+        dockerfile=_opt_str(raw, "dockerfile", where, environ) or "",
         description=_typed(raw, "description", str, where, ""),
     )
     for m in target.mounts:
         if len(m.split(":")) not in (2, 3):
-            raise ValueError(f"{where}.mounts entries must be 'host:container[:ro]', got {m!r}")
+            raise ConfigError(f"{where}.mounts entries must be 'host:container[:ro]', got {m!r}")
     return target
 
 
 def _reject_unknown(raw: Mapping[str, Any], known: set, where: str) -> None:
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ValueError(f"{where} has unknown keys {unknown}; expected some of {sorted(known)}")
+        raise ConfigError(f"{where} has unknown keys {unknown}; expected some of {sorted(known)}")
 
 
 def parse_config(
@@ -266,27 +321,42 @@ def parse_config(
     and a laptop can list the lab targets without the lab's variables.
     """
     environ = os.environ if environ is None else environ
-    _reject_unknown(data, {"targets", "suites"}, "config")
-    suites_raw = dict(builtin_suites or {})
-    suites_raw.update(data.get("suites", {}))
-    suites = {name: parse_suite(name, raw, environ) for name, raw in suites_raw.items()}
-    targets = {}
-    for name, raw in data.get("targets", {}).items():
-        if not isinstance(raw, dict):
-            raise ValueError(f"targets.{name} must be a table, got {type(raw).__name__}")
-        targets[name] = parse_target(name, raw, environ)
-    if not targets:
-        raise ValueError("config must define at least one [targets.NAME] table, got none")
+    try:
+        _reject_unknown(data, {"targets", "suites"}, "config")
+        suites_raw = dict(_table(builtin_suites or {}, "suites"))
+        suites_raw.update(_table(data.get("suites", {}), "suites"))
+        suites = {name: parse_suite(name, raw, environ) for name, raw in suites_raw.items()}
+        targets = {
+            name: parse_target(name, raw, environ)
+            for name, raw in _table(data.get("targets", {}), "targets").items()
+        }
+        if not targets:
+            raise ConfigError("config must define at least one [targets.NAME] table, got none")
+    except ValueError as exc:  # every error gets the file's path in front of its key
+        raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
     return Config(targets=targets, suites=suites, path=path)
 
 
 def load_toml(path: Path) -> dict:
+    """The file's TOML; OSError / ConfigError (bad TOML) naming the path."""
     with open(path, "rb") as f:
-        return tomllib.load(f)
+        try:
+            return tomllib.load(f)
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
 def load_config(
     path: Path, suites_path: Optional[Path], environ: Optional[Mapping[str, str]] = None
 ) -> Config:
-    builtin = load_toml(suites_path).get("suites", {}) if suites_path else {}
+    builtin = {}
+    if suites_path:
+        raw = load_toml(suites_path)
+        try:
+            _reject_unknown(raw, {"suites"}, "config")
+            builtin = dict(_table(raw.get("suites", {}), "suites"))
+            for name, suite in builtin.items():  # errors here name suites.toml, not the config
+                parse_suite(name, suite, os.environ if environ is None else environ)
+        except ValueError as exc:
+            raise ConfigError(f"{suites_path}: {exc}") from None
     return parse_config(load_toml(path), builtin, environ, path)

@@ -35,6 +35,23 @@ LOG_JOIN_S = 5.0
 INFRA_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
+def ssh_support_missing(endpoint: str) -> str:
+    """Why docker-py cannot open ``endpoint``, or "". docker 7.x's ssh transport module imports
+    paramiko at its top, so without paramiko there is no ssh adapter at all, even with
+    ``use_ssh_client = true`` (which only changes how the adapter connects: the system ssh)."""
+    if not endpoint.startswith("ssh://"):
+        return ""
+    try:
+        import paramiko  # noqa: F401
+    except ImportError:
+        return (
+            "ssh:// endpoints need the paramiko package, also with use_ssh_client = true "
+            "(docker-py 7.x imports it either way): pip install './hil[ssh]' "
+            "(nox -s hil installs it)"
+        )
+    return ""
+
+
 def connect(target: Target, timeout_s: Optional[float] = 60.0):
     """A pinged DockerClient for the target; raises with the endpoint named when unreachable.
 
@@ -42,6 +59,9 @@ def connect(target: Target, timeout_s: Optional[float] = 60.0):
     silent for longer than any request timeout while a 256K reference runs.
     """
     timeout = None if timeout_s is None else int(timeout_s)
+    missing = ssh_support_missing(target.endpoint)
+    if missing:
+        raise ConnectionError(f"docker daemon unreachable at {target.endpoint}: {missing}")
     try:
         if target.endpoint == "env":
             client = docker.from_env(timeout=timeout)

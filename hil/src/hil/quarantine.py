@@ -2,9 +2,20 @@
 
 A target enters quarantine when its health probe fails or hangs or one of its suites hangs; later
 runs refuse it until ``hil reset-target NAME`` or a passing ``--recheck`` probe. The file is
-``$HIL_STATE``, else ``$XDG_STATE_HOME/bi100-hil/state.json`` (``~/.local/state/...``). Writes
-are atomic (write + rename) under a lock file, so worker threads and concurrent runs on one
-machine do not lose each other's entries.
+``$HIL_STATE``, else ``$XDG_STATE_HOME/bi100-hil/state.json`` (``~/.local/state/...``).
+
+The file is the quarantine record of a shared lab machine, so:
+
+- writes are atomic: a temporary file in the same directory, fsync, ``os.replace``, fsync of
+  the directory; a crash leaves the old file or the new one, never half of one;
+- read-modify-write happens under a lock file, so worker threads and concurrent runs on one
+  machine do not lose each other's entries;
+- a file that is not valid JSON or not of the expected shape raises :class:`StateError` naming
+  the path; nothing overwrites it. ``hil reset-target --repair`` moves it aside to
+  ``<name>.corrupt-<UTC time>`` and starts an empty one, so it is never silently lost;
+- reading needs no write access (``--list-targets`` and ``--dry-run`` work on a read-only or
+  missing state directory); :meth:`QuarantineStore.check_writable` is what a real run calls
+  first, creating a missing directory and failing with the path when it cannot write there.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -19,6 +31,11 @@ from pathlib import Path
 from typing import Optional
 
 _thread_lock = threading.Lock()
+REPAIR_HINT = "python -m hil reset-target --repair"
+
+
+class StateError(ValueError):
+    """The state file cannot be read or written; the message names its path and the way out."""
 
 
 def default_state_path(environ=None) -> Path:
@@ -29,42 +46,99 @@ def default_state_path(environ=None) -> Path:
     return Path(base) / "bi100-hil" / "state.json"
 
 
+def shape_error(data: object) -> str:
+    """Why ``data`` is not a state document (``{"quarantine": {NAME: {"reason": str, ...}}}``),
+    or "" when it is."""
+    if not isinstance(data, dict):
+        return f"expected a JSON object at the top, got {type(data).__name__}"
+    q = data.get("quarantine", {})
+    if not isinstance(q, dict):
+        return f"expected 'quarantine' to be an object, got {type(q).__name__}"
+    for name, entry in q.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("reason"), str):
+            return f"expected quarantine.{name} to be an object with a string reason, got {entry!r}"
+    return ""
+
+
 class QuarantineStore:
     def __init__(self, path: Path):
         self.path = Path(path)
 
+    def _error(self, what: str) -> StateError:
+        return StateError(
+            f"state file {self.path} {what}; `{REPAIR_HINT} --state {self.path}` moves it "
+            "aside and starts an empty one"
+        )
+
     @contextmanager
     def _locked(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _thread_lock, open(self.path.with_suffix(".lock"), "w") as lock:
+        self.check_writable()
+        with _thread_lock, open(self._lock_path(), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _read(self) -> dict:
+    def _lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    def check_writable(self) -> None:
+        """Create the state directory if missing; StateError naming the path if it cannot be
+        written (a run that could not record a quarantine must not start on a shared device)."""
         try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._lock_path(), "a"):
+                pass
+        except OSError as exc:
+            raise StateError(
+                f"state file {self.path} cannot be written ({exc.strerror or exc}): a run must be "
+                "able to record a quarantine; pass --state PATH or set HIL_STATE to a writable "
+                "file, e.g. the lab's shared one"
+            ) from None
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise StateError(f"state file {self.path} is not writable; pass --state PATH")
+
+    def _read(self) -> dict:
+        if self.path.is_dir():  # not a corrupt file: --repair must never move a directory
+            raise StateError(f"state file {self.path} is a directory; pass --state FILE")
+        try:
+            text = self.path.read_text()
+        except (FileNotFoundError, NotADirectoryError):  # no file yet: nothing quarantined
             return {"quarantine": {}}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise self._error(f"cannot be read ({exc})") from None
+        try:
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"state file {self.path} is not valid JSON: {exc}") from exc
+            raise self._error(f"is not valid JSON ({exc})") from None
+        why = shape_error(data)
+        if why:
+            raise self._error(f"has the wrong shape: {why}")
         data.setdefault("quarantine", {})
         return data
 
     def _write(self, data: dict) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.path.parent)
 
     def get(self, target: str) -> Optional[dict]:
-        with self._locked():
-            return self._read()["quarantine"].get(target)
+        # no lock for reads: writes replace the file atomically, and a reader may lack write
+        # access to the directory
+        return self._read()["quarantine"].get(target)
 
     def all(self) -> dict:
-        with self._locked():
-            return dict(self._read()["quarantine"])
+        return dict(self._read()["quarantine"])
 
     def quarantine(self, target: str, reason: str, run_id: str = "") -> None:
         with self._locked():
@@ -77,12 +151,60 @@ class QuarantineStore:
             self._write(data)
 
     def release(self, target: str) -> bool:
-        """Remove the target's entry; whether there was one."""
+        """Remove the target's entry; whether there was one. The file is left as it is when
+        there was none."""
         with self._locked():
             data = self._read()
             had = data["quarantine"].pop(target, None) is not None
-            self._write(data)
+            if had:
+                self._write(data)
             return had
+
+    def release_all(self) -> list:
+        """Lift every quarantine; the names that were quarantined."""
+        with self._locked():
+            data = self._read()
+            names = sorted(data["quarantine"])
+            if names:
+                data["quarantine"] = {}
+                self._write(data)
+            return names
+
+    def repair(self) -> Optional[Path]:
+        """Move an unreadable or wrongly shaped file aside and start an empty one; where it went,
+        or None when the file was fine (or absent) and nothing was done."""
+        with self._locked():
+            if not self.path.is_file():  # absent (nothing to repair) or a directory (refused)
+                self._read()
+                return None
+            try:
+                self._read()
+                return None
+            except StateError:
+                pass
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+            n = 1
+            while aside.exists():  # two repairs within a second keep both files
+                aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+                n += 1
+            os.replace(self.path, aside)
+            self._write({"quarantine": {}})
+            return aside
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the rename durable; some filesystems refuse to open a directory: best effort."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def refusal(target: str, entry: dict) -> str:

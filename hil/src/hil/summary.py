@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,13 +22,22 @@ HEADERS = [
     "detail",
     "artifacts",
 ]
-DETAIL_WIDTH = 70
+DETAIL_WIDTH = 60
+
+
+def wrap(text: str, width: int = DETAIL_WIDTH) -> str:
+    """``text`` on lines of at most ``width`` characters, all of it: the reason a suite failed
+    or a target was refused is what the reader came for, so it is wrapped, never cut."""
+    lines = []
+    for para in str(text).splitlines() or [""]:
+        lines += textwrap.wrap(para, width, break_on_hyphens=False) or [""]
+    return "\n".join(lines)
 
 
 def rows(results: Sequence[SuiteResult]) -> list:
     out = []
     for r in results:
-        detail = r.detail if len(r.detail) <= DETAIL_WIDTH else r.detail[: DETAIL_WIDTH - 3] + "..."
+        detail = wrap(r.detail)
         out.append(
             [
                 r.target,

@@ -133,12 +133,12 @@ _H200 = DeviceSpec(
     shared_mem_per_block=48 * KiB,
     shared_mem_alloc_unit=128,
     shared_mem_reserved_per_block=1 * KiB,
-    memory_bytes=141 * 10**9,
+    memory_bytes=150_109_880_320,
     hbm_bandwidth=4.8e12,
     fp16_flops=989e12,
     fp32_flops=67e12,
     launch_overhead_s=4e-6,
-    l2_bytes=50 * 1024 * KiB,
+    l2_bytes=60 * 1024 * KiB,
     launch_gap_s=2.8e-6,
     provenance={
         "sm_count": "datasheet: H200 SXM, 132 SMs",
@@ -153,13 +153,17 @@ _H200 = DeviceSpec(
         "shared_mem_per_block": "datasheet: 48 KiB without opt-in (227 KiB with)",
         "shared_mem_alloc_unit": "datasheet: CUDA occupancy calculator, cc 9.0",
         "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
-        "memory_bytes": "datasheet: 141 GB HBM3e",
+        "memory_bytes": (
+            "measured: the driver's total_memory (device-facts, H200, 2026-12-01; datasheet 141 GB)"
+        ),
         "hbm_bandwidth": "datasheet: 4.8 TB/s",
         "fp16_flops": "datasheet: 989 TFLOPS dense fp16/bf16",
         "fp32_flops": "datasheet: 67 TFLOPS fp32",
         "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager (a host property: "
         "GPU run 1's host, torch 2.11, fitted 28 us; calibrated profiles carry their host's)",
-        "l2_bytes": "datasheet: 50 MiB",
+        "l2_bytes": (
+            "measured: the driver's L2 size (device-facts, H200, 2026-12-01; datasheet 50 MiB)"
+        ),
         "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 9.0",
         "max_registers_per_block": "datasheet: CUDA compute capability 9.0",
         "launch_gap_s": "measured: GPU run 1 (H200, torch 2.11), CUDA-graph replay of attn-core "

@@ -24,6 +24,7 @@ from attn_core.device_spec import DeviceSpec
 from attn_core.settings import DecodeOverrides
 from attn_sim.config import decode_threshold
 from attn_sim.designs import evaluate, from_steps
+from attn_sim.native_design import native_designs
 from attn_sim.simulate import CaseResult, simulate
 from attn_sim.workloads import Case, base_name, plan_for
 
@@ -85,11 +86,41 @@ def check_plans(spec: DeviceSpec, gates: dict, planner: Callable, report: GateRe
     """The plan grid as planned by default, then under each streaming chunk size."""
     _check_plan_grid(spec, planner, report, plan_grid(gates))
     decode = [c for c in plan_grid(gates) if c.path == "decode"]
+    _check_native_grid(spec, report, decode)
     for tokens in gates["plan"].get("decode_stream_tokens", []):
         streamed = [
             dataclasses.replace(c, decode=DecodeOverrides(stream_tokens=tokens)) for c in decode
         ]
         _check_plan_grid(spec, planner, report, streamed, f" stream{tokens}")
+
+
+def _check_native_grid(spec: DeviceSpec, report: GateReport, cases: list) -> None:
+    """The native kernel's launches over the same grid: resident, within the smem budget."""
+    for case in cases:
+        try:
+            designs = native_designs(spec, case.shape, case.num_seqs, case.context)
+        except ValueError as exc:  # cannot be resident at all on this profile
+            report.checks += 1
+            report.violations.append(
+                Violation(spec.name, "native_kernel", case.label(), 0, 1, str(exc))
+            )
+            continue
+        for design in designs:
+            report.checks += 1
+            judged = evaluate(spec, design)
+            if judged.fits and design.smem <= spec.shared_mem_per_block:
+                continue
+            report.violations.append(
+                Violation(
+                    profile=spec.name,
+                    gate="native_kernel",
+                    case=f"{case.label()} {design.name}",
+                    value=design.smem,
+                    limit=spec.shared_mem_per_block,
+                    detail=f"{judged.occupancy.blocks_per_sm} blocks/SM, "
+                    f"limited by {judged.occupancy.limiter}",
+                )
+            )
 
 
 def _check_plan_grid(

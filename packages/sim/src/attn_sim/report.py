@@ -38,6 +38,7 @@ from attn_sim.designs import (
     vllm_v1,
     vllm_v2,
 )
+from attn_sim.native_design import native_rows
 from attn_sim.report_plot import plot
 from attn_sim.report_text import markdown, shape_text  # noqa: F401 (the CLI's entry points)
 from attn_sim.simulate import CaseResult, simulate
@@ -218,6 +219,12 @@ def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
     cases = traced_cases(shape)
     results = [simulate(spec, c) for c in cases]
     decode = [result_row(r, spec) for r in results if r.path == "decode"]
+    traced = {(r.num_seqs, r.context): r for r in results if r.path == "decode"}
+
+    def torch_graph_ms(batch: int, ctx: int) -> float:
+        r = traced.get((batch, ctx)) or simulate(spec, Case("decode", batch, ctx, shape))
+        return round(r.graph_time_s * 1e3, 3)
+
     prefill = [
         prefill_row(r, c, spec) for r, c in zip(results, cases, strict=True) if r.path == "prefill"
     ]
@@ -228,6 +235,7 @@ def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
         "bmm_out_dtype": sim_capabilities(spec, torch.float16).bmm_writes_fp32,
         "memory_bytes": spec.memory_bytes,
         "prefill_chunk": PREFILL_CHUNK,
+        "native": native_rows(spec, shape, torch_graph_ms),
         "designs": design_rows(spec, shape),
         "budget": budget_rows(spec, shape),
         "results": [r.to_json() for r in results],

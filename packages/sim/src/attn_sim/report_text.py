@@ -11,6 +11,8 @@ from typing import Optional
 
 from tabulate import tabulate
 
+from attn_sim.native_design import NATIVE_LEGEND
+
 REFERENCE_CONTEXT = 100 * 1024
 BUDGET_LEGEND = (
     "Longest batch-1 context whose launches all fit one block's shared-memory budget "
@@ -107,6 +109,13 @@ def markdown(report: dict) -> str:
         "attention, 32 reduce); one resident block is assumed to reach an SM's bandwidth share; "
         "torch's own grids are estimated from PyTorch's CUDA sources.",
         "",
+    ]
+    parts += _section(
+        "Decode per layer: native kernel vs torch path vs the HBM floor",
+        report["native"],
+        NATIVE_LEGEND,
+    )
+    parts += [
         "## Assumptions",
         tabulate(report["assumptions"], headers="keys", tablefmt="github"),
         "",

@@ -9,6 +9,7 @@ library appears by an atomic rename.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import os
@@ -75,7 +76,11 @@ def build_key(toolchain: Toolchain) -> str:
     """Cache key: sources, compiler kind and version, targets and command lines."""
     h = hashlib.sha256(source_digest().encode())
     h.update("|".join((toolchain.kind, toolchain.version, *toolchain.archs)).encode())
-    for cmd in toolchain.commands(Path("SOURCE"), Path("INCLUDE"), Path("OUT")):
+    # Where the compiler is installed is not part of what it builds: the same nvcc under
+    # /usr/local/bin here and /usr/local/cuda/bin on the lab image must share a cache (the
+    # first device run of 2026-12-01 missed a carried build over exactly this).
+    located = dataclasses.replace(toolchain, compiler=Path(toolchain.compiler).name, home="HOME")
+    for cmd in located.commands(Path("SOURCE"), Path("INCLUDE"), Path("OUT")):
         h.update(" ".join(cmd).encode())
     return h.hexdigest()[:20]
 

@@ -12,6 +12,7 @@ the simulator treats the sm_90 counts as an assumption on that profile.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -101,11 +102,16 @@ def load_facts() -> dict:
     return data
 
 
+@functools.lru_cache(maxsize=1)
+def _records() -> tuple[KernelRecord, ...]:
+    return tuple(load_facts()["kernels"])
+
+
 def lookup(
     kernel: str, query: str, cache: str, head_bucket: int, slots: int
 ) -> Optional[KernelRecord]:
     """The record of one instantiation (``head_bucket`` / ``slots`` ignored for ``merge``)."""
-    for r in load_facts()["kernels"]:
+    for r in _records():
         if r.kernel != kernel or r.query != query or r.cache != cache:
             continue
         if kernel == "merge" or (r.head_bucket == head_bucket and r.slots == slots):

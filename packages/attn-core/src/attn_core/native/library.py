@@ -144,6 +144,15 @@ def _locate(
         return None, NativeStatus(False, "; ".join([*tried, why]))
     cache = Path(settings.cache_dir) if settings.cache_dir else _default_cache_dir()
     out_dir = cache / build_key(toolchain)
+    # `python -m attn_core.native build` on a machine without a GPU (an image build) targets
+    # the platform's default architectures; that library serves this device too.
+    every, _ = find_toolchain(settings.cuda_home)
+    if every is not None and arch in every.archs:
+        built = cache / build_key(every)
+        if (built / library_name(slots)).is_file() and not (
+            out_dir / library_name(slots)
+        ).is_file():
+            toolchain, out_dir = every, built
     described = _describe(toolchain)
     if not (out_dir / library_name(slots)).is_file() and not settings.build:
         tried.append("no cached build and ATTN_CORE_NATIVE_BUILD is off")

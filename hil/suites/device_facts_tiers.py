@@ -1,0 +1,238 @@
+"""attn-core's decode tiers (and the native kernel, where built and verified) at the shapes
+around the tier threshold, timed so the tier rule can be fitted on the device.
+
+Shape: Qwen3.6's attention (24 q / 4 kv heads, head 256, block 16, fp16), ``batch`` sequences
+all at ``context`` tokens, block tables a random permutation. Each variant is timed eager
+(CUDA events around one call, median) and replayed from a CUDA graph (device time, how vLLM
+runs decode); a capture that fails leaves ``graph_s`` null with the reason. Rows are the
+``decode_tiers`` fact ``attn_sim.facts`` reads: ``{"shape", "tier", "graph_s", "eager_s"}``
+plus the plan's partitions and the tier the unforced plan picks.
+
+How a tier is forced is isolated in :func:`forced_tier` (today: the ``ATTN_CORE_DECODE_TIER``
+environment override, which attn-core reads per call); the planner API is being refactored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import statistics
+import time
+from typing import Optional
+
+import torch
+
+HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
+TIERS = ("one_pass", "partitioned")
+
+
+@contextlib.contextmanager
+def forced_tier(tier: Optional[str]):
+    """attn-core plans ``tier`` inside the block (None: the plan decides)."""
+    key = "ATTN_CORE_DECODE_TIER"
+    old = os.environ.get(key)
+    if tier is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = tier
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
+def plan_info(batch: int, context: int, device: torch.device) -> dict:
+    """The plan attn-core makes under the current environment (empty if the API moved)."""
+    import attn_core
+
+    try:
+        plan = attn_core.plan_decode(
+            batch, HEADS, KV_HEADS, HEAD, BLOCK, context, -(-context // BLOCK), torch.float16,
+            device=device,
+        )  # fmt: skip
+    except (TypeError, AttributeError):  # a refactored planner: the timings still stand
+        return {}
+    return {"tier": plan.tier, "partition_size": plan.partition_size,
+            "num_partitions": plan.num_partitions}  # fmt: skip
+
+
+@dataclasses.dataclass
+class Case:
+    query: torch.Tensor
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+    block_tables: torch.Tensor
+    seq_lens: torch.Tensor
+    context: int
+
+
+class Caches:
+    """One K/V pool for a batch at the longest context; shorter contexts use a prefix."""
+
+    def __init__(self, batch: int, max_context: int, device: torch.device) -> None:
+        per_seq = -(-max_context // BLOCK)
+        blocks = batch * per_seq + 1
+        self.batch, self.device = batch, device
+        self.key_cache = torch.empty(blocks, KV_HEADS, HEAD // 8, BLOCK, 8, dtype=torch.float16,
+                                     device=device).normal_()  # fmt: skip
+        self.value_cache = torch.empty(blocks, KV_HEADS, HEAD, BLOCK, dtype=torch.float16,
+                                       device=device).normal_()  # fmt: skip
+        self.perm = torch.randperm(blocks, device=device)
+        self.query = torch.randn(batch, HEADS, HEAD, device=device).half()
+
+    def case(self, context: int) -> Case:
+        nb = -(-context // BLOCK)
+        tables = self.perm[: self.batch * nb].view(self.batch, nb).to(torch.int32)
+        lens = torch.full((self.batch,), context, dtype=torch.int32, device=self.device)
+        return Case(self.query, self.key_cache, self.value_cache, tables, lens, context)
+
+
+def time_eager(fn, device: torch.device, repeats: int) -> float:
+    for _ in range(2):
+        fn()
+    if device.type != "cuda":
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def time_graph(fn, device: torch.device, repeats: int) -> tuple:
+    """(median replay seconds or None, why None)."""
+    if device.type != "cuda":
+        return None, "no CUDA graphs off CUDA"
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        t = time_eager(graph.replay, device, repeats)
+    except RuntimeError as exc:
+        torch.cuda.synchronize(device)
+        return None, f"capture or replay raised: {exc}"[:300]
+    del graph
+    return t, None
+
+
+def attn_core_call(c: Case, out: torch.Tensor):
+    """One decode step with a workspace of its own, so a graph captured over it never shares
+    scratch buffers with the next variant's eager calls."""
+    import attn_core
+    from attn_core.workspace import Workspace
+
+    ws = Workspace()
+    return lambda: attn_core.paged_decode(
+        c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.context, out=out,
+        workspace=ws,
+    )  # fmt: skip
+
+
+def native_library(device: torch.device) -> tuple:
+    """(library or None, why not): built (prebuilt or cached: no build here) and verified."""
+    from attn_core.native.library import load_native
+    from attn_core.native.verify import verify_native
+    from attn_core.settings import current_overrides
+
+    group = HEADS // KV_HEADS
+    settings = dataclasses.replace(current_overrides().native, build=False)
+    lib, status = load_native(settings, device, group)
+    if lib is None:
+        return None, f"not built: {status.detail}"
+    verdict = verify_native(lib, device, torch.float16, "auto", HEAD, BLOCK, group)
+    if not verdict.ok:
+        return None, f"built ({status.detail}) but not verified: {verdict.detail}"
+    return lib, f"{status.detail}, {status.platform}, verified: {verdict.detail}"
+
+
+def native_call(lib, c: Case, out: torch.Tensor, partition_size: int):
+    from attn_core.native.launch import launch_decode, partials_shape
+
+    parts = -(-c.context // partition_size)
+    o_shape, l_shape = partials_shape(c.query.shape[0], HEADS, parts, HEAD)
+    dev = c.query.device
+    part_out = torch.empty(o_shape, device=dev) if parts > 1 else None
+    part_lse = torch.empty(l_shape, device=dev) if parts > 1 else None
+    return lambda: launch_decode(
+        lib, query=c.query, key_cache=c.key_cache, value_cache=c.value_cache,
+        block_tables=c.block_tables, seq_lens=c.seq_lens, out=out, scale=HEAD**-0.5,
+        v_scale=1.0, kv_cache_dtype="auto", num_partitions=parts, partition_size=partition_size,
+        part_out=part_out, part_lse=part_lse,
+    )  # fmt: skip
+
+
+def _row(batch: int, context: int, tier: str, fn, device, repeats: int, **extra) -> dict:
+    row = {"shape": {"num_seqs": batch, "context": context}, "tier": tier, **extra}
+    try:
+        row["eager_s"] = time_eager(fn, device, repeats)
+    except RuntimeError as exc:
+        row["eager_s"], row["error"] = None, f"{exc}"[:300]
+        return row
+    row["graph_s"], why = time_graph(fn, device, repeats)
+    if why:
+        row["graph_error"] = why
+    return row
+
+
+def measure_tiers(batches, contexts, repeats: int, device: torch.device, native=None) -> list:
+    """Rows for every (batch, context): each attn-core tier, then the native kernel's one
+    partition and the plan's partitioning when ``native`` (a loaded library) is given."""
+    rows = []
+    for batch in batches:
+        pool = Caches(batch, max(contexts), device)
+        for context in contexts:
+            c = pool.case(context)
+            out = torch.empty_like(c.query)
+            with forced_tier(None):
+                picks = plan_info(batch, context, device).get("tier")
+            split = {}
+            for tier in TIERS:
+                with forced_tier(tier):
+                    info = plan_info(batch, context, device)
+                    if tier == "partitioned":
+                        split = info
+                    extra = {k: v for k, v in info.items() if k != "tier"}
+                    if info.get("tier", tier) != tier:  # the override did not take
+                        extra["planned_tier"] = info["tier"]
+                    rows.append(_row(batch, context, tier, attn_core_call(c, out), device,
+                                     repeats, plan_picks=picks, **extra))  # fmt: skip
+            if native is not None:
+                whole = -(-context // BLOCK) * BLOCK
+                for tier, ps in (("native_one_pass", whole),
+                                 ("native_partitioned", split.get("partition_size"))):  # fmt: skip
+                    if ps:
+                        fn = native_call(native, c, out, ps)
+                        rows.append(_row(batch, context, tier, fn, device, repeats,
+                                         partition_size=ps, num_partitions=-(-context // ps),
+                                         plan_picks=picks))  # fmt: skip
+            print(f"[device-facts] tiers batch {batch} context {context}: "
+                  + ", ".join(_brief(r) for r in rows if r["shape"] == {"num_seqs": batch,
+                              "context": context}), flush=True)  # fmt: skip
+        del pool
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _brief(row: dict) -> str:
+    ms = lambda t: "-" if t is None else f"{t * 1e3:.3f}"  # noqa: E731
+    return f"{row['tier']} {ms(row.get('graph_s'))}/{ms(row.get('eager_s'))} ms"

@@ -1,0 +1,149 @@
+"""Issue 11, .ci/docker-engine.sh stop / clean and .ci/run's exit trap, without a Docker engine:
+a stand-in process plays dockerd (its command line names our socket, as dockerd's does)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+from hil_helpers import REPO
+
+SCRIPT = REPO / ".ci" / "docker-engine.sh"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the script refuses to run as non-root")
+
+
+def script(tmp_path, *args, **env_extra) -> subprocess.CompletedProcess:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HIL_DOCKER_SOCK": str(tmp_path / "hil.sock"),
+        "HIL_DOCKER_PID": str(tmp_path / "dockerd.pid"),
+        "HIL_DOCKER_ROOT": str(tmp_path / "root"),
+        "HIL_CACHE": str(tmp_path / "cache"),
+        **env_extra,
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def fake_dockerd(tmp_path, host: str) -> subprocess.Popen:
+    # exec -a: argv[0] carries what a dockerd command line would, so /proc/PID/cmdline matches
+    proc = subprocess.Popen(
+        ["bash", "-c", f'exec -a "dockerd --host {host}" sleep 300'], start_new_session=True
+    )
+    (tmp_path / "dockerd.pid").write_text(str(proc.pid))
+    time.sleep(0.2)
+    return proc
+
+
+@needs_root
+def test_stop_ends_our_dockerd_only(tmp_path):
+    ours = fake_dockerd(tmp_path, f"unix://{tmp_path / 'hil.sock'}")
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        proc = script(tmp_path, "stop")
+        assert proc.returncode == 0, proc.stderr
+        assert ours.wait(timeout=30) is not None
+        assert other.poll() is None  # a process not on our socket is left alone
+        assert not (tmp_path / "dockerd.pid").exists()
+    finally:
+        for p in (ours, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@needs_root
+def test_stop_ignores_a_pid_file_naming_another_process(tmp_path):
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (tmp_path / "dockerd.pid").write_text(str(other.pid))  # stale: the pid was reused
+    try:
+        proc = script(tmp_path, "stop")
+        assert proc.returncode == 0 and "no dockerd of ours running" in proc.stderr
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+@needs_root
+def test_clean_stops_and_deletes_the_data_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "vfs" / "dir").mkdir(parents=True)
+    (root / "vfs" / "dir" / "layer").write_bytes(b"x" * 1000)
+    (tmp_path / "cache").mkdir()
+    ours = fake_dockerd(tmp_path, f"unix://{tmp_path / 'hil.sock'}")
+    try:
+        proc = script(tmp_path, "clean")
+        assert proc.returncode == 0, proc.stderr
+        assert ours.wait(timeout=30) is not None
+        assert not root.exists() and (tmp_path / "cache").exists()
+        assert script(tmp_path, "clean", "--cache").returncode == 0
+        assert not (tmp_path / "cache").exists()
+    finally:
+        if ours.poll() is None:
+            ours.kill()
+
+
+@needs_root
+def test_clean_refuses_slash(tmp_path):
+    proc = script(tmp_path, "clean", HIL_DOCKER_ROOT="/")
+    assert "refusing to delete '/'" in proc.stderr and proc.returncode != 0
+
+
+@needs_root
+def test_unknown_command(tmp_path):
+    proc = script(tmp_path, "bogus")
+    assert proc.returncode == 2 and "expected start, stop, clean [--cache] or status" in proc.stderr
+
+
+def ci_run(tmp_path, nox_rc: int = 0, **env_extra) -> tuple:
+    """.ci/run in a copy of the tree whose docker-engine.sh, python3 and nox are stand-ins that
+    log their calls: (exit code, the log's lines)."""
+    tree = tmp_path / "tree"
+    (tree / ".ci").mkdir(parents=True)
+    (tree / ".ci" / "run").write_text((REPO / ".ci" / "run").read_text())
+    log = tmp_path / "calls.log"
+    (tree / ".ci" / "docker-engine.sh").write_text(f'echo "engine ${{1:-start}}" >>{log}\n')
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("python3", "exit 0"), ("nox", f'echo "nox $*" >>{log}; exit {nox_rc}')):
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    env = {
+        "PATH": f"{bin_}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HIL_DOCKER_PID": str(tmp_path / "dockerd.pid"),
+        **env_extra,
+    }
+    proc = subprocess.run(
+        ["bash", str(tree / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60
+    )
+    return proc.returncode, log.read_text().splitlines() if log.exists() else []
+
+
+def test_ci_run_stops_the_engine_it_started(tmp_path):
+    code, calls = ci_run(tmp_path)
+    assert code == 0 and calls[0] == "engine start" and calls[-1] == "engine stop", calls
+
+
+def test_ci_run_stops_the_engine_after_a_failure_and_keeps_the_exit_code(tmp_path):
+    code, calls = ci_run(tmp_path, nox_rc=3)
+    assert code == 3 and calls == ["engine start", "nox -s tests", "engine stop"], calls
+
+
+def test_ci_run_keeps_the_engine_when_asked(tmp_path):
+    code, calls = ci_run(tmp_path, HIL_KEEP_ENGINE="1")
+    assert code == 0 and "engine stop" not in calls, calls
+
+
+def test_ci_run_leaves_an_engine_it_did_not_start(tmp_path):
+    already = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    (tmp_path / "dockerd.pid").write_text(str(already.pid))
+    try:
+        code, calls = ci_run(tmp_path)
+        assert code == 0 and "engine stop" not in calls, calls
+    finally:
+        already.kill()
+        already.wait()

@@ -1,0 +1,164 @@
+"""How the native decode kernel splits one step: a pure function of the shape, the lengths, the
+device profile and the kernel's recorded resource use. The planner, the executor and the
+simulator all read this one answer.
+
+Grid (``csrc/paged_decode.cu``): ``(num_kv_heads * head_groups, num_partitions, num_seqs)``
+blocks of 128 threads; each block serves ``slots`` query heads of one KV head over one
+partition of the context. With one partition the kernel writes the output directly; with more,
+each block writes fp32 partials and a merge kernel (one block per query head and sequence)
+weighs them by their log-sum-exp.
+
+Partition rule. A step reads every token once however it is split, so the split only has to
+fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = blocks per
+partition column, ``resident_blocks`` = blocks per SM x SMs), at least one, with partitions of
+a multiple of 128 tokens (one token per thread in the score phase). On the H200 (2026-12-01,
+``bench/native_decode_bench.py --sweep``, Qwen3.6 fp16) this rule picked the fastest of the
+swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and 64x8K; filling the device
+twice over was 3-9 % slower (more partials to merge, no more bandwidth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from attn_core.device_spec import DeviceSpec, occupancy_limits
+from attn_core.native import abi
+from attn_core.native.facts import THREADS, KernelRecord, lookup
+from attn_core.shapes import AttentionShape
+
+TOKEN_TILE = THREADS  # tokens per tile of the score phase; partitions are multiples of it
+PARTIAL_BYTES = 4  # part_out / part_lse are fp32
+
+_QUERY_KIND_NAMES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+_FP8_NAMES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+
+
+@dataclass(frozen=True)
+class NativeSplit:
+    """One step's grid and workspace.
+
+    ``partition`` / ``merge`` are the kernels' recorded registers and shared memory
+    (``kernel_facts.json``, ptxas for sm_90; on other devices an assumption until the device's
+    own build is recorded). ``blocks_per_sm`` is what the device profile's occupancy rules
+    allow the partition kernel.
+    """
+
+    slots: int
+    head_groups: int
+    rows: int  # num_seqs * num_kv_heads * head_groups: blocks per partition column
+    blocks_per_sm: int
+    num_partitions: int
+    partition_size: int  # tokens, a multiple of TOKEN_TILE and of the block size
+    partition: KernelRecord
+    merge: KernelRecord
+
+    @property
+    def partition_blocks(self) -> int:
+        return self.rows * self.num_partitions
+
+    @property
+    def merged(self) -> bool:
+        """Whether the step needs the merge kernel (more than one partition)."""
+        return self.num_partitions > 1
+
+    def partials_shapes(
+        self, num_seqs: int, num_heads: int, head_size: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(part_out, part_lse)`` shapes: ``[S, H, P, D]`` and ``[S, H, P]``, fp32."""
+        p = self.num_partitions
+        return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
+
+    def workspace_bytes(self, num_seqs: int, num_heads: int, head_size: int) -> int:
+        """Bytes of the fp32 partials (0 with one partition)."""
+        if not self.merged:
+            return 0
+        return num_seqs * num_heads * self.num_partitions * (head_size + 1) * PARTIAL_BYTES
+
+
+def cache_kind_name(dtype_name: str, kv_cache_dtype: str = "auto") -> str:
+    """The element kind the kernel reads from the cache, as ``kernel_facts.json`` names it."""
+    if kv_cache_dtype == "auto":
+        return _QUERY_KIND_NAMES[dtype_name]
+    try:
+        return _FP8_NAMES[kv_cache_dtype]
+    except KeyError:
+        raise ValueError(
+            f"kv_cache_dtype must be 'auto' or one of {sorted(_FP8_NAMES)}, got {kv_cache_dtype!r}"
+        ) from None
+
+
+def unsupported_reason(shape: AttentionShape) -> Optional[str]:
+    """Why the native kernel cannot serve ``shape`` (None if it can)."""
+    kv_cache_dtype = shape.kv_cache_dtype
+    dtype_name = str(shape.dtype).replace("torch.", "")
+    if dtype_name not in _QUERY_KIND_NAMES:
+        return f"dtype {dtype_name} has no native kernel"
+    if shape.head_size > abi.HEAD_BUCKETS[-1] or shape.head_size % 8:
+        return f"head_size {shape.head_size} is not a multiple of 8 up to {abi.HEAD_BUCKETS[-1]}"
+    if shape.num_heads % shape.num_kv_heads:
+        return f"num_heads {shape.num_heads} is not a multiple of num_kv_heads {shape.num_kv_heads}"
+    if shape.block_size % 8 or shape.block_size > 32:
+        return f"block_size {shape.block_size} is not 8, 16 or 32"
+    if kv_cache_dtype != "auto" and kv_cache_dtype not in _FP8_NAMES:
+        return f"kv_cache_dtype {kv_cache_dtype!r} has no native kernel"
+    return None
+
+
+def native_split(
+    shape: AttentionShape,
+    num_seqs: int,
+    max_seq_len: int,
+    spec: DeviceSpec,
+    num_partitions: Optional[int] = None,
+) -> NativeSplit:
+    """The split of one step; ``num_partitions`` forces the partition count (a tuning knob).
+
+    Raises:
+        ValueError: the shape has no native kernel, a length is below 1, or the kernel cannot
+            be resident on ``spec`` (registers or shared memory over the device's limits).
+    """
+    why = unsupported_reason(shape)
+    if why:
+        raise ValueError(f"native decode: {why}")
+    for name, value in (("num_seqs", num_seqs), ("max_seq_len", max_seq_len)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    group = shape.num_heads // shape.num_kv_heads
+    slots = abi.group_slots(group)
+    head_groups = -(-group // slots)
+    query = _QUERY_KIND_NAMES[str(shape.dtype).replace("torch.", "")]
+    cache = cache_kind_name(query, shape.kv_cache_dtype)
+    bucket = abi.head_bucket(shape.head_size)
+    partition = lookup("partition", query, cache, bucket, slots)
+    merge = lookup("merge", query, query, 0, 0)
+    if partition is None or merge is None:
+        raise ValueError(f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots}")
+    limits = occupancy_limits(spec, THREADS, partition.registers, partition.smem_bytes)
+    blocks_per_sm = min(limits.values())
+    if blocks_per_sm < 1:
+        raise ValueError(
+            f"native decode: the partition kernel ({partition.registers} registers, "
+            f"{partition.smem_bytes} B shared memory per block) cannot be resident on "
+            f"{spec.name}: {limits}"
+        )
+    rows = num_seqs * shape.num_kv_heads * head_groups
+    tile = max(TOKEN_TILE, shape.block_size)
+    if num_partitions is None:
+        wanted = max(1, (blocks_per_sm * spec.sm_count) // rows)
+    elif num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    else:
+        wanted = num_partitions
+    per_partition = -(-max_seq_len // wanted)
+    size = max(tile, -(-per_partition // tile) * tile)
+    return NativeSplit(
+        slots=slots,
+        head_groups=head_groups,
+        rows=rows,
+        blocks_per_sm=blocks_per_sm,
+        num_partitions=-(-max_seq_len // size),
+        partition_size=size,
+        partition=partition,
+        merge=merge,
+    )

@@ -1,0 +1,112 @@
+"""The native kernel's split: a pure function every consumer (executor, planner, simulator)
+reads, checked here without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_core.device_spec import get_device_spec, occupancy_limits
+from attn_core.native.split import TOKEN_TILE, native_split, unsupported_reason
+from attn_core.shapes import (
+    KV_CACHE_DTYPES,
+    SUPPORTED_BLOCK_SIZES,
+    SUPPORTED_HEAD_SIZES,
+    AttentionShape,
+)
+
+QWEN = AttentionShape()
+H200 = get_device_spec("h200")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    num_seqs=st.integers(1, 256),
+    max_seq_len=st.integers(1, 1 << 20),
+    group=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 12, 16]),
+    block_size=st.sampled_from([8, 16, 32]),
+    profile=st.sampled_from(["h200", "bi-v100", "bi-v100-smem48k", "a100"]),
+)
+def test_partitions_cover_the_context_in_whole_tiles(
+    num_seqs, max_seq_len, group, block_size, profile
+):
+    shape = AttentionShape(num_heads=2 * group, num_kv_heads=2, block_size=block_size)
+    spec = get_device_spec(profile)
+    split = native_split(shape, num_seqs, max_seq_len, spec)
+    assert split.partition_size % TOKEN_TILE == 0 and split.partition_size % block_size == 0
+    assert split.num_partitions * split.partition_size >= max_seq_len
+    assert (split.num_partitions - 1) * split.partition_size < max_seq_len  # none empty
+    assert split.slots * split.head_groups >= group and split.slots <= 8
+    assert split.rows == num_seqs * shape.num_kv_heads * split.head_groups
+    # never more partitions than one wave of resident blocks needs, unless one tile each
+    resident = split.blocks_per_sm * spec.sm_count
+    assert split.partition_blocks <= max(resident, split.rows) or split.partition_size == TOKEN_TILE
+
+
+def test_blocks_per_sm_is_the_profiles_occupancy_of_the_recorded_kernel():
+    split = native_split(QWEN, 1, 100 * 1024, H200)
+    limits = occupancy_limits(H200, 128, split.partition.registers, split.partition.smem_bytes)
+    assert split.blocks_per_sm == min(limits.values()) > 0
+
+
+def test_the_h200_rule_at_the_measured_shapes():
+    # docs/benchmarks.md (native decode, 2026-12-01): the swept best partitionings
+    assert native_split(QWEN, 1, 102400, H200).partition_size == 896
+    assert native_split(QWEN, 8, 102400, H200).num_partitions == 16
+    assert native_split(QWEN, 64, 8192, H200).num_partitions == 2
+
+
+def test_one_partition_needs_no_partials():
+    split = native_split(QWEN, 512, 4096, H200)
+    assert split.num_partitions == 1 and not split.merged
+    assert split.workspace_bytes(512, 24, 256) == 0
+
+
+def test_partials_are_fp32_out_plus_lse():
+    split = native_split(QWEN, 2, 50_000, H200)
+    assert split.merged
+    out, lse = split.partials_shapes(2, 24, 256)
+    assert out == (2, 24, split.num_partitions, 256) and lse == out[:3]
+    assert split.workspace_bytes(2, 24, 256) == 4 * (2 * 24 * split.num_partitions * 257)
+
+
+def test_forced_partition_count():
+    assert native_split(QWEN, 1, 8192, H200, num_partitions=4).num_partitions == 4
+    with pytest.raises(ValueError, match="num_partitions must be >= 1, got 0"):
+        native_split(QWEN, 1, 8192, H200, num_partitions=0)
+
+
+VALID = [
+    (h, b, kv)
+    for h in SUPPORTED_HEAD_SIZES
+    for b in SUPPORTED_BLOCK_SIZES
+    for kv in KV_CACHE_DTYPES
+    if kv == "auto" or h % 16 == 0  # fp8 keys are stored 16 to a vector (x = 16)
+]
+
+
+@pytest.mark.parametrize("head_size, block_size, kv_cache_dtype", VALID)
+def test_every_shape_attn_core_accepts_has_a_recorded_kernel(head_size, block_size, kv_cache_dtype):
+    dtype = torch.float16 if kv_cache_dtype != "auto" else torch.float32
+    shape = AttentionShape(
+        head_size=head_size, block_size=block_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype
+    )
+    assert unsupported_reason(shape) is None
+    split = native_split(shape, 3, 5000, H200)
+    assert split.partition.spill_bytes == 0 or split.partition.registers > 0
+
+
+@pytest.mark.parametrize("name, value", [("num_seqs", 0), ("max_seq_len", -3)])
+def test_lengths_below_one_are_named(name, value):
+    args = {"num_seqs": 1, "max_seq_len": 1024, name: value}
+    with pytest.raises(ValueError, match=f"{name} must be >= 1, got {value}"):
+        native_split(QWEN, args["num_seqs"], args["max_seq_len"], H200)
+
+
+def test_fp8_caches_use_their_own_kernels():
+    fp8 = native_split(AttentionShape(kv_cache_dtype="fp8_e5m2"), 1, 8192, H200)
+    assert fp8.partition.cache == "fp8_e5m2" and fp8.partition.query == "float16"
+    bf16 = native_split(AttentionShape(dtype=torch.bfloat16), 1, 8192, H200)
+    assert bf16.partition.query == bf16.partition.cache == "bfloat16"

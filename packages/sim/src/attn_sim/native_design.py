@@ -1,0 +1,157 @@
+"""attn-core's native decode kernel as designs the cost model prices.
+
+The grid, partition count and resource use come from :func:`attn_core.native.split.native_split`
+(the executor's own answer) and ``kernel_facts.json`` (ptxas, sm_90). Traffic: the partition
+kernel reads each KV head's K/V once for the whole GQA group, the queries once per block, the
+block-table entries of its partition, and writes fp32 partials (output + log-sum-exp per query
+head and partition) or, with one partition, the output; the merge kernel reads the partials
+and writes the output. Arithmetic runs on CUDA cores in fp32: ``q.k`` and ``p.v`` are two FMAs
+per (token, head dim, query head), plus the softmax's exponentials.
+
+On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's (the
+``kernel_facts.json`` of that build); shared memory is the same static arrays on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from attn_core.device_spec import DeviceSpec
+from attn_core.native.split import NativeSplit, native_split
+from attn_core.shapes import AttentionShape
+from attn_sim.designs import FP32, KernelDesign, Shape, evaluate
+
+_DTYPES = {1: torch.float32, 2: torch.float16, 4: torch.float32}
+
+
+def attention_shape(shape: Shape) -> AttentionShape:
+    """The simulator's layer shape as attn-core's (fp16 for 2-byte elements)."""
+    return AttentionShape(
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_size=shape.head_size,
+        block_size=shape.block_size,
+        dtype=_DTYPES.get(shape.dtype_bytes, torch.float16),
+    )
+
+
+def native_split_for(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> NativeSplit:
+    return native_split(attention_shape(shape), num_seqs, ctx, spec)
+
+
+def native_designs(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> list:
+    """The partition launch and, with more than one partition, the merge launch."""
+    split = native_split_for(spec, shape, num_seqs, ctx)
+    heads = num_seqs * shape.num_heads
+    kv = 2 * num_seqs * shape.num_kv_heads * ctx * shape.head_size * shape.dtype_bytes
+    table = num_seqs * shape.num_kv_heads * split.head_groups * -(-ctx // shape.block_size) * 4
+    query = split.partition_blocks * split.slots * shape.head_size * shape.dtype_bytes
+    out = heads * shape.head_size * shape.dtype_bytes
+    partials = heads * split.num_partitions * (shape.head_size + 1) * FP32
+    flops = 4 * heads * ctx * shape.head_size + 8 * heads * ctx  # FMAs x 2, then exp/max/sum
+    partition = KernelDesign(
+        name="native_partition",
+        grid=(shape.num_kv_heads * split.head_groups, split.num_partitions, num_seqs),
+        threads=128,
+        static_smem=split.partition.smem_bytes,
+        dynamic_smem=0,
+        registers=split.partition.registers,
+        kv_bytes_read=kv,
+        other_bytes=table + query + (partials if split.merged else out),
+        flops=flops,
+        source=f"attn-core native kernel, {split.num_partitions} x {split.partition_size} tokens",
+    )
+    if not split.merged:
+        return [partition]
+    merge = KernelDesign(
+        name="native_merge",
+        grid=(shape.num_heads, num_seqs, 1),
+        threads=128,
+        static_smem=split.merge.smem_bytes,
+        dynamic_smem=0,
+        registers=split.merge.registers,
+        other_bytes=partials + out,
+        flops=4 * heads * split.num_partitions * shape.head_size,
+        source="attn-core native kernel, log-sum-exp merge",
+    )
+    return [partition, merge]
+
+
+# Added, not overlapped: on the H200 (2026-12-01, Nsight Compute, 1 x 100K tokens) the kernel
+# sat at 50 % of DRAM bandwidth and 50 % of issue slots with 16 warps per SM, neither saturated:
+# the latency of the FMA chains is not hidden behind the loads. Summing the two matched the
+# measured graph replay within 5 % at batch 8 x 100K and 64 x 8K and was 13-40 % low at batch 1
+# (1 x 256K, 1 x 100K), where a partial last wave and the merge launch weigh more; see
+# docs/benchmarks.md ("native decode") for the table.
+def native_step_s(spec: DeviceSpec, designs: list) -> float:
+    """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
+    total = 0.0
+    for d in designs:
+        w = evaluate(spec, d).waves
+        if w is None:
+            return float("inf")
+        memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / w.memory_efficiency
+        compute_s = d.flops / spec.fp32_flops / w.efficiency
+        total += memory_s + compute_s + spec.launch_gap_s
+    return total
+
+
+HEADLINE_CONTEXTS = (32 * 1024, 100 * 1024, 256 * 1024)
+HEADLINE_BATCHES = (1, 8, 64)
+
+
+def native_rows(
+    spec: DeviceSpec, shape: Shape, torch_graph_ms: Callable[[int, int], float]
+) -> list[dict]:
+    """Per-layer decode: the HBM floor, the native kernel (modelled) and the torch path
+    (``torch_graph_ms(batch, context)``, traced), at 32K / 100K / 256K x batch 1 / 8 / 64."""
+    rows = []
+    for ctx in HEADLINE_CONTEXTS:
+        for batch in HEADLINE_BATCHES:
+            try:
+                split = native_split_for(spec, shape, batch, ctx)
+            except ValueError as exc:  # the kernel cannot be resident on this profile
+                rows.append({"batch": batch, "context": ctx, "fits": False, "why": str(exc)})
+                continue
+            designs = native_designs(spec, shape, batch, ctx)
+            kv = designs[0].kv_bytes_read
+            floor_ms = kv / spec.hbm_bandwidth * 1e3
+            native_ms = native_step_s(spec, designs) * 1e3
+            torch_ms = torch_graph_ms(batch, ctx)
+            workspace = split.workspace_bytes(batch, shape.num_heads, shape.head_size)
+            smem = max(d.smem for d in designs)
+            rows.append(
+                {
+                    "batch": batch,
+                    "context": ctx,
+                    "floor_ms": round(floor_ms, 4),
+                    "native_ms": round(native_ms, 4),
+                    "native/floor": round(native_ms / floor_ms, 2),
+                    "torch_ms": torch_ms,
+                    "torch/native": round(torch_ms / native_ms, 2),
+                    "partitions": f"{split.num_partitions} x {split.partition_size}",
+                    "blocks_per_sm": split.blocks_per_sm,
+                    "registers": split.partition.registers,
+                    "smem/budget": f"{smem}/{spec.shared_mem_per_block}",
+                    "fits": all(evaluate(spec, d).fits for d in designs)
+                    and smem <= spec.shared_mem_per_block,
+                    "kv+partials_GB": round((kv + workspace) / 1e9, 2),
+                    "fits_device_memory": kv + workspace <= spec.memory_bytes,
+                }
+            )
+    return rows
+
+
+NATIVE_LEGEND = (
+    "One attention layer's decode step as a CUDA graph replays it. `floor_ms`: K+V read once at "
+    "the profile's `hbm_bandwidth`. `native_ms`: attn-core's native kernel (`attn_core.native`), "
+    "priced from its own split (`partitions` of the context per sequence, resident "
+    "`blocks_per_sm` from the kernel's recorded `registers` and shared memory) with streaming "
+    "and fp32 arithmetic added, not overlapped (the H200's measurement; registers are the sm_90 "
+    "build's until the lab records CoreX's). `torch_ms`: the portable torch path, traced and "
+    "replayed the same way (as in the decode table below). `fits`: every launch is "
+    "resident within the per-block shared-memory budget; `fits_device_memory`: K+V + the fp32 "
+    "partials fit the device's memory."
+)

@@ -1,0 +1,66 @@
+"""The simulator's native-kernel rows and gate."""
+
+from __future__ import annotations
+
+from attn_core.device_spec import get_device_spec
+from attn_sim.designs import QWEN36
+from attn_sim.gates import GateReport, _check_native_grid
+from attn_sim.native_design import (
+    HEADLINE_BATCHES,
+    HEADLINE_CONTEXTS,
+    native_designs,
+    native_rows,
+    native_step_s,
+)
+from attn_sim.workloads import Case
+
+BI = get_device_spec("bi-v100")
+
+
+def test_one_launch_without_partials_two_with():
+    assert [d.name for d in native_designs(BI, QWEN36, 64, 8192)] == ["native_partition"]
+    names = [d.name for d in native_designs(BI, QWEN36, 1, 102400)]
+    assert names == ["native_partition", "native_merge"]
+
+
+def test_kv_is_read_once_per_kv_head():
+    (part, _) = native_designs(BI, QWEN36, 1, 102400)
+    assert part.kv_bytes_read == 2 * 4 * 102400 * 256 * 2
+
+
+def test_time_is_at_least_the_floor_and_adds_arithmetic():
+    designs = native_designs(BI, QWEN36, 8, 102400)
+    floor = designs[0].kv_bytes_read / BI.hbm_bandwidth
+    t = native_step_s(BI, designs)
+    assert t > floor
+    compute = designs[0].flops / BI.fp32_flops
+    assert t >= floor + compute
+
+
+def test_headline_rows_cover_the_grid_and_call_the_torch_pricer():
+    asked = []
+
+    def torch_ms(batch, ctx):
+        asked.append((batch, ctx))
+        return 1.0
+
+    rows = native_rows(BI, QWEN36, torch_ms)
+    grid = [(b, c) for c in HEADLINE_CONTEXTS for b in HEADLINE_BATCHES]
+    assert [(r["batch"], r["context"]) for r in rows] == grid == asked
+    assert all(r["fits"] for r in rows)
+    assert all(r["native/floor"] >= 1 for r in rows)
+
+
+def test_the_gate_flags_a_kernel_over_the_shared_memory_budget():
+    tiny = BI.with_overrides(shared_mem_per_block=4096, name="tiny")
+    report = GateReport()
+    _check_native_grid(tiny, report, [Case("decode", 1, 8192)])
+    assert report.checks >= 1
+    assert [v.gate for v in report.violations] == ["native_kernel"]
+    assert "cannot be resident on tiny" in report.violations[0].detail
+
+
+def test_the_gate_passes_on_the_default_profile():
+    report = GateReport()
+    _check_native_grid(BI, report, [Case("decode", b, 102400) for b in (1, 8, 64)])
+    assert report.checks == 5 and not report.violations
