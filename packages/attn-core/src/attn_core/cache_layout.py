@@ -72,10 +72,12 @@ def validate_caches(
     *,
     compute_dtype: torch.dtype,
     device: torch.device,
+    compute_name: str = "query",
 ) -> CacheLayout:
     """Check both caches against vLLM's layout and return their sizes.
 
-    ``compute_dtype`` is the query's dtype: with ``kv_cache_dtype="auto"`` the caches must hold it.
+    ``compute_dtype`` is the dtype of argument ``compute_name`` (the query's; the key's for
+    cache writes): with ``kv_cache_dtype="auto"`` the caches must hold it.
     """
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of {KV_CACHE_DTYPES}, got {kv_cache_dtype!r}")
@@ -89,8 +91,8 @@ def validate_caches(
         kv_cache_dtype != "auto" and key_cache.dtype == fp8_dtype(kv_cache_dtype)
     ):
         raise ValueError(
-            f"key_cache must be {storage} for kv_cache_dtype={kv_cache_dtype!r} and query dtype "
-            f"{compute_dtype}, got {key_cache.dtype}"
+            f"key_cache must be {storage} for kv_cache_dtype={kv_cache_dtype!r} and "
+            f"{compute_name} dtype {compute_dtype}, got {key_cache.dtype}"
         )
     num_blocks, num_kv_heads, head_chunks, block_size, x = key_cache.shape
     want_x = vector_width(key_cache.element_size())
@@ -100,9 +102,15 @@ def validate_caches(
         )
     head_size = head_chunks * x
     if head_size not in SUPPORTED_HEAD_SIZES:
-        raise ValueError(f"head_size must be one of {SUPPORTED_HEAD_SIZES}, got {head_size}")
+        raise ValueError(
+            f"key_cache's head_size must be one of {SUPPORTED_HEAD_SIZES}, got {head_size} "
+            f"(shape[2] * shape[4] = {head_chunks} * {x})"
+        )
     if block_size not in SUPPORTED_BLOCK_SIZES:
-        raise ValueError(f"block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size}")
+        raise ValueError(
+            f"key_cache's block_size must be one of {SUPPORTED_BLOCK_SIZES}, got {block_size} "
+            "(shape[3])"
+        )
     check_tensor(
         "value_cache",
         value_cache,

@@ -7,6 +7,11 @@ No host sync: a skipped token is not filtered out (boolean indexing would read t
 host, breaking CUDA-graph capture of decode steps); it is redirected to re-write a valid token's
 slot with that token's own data, or, when no token in the call is valid, slot 0 with what slot 0
 already holds. Duplicate writes then carry identical bytes, so the result is deterministic.
+
+A cache of zero blocks has no valid slot: the call is a no-op when every slot is negative (vLLM's
+padding), and with ``ATTN_CORE_CHECKS=1`` a non-negative slot raises. Without checks a
+non-negative slot there is skipped as well (there is no block to write it to, and telling it
+apart would read ``slot_mapping``).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from attn_core.cache_layout import COMPUTE_DTYPES, quantize, validate_caches
-from attn_core.checks import check_tensor, value_checks_enabled
+from attn_core.checks import check_positive_finite, check_tensor, value_checks_enabled
 
 
 def write_to_paged_cache(
@@ -36,13 +41,19 @@ def write_to_paged_cache(
         slot_mapping: ``[num_tokens]`` int64 or int32; negative entries are skipped.
         kv_cache_dtype / k_scale / v_scale: "auto" (caches hold key's dtype) or an fp8 name.
 
-    With ``ATTN_CORE_CHECKS=1`` slots beyond the cache raise ``ValueError`` (a value check that
+    Always checked: shapes, dtypes, devices, ``k_scale`` / ``v_scale`` finite and > 0. With
+    ``ATTN_CORE_CHECKS=1`` slots beyond the cache raise ``ValueError`` (a value check that
     syncs); otherwise they are an indexing error on the CPU and a device assert on a GPU.
     """
     check_tensor("key", key, ndim=3, dtype=COMPUTE_DTYPES)
     device = key.device
     layout = validate_caches(
-        key_cache, value_cache, kv_cache_dtype, compute_dtype=key.dtype, device=device
+        key_cache,
+        value_cache,
+        kv_cache_dtype,
+        compute_dtype=key.dtype,
+        device=device,
+        compute_name="key",
     )
     num_tokens = key.shape[0]
     shape = (num_tokens, layout.num_kv_heads, layout.head_size)
@@ -55,17 +66,19 @@ def write_to_paged_cache(
         dtype=(torch.int64, torch.int32),
         device=device,
     )
-    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
-            raise ValueError(f"{name} must be a positive float, got {s!r}")
+    check_positive_finite("k_scale", k_scale)
+    check_positive_finite("v_scale", v_scale)
     if num_tokens == 0:
         return
     capacity = layout.num_blocks * layout.block_size
     slots = slot_mapping.long()
     if value_checks_enabled() and bool((slots >= capacity).any()):
         raise ValueError(
-            f"slot_mapping must be < num_blocks * block_size = {capacity}, got {int(slots.max())}"
+            f"slot_mapping must be < num_blocks * block_size = {capacity} (negative: skipped), "
+            f"got {int(slots.max())}"
         )
+    if layout.num_blocks == 0:  # nothing can be written (see the module docstring)
+        return
     k = quantize(key, kv_cache_dtype, float(k_scale), layout.storage_dtype)
     v = quantize(value, kv_cache_dtype, float(v_scale), layout.storage_dtype)
     # [tokens, kvh, hs] -> the layout's per-slot pieces: key [kvh, hs/x, x], value [kvh, hs].

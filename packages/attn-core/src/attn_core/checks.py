@@ -4,10 +4,17 @@ Every public entry point validates shapes, dtypes and devices with these before 
 bad call fails with ``ValueError: block_tables must be torch.int32, got torch.int64`` instead of
 silent garbage. None of them reads tensor *values* (that would sync the host with the device);
 value checks live behind ``ATTN_CORE_CHECKS=1`` (see :func:`value_checks_enabled`).
+
+Scalars (``scale``, ``k_scale``, ``v_scale``) go through :func:`check_positive_finite` in every
+entry point: NaN passes ``value <= 0`` and inf passes ``value > 0``, and either turns every
+output into NaN/inf without an error. They are Python numbers, never tensors (reading a tensor's
+value would sync the device).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from typing import Optional, Union
 
@@ -19,8 +26,11 @@ Dim = Union[int, None]  # None: any size in this position
 
 
 def value_checks_enabled() -> bool:
-    """``ATTN_CORE_CHECKS`` on (:func:`attn_core.settings.parse_bool`) turns on checks that read
-    device values (and so sync)."""
+    """``ATTN_CORE_CHECKS=1`` turns on checks that read device values (and so sync).
+
+    Read through :mod:`attn_core.settings` (cached on the raw environment values), so a value
+    such as ``ATTN_CORE_CHECKS=maybe`` is a ``ValueError`` naming the variable, not "off".
+    """
     return current_overrides().checks
 
 
@@ -83,10 +93,24 @@ def check_positive(name: str, value: object) -> int:
     return value
 
 
+def check_positive_finite(name: str, value: object) -> float:
+    """A real number, finite and > 0 (``scale``, ``k_scale``, ``v_scale``); returns it as float.
+
+    bool is refused (``True`` is an int to Python, never a meaningful scale); numpy scalars are
+    accepted (they are :class:`numbers.Real`); tensors are refused (reading one would sync).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive float, got {type(value).__name__} {value!r}")
+    as_float = float(value)
+    if not (math.isfinite(as_float) and as_float > 0):
+        raise ValueError(f"{name} must be a positive float, got {value!r} (expected finite, > 0)")
+    return as_float
+
+
 def resolve_scale(scale: Optional[float], head_size: int) -> float:
-    """``scale=None`` means ``1/sqrt(head_size)``, as in vLLM."""
+    """``scale=None`` means ``1/sqrt(head_size)``, as in vLLM; otherwise finite and > 0."""
     if scale is None:
         return head_size**-0.5
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool):
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
-    return float(scale)
+    return check_positive_finite("scale", scale)

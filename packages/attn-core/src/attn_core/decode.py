@@ -51,7 +51,14 @@ from attn_core.cache_layout import (
     validate_caches,
 )
 from attn_core.capabilities import probe_capabilities
-from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
+from attn_core.checks import (
+    check_positive,
+    check_positive_finite,
+    check_tensor,
+    resolve_scale,
+    value_checks_enabled,
+)
+from attn_core.decode_checks import check_decode_bounds
 from attn_core.decode_gather import block_ids, gather_keys, gather_values, to_compute
 from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec
@@ -62,7 +69,7 @@ from attn_core.native.readiness import with_native_capability
 from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
 from attn_core.settings import current_overrides
 from attn_core.shapes import AttentionShape
-from attn_core.workspace import Workspace, default_workspace, is_capturing
+from attn_core.workspace import Workspace, check_workspace, default_workspace, is_capturing
 
 # Score of a masked slot: finite, so an all-masked partition's max/exp/sum stay finite, yet
 # exp(-1e30 - m) is exactly 0 next to any real score.
@@ -94,19 +101,26 @@ def paged_decode(
         key_cache: ``[num_blocks, num_kv_heads, head_size // x, block_size, x]``.
         value_cache: ``[num_blocks, num_kv_heads, head_size, block_size]``.
         block_tables: ``[num_seqs, max_blocks]`` int32.
-        seq_lens: ``[num_seqs]`` int32, each in ``[1, min(max_seq_len, max_blocks * block_size)]``.
-        max_seq_len: upper bound on ``seq_lens`` (may exceed all of them; results stay exact).
+        seq_lens: ``[num_seqs]`` int32, each in ``[1, max_seq_len]``.
+        max_seq_len: upper bound on ``seq_lens`` (may exceed all of them; results stay exact),
+            at most ``max_blocks * block_size`` (checked on every call).
         scale: score scale; ``None`` means ``1 / sqrt(head_size)``.
         alibi_slopes: ``[num_heads]`` float32 or ``None``.
         kv_cache_dtype: ``"auto"`` or ``"fp8"`` / ``"fp8_e4m3"`` / ``"fp8_e5m2"`` (caches uint8).
         out: ``[num_seqs, num_heads, head_size]`` in the query's dtype, written in place.
-        workspace: scratch buffers (default: the thread's shared workspace).
+        workspace: scratch buffers (default: the thread's shared workspace); one thread's only
+            (another thread using it raises ``RuntimeError``, see :mod:`attn_core.workspace`).
         device_spec: the profile to plan for (default: detected, see :func:`plan_for`).
         plan: a prebuilt :class:`DecodePlan` (:func:`attn_core.plan_decode`; the simulator,
             benchmarks, tests); it must be for this call's shape, batch and dtype. Default:
             planned here from the device and the environment's overrides.
     Returns:
         ``[num_seqs, num_heads, head_size]`` in the query's dtype (``out`` if given).
+
+    Every call checks shapes, dtypes, devices, finite positive scales and ``max_seq_len``
+    against the table's capacity (``ValueError`` naming the argument). ``seq_lens`` and block-id
+    values are read only with ``ATTN_CORE_CHECKS=1``; :mod:`attn_core.decode_checks` lists what
+    each bad value does without it (an error or an exact result, never another block's tokens).
     """
     layout = _validate(
         query,
@@ -122,6 +136,7 @@ def paged_decode(
         out,
     )
     scale = resolve_scale(scale, layout.head_size)
+    ws = check_workspace(workspace) or default_workspace()
     if out is None:
         out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
     if query.shape[0] == 0:  # an empty batch is a no-op, not an error
@@ -135,7 +150,7 @@ def paged_decode(
         _check_values(layout, block_tables, seq_lens, max_seq_len)
     _execute(
         plan,
-        workspace or default_workspace(),
+        ws,
         query,
         key_cache,
         value_cache,
@@ -180,13 +195,13 @@ def _validate(
     check_block_tables(block_tables, num_seqs, device)
     check_tensor("seq_lens", seq_lens, shape=(num_seqs,), dtype=torch.int32, device=device)
     check_positive("max_seq_len", max_seq_len)
+    check_decode_bounds(layout, block_tables, num_seqs, max_seq_len)
     if alibi_slopes is not None:
         check_tensor(
             "alibi_slopes", alibi_slopes, shape=(num_heads,), dtype=torch.float32, device=device
         )
-    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ValueError(f"{name} must be a positive float, got {value!r}")
+    check_positive_finite("k_scale", k_scale)
+    check_positive_finite("v_scale", v_scale)
     if out is not None:
         check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=device)
     return layout
@@ -432,7 +447,7 @@ def _gather_and_score(
     ids = block_ids(block_tables, masked[:, ::bs], start // bs, c // bs, ws)
     keys = gather_keys(ws, key_cache, ids, layout, plan.gather_bytes)
     values = gather_values(ws, value_cache, ids, layout, plan.gather_bytes)
-    _zero_value_tails(ws, values, end, plan)
+    _zero_value_tails(ws, values, end, plan, last=start + c >= plan.num_chunks * c)
 
     keys = keys.view(rows, c, head_size)
     if plan.scores_in_compute_dtype:
@@ -460,7 +475,7 @@ def _gather_and_score(
 
 
 def _zero_value_tails(
-    ws: Workspace, values: torch.Tensor, end: torch.Tensor, plan: DecodePlan
+    ws: Workspace, values: torch.Tensor, end: torch.Tensor, plan: DecodePlan, last: bool = True
 ) -> None:
     """Zero the ``block_size - 1`` gathered value slots after each sequence's last token.
 
@@ -469,6 +484,9 @@ def _zero_value_tails(
     inside the row (``C >= max_seq_len + block_size - 1``) and past the end, so one
     ``index_put_`` of zeros does it. A streamed chunk may end before a sequence does: targets
     are clamped into the chunk and slots that hold real tokens are written back unchanged.
+    The ``last`` chunk is not clamped above: the chunks cover ``max_seq_len + block_size - 1``
+    slots, so a target past it means ``seq_lens > max_seq_len`` and fails (IndexError / device
+    assert) rather than silently dropping the tokens no chunk covers.
     """
     num_seqs, c, bs = end.shape[0], plan.chunk_tokens, plan.block_size
     device = values.device
@@ -481,7 +499,7 @@ def _zero_value_tails(
         target = end[:, None] + step  # [S, BS - 1]
         torch.ops.aten.index_put_(values, [None, None, seqs, target], zero)
         return
-    target = (end[:, None] + step).clamp_(0, c - 1)
+    target = (end[:, None] + step).clamp_(0, None if last else c - 1)
     current = values[:, :, seqs, target]
     keep = target < end[:, None]  # a clamped target on a real token: write it back as it is
     torch.ops.aten.index_put_(values, [None, None, seqs, target], torch.where(keep, current, zero))

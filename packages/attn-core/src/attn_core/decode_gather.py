@@ -55,16 +55,23 @@ def block_ids(
 ) -> torch.Tensor:
     """Block ids ``[S, nblk]`` of table columns ``first_col..+nblk``; blocks past a sequence's
     end (``past_end [S, nblk]``, True where the block's first slot is masked) read the
-    sequence's first block, so every id is one the sequence owns. One ``where``, plus one copy
-    when the columns run past the table's width (those are all past the end)."""
+    sequence's first block, so every id is one the sequence owns. One ``where``, plus one more
+    when the columns run past the table's width: those are past the end for every valid input;
+    one that is not (``seq_lens`` beyond the table, unchecked without ``ATTN_CORE_CHECKS=1``)
+    gets id -1, so the gather fails (IndexError / device assert) instead of reading another
+    block."""
     width = block_tables.shape[1]
     first = block_tables[:, :1]
     ids = ws.take("ids", (block_tables.shape[0], nblk), block_tables.dtype, block_tables.device)
     inside = min(nblk, max(0, width - first_col))
     cols = block_tables[:, first_col : first_col + inside]
     torch.where(past_end[:, :inside], first, cols, out=ids[:, :inside])
+    # made whether or not this call needs it, so the workspace's contents never depend on length
+    no_block = ws.constant(
+        ("no_block", ids.dtype), lambda d: torch.full((), -1, dtype=ids.dtype, device=d), ids.device
+    )
     if inside < nblk:
-        ids[:, inside:].copy_(first.expand(-1, nblk - inside))
+        torch.where(past_end[:, inside:], first, no_block, out=ids[:, inside:])
     return ids
 
 

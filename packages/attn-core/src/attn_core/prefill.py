@@ -13,7 +13,7 @@ import torch
 
 from attn_core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
 from attn_core.capabilities import probe_capabilities
-from attn_core.checks import check_positive, check_tensor, resolve_scale
+from attn_core.checks import check_positive, check_positive_finite, check_tensor, resolve_scale
 from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec
 from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
@@ -24,7 +24,7 @@ from attn_core.prefill_verify import ensure_verified, verified_capabilities
 from attn_core.settings import PrefillOverrides, current_overrides
 from attn_core.shapes import AttentionShape
 from attn_core.testing import PrefillCase
-from attn_core.workspace import Workspace
+from attn_core.workspace import Workspace, check_workspace
 
 _LEN_DTYPES = (torch.int32, torch.int64)
 
@@ -77,7 +77,8 @@ def paged_prefix_prefill(
         out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, written in place.
         plan: a prebuilt :class:`PrefillPlan` (bench sweeps, tests); default plans this call.
         workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
-            then allocate only the gathered context); None allocates them per call.
+            then allocate only the gathered context); None allocates them per call. One
+            thread's only: another thread using it raises ``RuntimeError``.
 
     Host syncs: one. ``query_start_loc``, ``seq_lens`` and ``context_lens`` are read to the
     host together once per call; per-sequence slicing and tile counts need them. Nothing else
@@ -105,10 +106,7 @@ def paged_prefix_prefill(
         v_scale,
     )
     out = _check_out(out, query)
-    if workspace is not None and not isinstance(workspace, Workspace):
-        raise ValueError(
-            f"workspace must be an attn_core Workspace, got {type(workspace).__name__}"
-        )
+    workspace = check_workspace(workspace)
     if plan is None:
         shape = AttentionShape(
             query.shape[1],
@@ -243,9 +241,8 @@ def _validate(
             "alibi_slopes", alibi_slopes, shape=(heads,), dtype=torch.float32, device=device
         )
     window = _resolve_window(sliding_window)
-    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not s > 0:
-            raise ValueError(f"{name} must be a positive float, got {s!r}")
+    check_positive_finite("k_scale", k_scale)
+    check_positive_finite("v_scale", v_scale)
     spans = _spans(
         query_start_loc,
         seq_lens,

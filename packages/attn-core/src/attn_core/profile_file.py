@@ -76,7 +76,8 @@ def profile_from_json(data: Any, source: str = "<profile>") -> DeviceSpec:
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
         raise ValueError(f"profile file {source}: fields must be among {FIELDS}, got {unknown}")
-    values = {k: _checked(source, k, v) for k, v in fields.items()}
+    # int or float per field, checked by _checked against the field's type
+    values: dict[str, Any] = {k: _checked(source, k, v) for k, v in fields.items()}
     base_name = data.get("base")
     if base_name is not None:
         if base_name not in DEVICE_SPECS:
