@@ -258,7 +258,6 @@ def plan_row(c: Case) -> dict[str, Any]:
         "partition_size": plan.partition_size,
         "num_partitions": plan.num_partitions,
         "num_chunks": plan.num_chunks,
-        "torch_ops": plan.torch_ops,
         "gather_bytes": plan.gather_bytes,
         "workspace_MB": plan.workspace_bytes / 1e6,
         "scores_fp32_from_bmm": plan.scores_fp32_from_bmm,
@@ -396,7 +395,6 @@ COLUMNS = [
     "tier",
     "partition_size",
     "num_partitions",
-    "torch_ops",
 ]
 
 

@@ -210,7 +210,7 @@ def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: floa
 
 def _rule_split(c: PagedKV) -> tuple[int, int]:
     """What attn-core's plan chooses (:func:`attn_core.native.split.native_split`)."""
-    from attn_core.device_spec import detect_device_spec
+    from attn_core import detect_device_spec
     from attn_core.native.split import native_split
     from attn_core.shapes import AttentionShape
 

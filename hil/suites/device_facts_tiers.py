@@ -50,10 +50,11 @@ def plan_info(batch: int, context: int, device: torch.device) -> dict:
     import attn_core
 
     try:
-        plan = attn_core.plan_decode(
-            batch, HEADS, KV_HEADS, HEAD, BLOCK, context, -(-context // BLOCK), torch.float16,
-            device=device,
-        )  # fmt: skip
+        plan = attn_core.decode_plan_for(
+            attn_core.AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, torch.float16),
+            attn_core.DecodeLengths(batch, context, -(-context // BLOCK)),
+            device,
+        )
     except (TypeError, AttributeError):  # a refactored planner: the timings still stand
         return {}
     return {"tier": plan.tier, "partition_size": plan.partition_size,

@@ -7,9 +7,36 @@ from typing import Optional
 import torch
 from conftest import poisoned_like
 
-from attn_core import paged_decode
+from attn_core import (
+    AttentionShape,
+    DecodeLengths,
+    DecodeOverrides,
+    DecodePlan,
+    decode_plan_for,
+    paged_decode,
+)
 from attn_core.testing import PagedCase, reference_decode
 from attn_core.workspace import Workspace
+
+
+def plan_of(case: PagedCase, max_seq_len: Optional[int] = None, **overrides: object) -> DecodePlan:
+    """The plan for ``case`` on its device with :class:`DecodeOverrides` fields ``overrides``
+    (none: the plan decides); the environment is not read."""
+    _, heads, head_size = case.query.shape
+    shape = AttentionShape(
+        heads,
+        case.key_cache.shape[1],
+        head_size,
+        case.value_cache.shape[3],
+        case.query.dtype,
+        case.kv_cache_dtype,
+    )
+    lengths = DecodeLengths(
+        case.query.shape[0], max_seq_len or case.max_seq_len, case.block_tables.shape[1]
+    )
+    return decode_plan_for(
+        shape, lengths, case.query.device, overrides=DecodeOverrides(**overrides)
+    )
 
 
 def run_decode(
@@ -19,7 +46,9 @@ def run_decode(
     alibi_slopes: Optional[torch.Tensor] = None,
     scale: Optional[float] = None,
     workspace: Optional[Workspace] = None,
+    **overrides: object,
 ) -> torch.Tensor:
+    """One call with a poisoned ``out``, through the plan :func:`plan_of` makes."""
     out = poisoned_like(case.query)
     result = paged_decode(
         case.query,
@@ -35,6 +64,7 @@ def run_decode(
         v_scale=case.v_scale,
         out=out,
         workspace=workspace or Workspace(),
+        plan=plan_of(case, max_seq_len, **overrides),
     )
     assert result is out
     return out

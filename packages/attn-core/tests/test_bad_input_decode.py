@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from decode_helpers import reference
+from decode_helpers import plan_of, reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -95,7 +95,7 @@ def test_issue_case_seq_lens_beyond_the_table_is_an_error_not_a_wrong_answer() -
         paged_decode(**args_of(case, 80))
 
 
-@pytest.mark.parametrize("stream", (None, "32"))
+@pytest.mark.parametrize("stream", (None, 32))
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @settings(
     max_examples=12,
@@ -108,10 +108,7 @@ def test_bad_seq_lens_error_or_exact_never_other_blocks(
 ) -> None:
     """Without checks, a seq_len above max_seq_len is either computed exactly (it lies within the
     step and the table) or fails in torch; above the table's capacity it always fails."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "32")
-    if stream:
-        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", stream)
+    ov: dict = {"tier": tier, "partition_size": 32, "stream_tokens": stream}
     lens = data.draw(st.tuples(st.integers(1, 90), st.integers(1, 90)), label="lens")
     extra = data.draw(st.integers(0, 2), label="extra_table_blocks")
     case = make_paged_case(lens, 4, 2, 64, 16, torch.float32, extra_table_blocks=extra, seed=7)
@@ -120,7 +117,7 @@ def test_bad_seq_lens_error_or_exact_never_other_blocks(
     bad = data.draw(st.integers(max_seq_len + 1, capacity + 48), label="bad seq_len")
     case.seq_lens[0] = bad
     try:
-        got = paged_decode(**args_of(case, max_seq_len))
+        got = paged_decode(**args_of(case, max_seq_len, plan=plan_of(case, max_seq_len, **ov)))
     except TORCH_INDEX_ERRORS:
         return
     assert bad <= capacity, f"seq_len {bad} > capacity {capacity} gave numbers, not an error"

@@ -46,12 +46,13 @@ def test_gqa_ratios_and_block_sizes(heads: tuple[int, int], block_size: int) -> 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
-def test_alibi_each_tier(tier: str, dtype: torch.dtype, clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "32")
+def test_alibi_each_tier(tier: str, dtype: torch.dtype) -> None:
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["tier"] = tier
+    ov["partition_size"] = 32
     case = make_paged_case(ODD_LENS, 12, 4, 80, 16, dtype, seed=3)
     slopes = slopes_for(12)
-    got = run_decode(case, alibi_slopes=slopes)
+    got = run_decode(case, alibi_slopes=slopes, **ov)
     assert_close(got, reference(case, alibi_slopes=slopes), dtype)
 
 
@@ -80,14 +81,15 @@ def test_explicit_scale() -> None:
 
 @pytest.mark.parametrize("gather_bytes", (8, 16))
 @pytest.mark.parametrize("partition_size", (32, 64))
-def test_partition_boundaries(partition_size: int, gather_bytes: int, clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", str(partition_size))
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", "partitioned")
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER_BYTES", str(gather_bytes))
+def test_partition_boundaries(partition_size: int, gather_bytes: int) -> None:
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["partition_size"] = partition_size
+    ov["tier"] = "partitioned"
+    ov["gather_bytes"] = gather_bytes
     ps = partition_size
     lens = (1, ps - 1, ps, ps + 1, 2 * ps - 1, 2 * ps, 2 * ps + 1, 5 * ps + 3)
     case = make_paged_case(lens, 8, 2, 64, 16, torch.float32, seed=ps)
-    assert_close(run_decode(case), reference(case), torch.float32)
+    assert_close(run_decode(case, **ov), reference(case), torch.float32)
 
 
 @pytest.mark.parametrize("extra", (1, 100, 10_000))
@@ -108,21 +110,20 @@ def test_non_contiguous_block_tables() -> None:
     assert_close(run_decode(case), reference(case), torch.float32)
 
 
-@pytest.mark.parametrize("stream", (None, "32"))
+@pytest.mark.parametrize("stream", (None, 32))
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @pytest.mark.parametrize("garbage", (float("nan"), float("inf"), -float("inf")))
-def test_masked_slots_cannot_poison(
-    garbage: float, tier: str, stream: Optional[str], clean_decode_env
-) -> None:
+def test_masked_slots_cannot_poison(garbage: float, tier: str, stream: Optional[int]) -> None:
     """Slots past seq_len (tail of the last block, stray table entries) may hold inf/NaN.
 
     Lengths cover a sequence shorter than one block (its blocks past the end are copies of a
     block with a garbage tail), exact block multiples, and streamed chunks that end before,
     at and after a sequence's end."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "16")
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["tier"] = tier
+    ov["partition_size"] = 16
     if stream:
-        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", stream)
+        ov["stream_tokens"] = stream
     block = 16
     case = make_paged_case((5, 16, 33, 70, 1), 8, 2, 64, block, torch.float16, spare_blocks=2)
     expected = reference(case)
@@ -139,22 +140,23 @@ def test_masked_slots_cannot_poison(
         owned[case.block_tables[s, : (n + block - 1) // block].long()] = True
     case.key_cache[~owned] = garbage
     case.value_cache[~owned] = garbage
-    got = run_decode(case, max_seq_len=case.max_seq_len + 40)
+    got = run_decode(case, max_seq_len=case.max_seq_len + 40, **ov)
     assert_close(got, expected, torch.float16)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_tiers_and_streaming_agree(dtype: torch.dtype, clean_decode_env) -> None:
+def test_tiers_and_streaming_agree(dtype: torch.dtype) -> None:
     """single_tile, one_pass, partitioned and streamed runs of one case agree closely."""
     case = make_paged_case((1, 31, 64, 200, 257), 24, 4, 128, 16, dtype, seed=11)
     results = {}
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "64")
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["partition_size"] = 64
     for tier in ("single_tile", "one_pass", "partitioned"):
-        clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-        results[tier] = run_decode(case)
-        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "96")
-        results[f"{tier} stream"] = run_decode(case)
-        clean_decode_env.delenv("ATTN_CORE_DECODE_STREAM_TOKENS")
+        ov["tier"] = tier
+        results[tier] = run_decode(case, **ov)
+        ov["stream_tokens"] = 96
+        results[f"{tier} stream"] = run_decode(case, **ov)
+        ov.pop("stream_tokens", None)
     expected = reference(case)
     base = results["single_tile"]
     for name, got in results.items():
@@ -196,11 +198,12 @@ def test_query_sliced_from_fused_qkv() -> None:
 
 
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
-def test_scores_in_compute_dtype_opt_in(dtype: torch.dtype, clean_decode_env) -> None:
+def test_scores_in_compute_dtype_opt_in(dtype: torch.dtype) -> None:
     """ATTN_CORE_DECODE_SCORES=compute rounds scores (no fp32 key copy); still close."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["scores"] = "compute"
     case = make_paged_case(ODD_LENS, 12, 4, 128, 16, dtype, seed=13)
-    assert_close(run_decode(case), reference(case), torch.bfloat16)
+    assert_close(run_decode(case, **ov), reference(case), torch.bfloat16)
 
 
 def test_empty_batch_is_a_no_op() -> None:

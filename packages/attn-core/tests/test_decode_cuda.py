@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import assert_close, poisoned_like, requires_cuda
-from decode_helpers import reference, run_decode, slopes_for
+from decode_helpers import plan_of, reference, run_decode, slopes_for
 
 from attn_core import paged_decode
 from attn_core.testing import make_paged_case
@@ -23,10 +23,11 @@ DEV = "cuda"
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @pytest.mark.parametrize("kv_cache_dtype", ("auto", "fp8"))
 @pytest.mark.parametrize("gather_bytes", (8, 16))
-def test_matches_reference_on_device(tier, dtype, kv_cache_dtype, gather_bytes, clean_decode_env):
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER_BYTES", str(gather_bytes))
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "64")
+def test_matches_reference_on_device(tier, dtype, kv_cache_dtype, gather_bytes):
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["tier"] = tier
+    ov["gather_bytes"] = gather_bytes
+    ov["partition_size"] = 64
     case = make_paged_case(
         (1, 63, 64, 65, 300, 1001),
         24,
@@ -41,7 +42,7 @@ def test_matches_reference_on_device(tier, dtype, kv_cache_dtype, gather_bytes, 
         seed=7,
     )
     slopes = slopes_for(24, DEV)
-    got = run_decode(case, max_seq_len=1100, alibi_slopes=slopes)
+    got = run_decode(case, max_seq_len=1100, alibi_slopes=slopes, **ov)
     assert_close(got, reference(case, alibi_slopes=slopes.cpu()), dtype)
 
 
@@ -52,10 +53,11 @@ def test_default_plan_long_context(heads) -> None:
 
 
 @pytest.mark.parametrize("tier", ("one_pass", "partitioned"))
-def test_masked_garbage_on_device(tier: str, clean_decode_env) -> None:
+def test_masked_garbage_on_device(tier: str) -> None:
     """NaN in every slot no sequence owns, on the device's own kernels."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "64")
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["tier"] = tier
+    ov["partition_size"] = 64
     case = make_paged_case((5, 100, 1000, 16), 24, 4, 128, 16, torch.float16, DEV, seed=9)
     expected = reference(case)
     owned = torch.zeros(case.key_cache.shape[0], dtype=torch.bool, device=DEV)
@@ -67,7 +69,7 @@ def test_masked_garbage_on_device(tier: str, clean_decode_env) -> None:
             case.value_cache[row[(n - 1) // 16], :, :, n % 16 :] = float("nan")
     case.key_cache[~owned] = float("nan")
     case.value_cache[~owned] = float("nan")
-    assert_close(run_decode(case, max_seq_len=1500), expected, torch.float16)
+    assert_close(run_decode(case, max_seq_len=1500, **ov), expected, torch.float16)
 
 
 def _graph_case():
@@ -164,9 +166,10 @@ def test_steady_state_allocates_nothing_new() -> None:
     assert torch.cuda.memory_stats().get("num_alloc_retries", 0) == 0
 
 
-def _transient_peak(case, ws) -> int:
+def _transient_peak(case, ws, **overrides) -> int:
     out = torch.empty_like(case.query)
     max_len = case.max_seq_len
+    plan = plan_of(case, **overrides)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -179,30 +182,33 @@ def _transient_peak(case, ws) -> int:
         max_len,
         out=out,
         workspace=ws,
+        plan=plan,
     )
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
 
 
 @pytest.mark.parametrize("tier", ("one_pass", "partitioned"))
-def test_transient_memory_at_100k_within_budget(tier: str, clean_decode_env) -> None:
+def test_transient_memory_at_100k_within_budget(tier: str) -> None:
     """Issue 2: one step at 100K (24/4 heads, head 256, fp16) <= 1.25x its gathered K+V,
     counting the workspace it creates (a fresh workspace). A hidden copy of K or V inside a
     bmm (strides cuBLAS cannot take) would show up here as +0.5x."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["tier"] = tier
     case = make_paged_case((100_000,), 24, 4, 256, 16, torch.float16, DEV, seed=1)
     gathered_kv = 2 * 4 * 100_000 * 256 * 2
-    peak = _transient_peak(case, Workspace())
+    peak = _transient_peak(case, Workspace(), **ov)
     assert peak <= 1.25 * gathered_kv, f"{peak / 1e6:.0f} MB vs K+V {gathered_kv / 1e6:.0f} MB"
 
 
 def test_streaming_bounds_transient_memory(clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "8192")
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["stream_tokens"] = 8192
     peaks = []
     for length in (32_768, 100_000):
         case = make_paged_case((length,), 24, 4, 256, 16, torch.float16, DEV, seed=2)
-        peaks.append(_transient_peak(case, Workspace()))
-        assert_close(run_decode(case), reference(case), torch.float16)
+        peaks.append(_transient_peak(case, Workspace(), **ov))
+        assert_close(run_decode(case, **ov), reference(case), torch.float16)
         del case
     kv_chunk = 2 * 4 * 8192 * 256 * 2
     assert max(peaks) <= 1.5 * kv_chunk, peaks

@@ -3,7 +3,6 @@ the float64 reference (fp32, so any disagreement is a logic error, not rounding)
 
 from __future__ import annotations
 
-import pytest
 import torch
 from conftest import assert_close
 from decode_helpers import reference, run_decode
@@ -34,17 +33,16 @@ problems = st.fixed_dictionaries(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(p=problems)
-def test_random_problems_match_reference(p, clean_decode_env: pytest.MonkeyPatch) -> None:
-    for name in ("TIER", "GATHER_BYTES", "PARTITION_SIZE", "STREAM_TOKENS"):
-        clean_decode_env.delenv(f"ATTN_CORE_DECODE_{name}", raising=False)
+def test_random_problems_match_reference(p) -> None:
     bs = p["block_size"]
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
     if p["tier"]:
-        clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", p["tier"])
+        ov["tier"] = p["tier"]
     if p["gather_bytes"]:
-        clean_decode_env.setenv("ATTN_CORE_DECODE_GATHER_BYTES", str(p["gather_bytes"]))
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", str(bs * p["partition_blocks"]))
+        ov["gather_bytes"] = p["gather_bytes"]
+    ov["partition_size"] = bs * p["partition_blocks"]
     if p["stream_blocks"]:
-        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", str(bs * p["stream_blocks"]))
+        ov["stream_tokens"] = bs * p["stream_blocks"]
     num_heads, num_kv_heads = p["heads"]
     case = make_paged_case(
         p["lens"],
@@ -56,5 +54,5 @@ def test_random_problems_match_reference(p, clean_decode_env: pytest.MonkeyPatch
         extra_table_blocks=p["slack"] // bs + 1,
         seed=p["seed"],
     )
-    got = run_decode(case, max_seq_len=case.max_seq_len + p["slack"])
+    got = run_decode(case, max_seq_len=case.max_seq_len + p["slack"], **ov)
     assert_close(got, reference(case), torch.float32)

@@ -10,12 +10,10 @@ from collections import Counter
 
 import pytest
 import torch
-from decode_helpers import run_decode
+from decode_helpers import plan_of, run_decode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attn_core import paged_decode
-from attn_core.cache_layout import validate_caches
-from attn_core.decode import bmm_supports, plan_for
+from attn_core import paged_decode, probe_capabilities
 from attn_core.testing import make_paged_case
 from attn_core.workspace import Workspace
 
@@ -76,14 +74,18 @@ class OpRecorder(TorchDispatchMode):
         return result
 
 
-def record(case, max_seq_len=None, **kwargs) -> OpRecorder:
+def record(case, max_seq_len=None, alibi_slopes=None, **overrides) -> OpRecorder:
     """The ops of one steady-state paged_decode call (after a warm-up call on the same
-    workspace, which builds its constant index tensors and runs the bmm probes)."""
+    workspace, which builds its constant index tensors), through the plan with
+    :class:`DecodeOverrides` fields ``overrides``."""
     max_seq_len = max_seq_len or case.max_seq_len
     out = torch.empty_like(case.query)
     ws = Workspace()
     args = (case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens)
-    kwargs.update(kv_cache_dtype=case.kv_cache_dtype, out=out, workspace=ws)
+    plan = plan_of(case, max_seq_len, **overrides)
+    kwargs = dict(kv_cache_dtype=case.kv_cache_dtype, out=out, workspace=ws, plan=plan)
+    if alibi_slopes is not None:
+        kwargs["alibi_slopes"] = alibi_slopes
     paged_decode(*args, max_seq_len, **kwargs)
     rec = OpRecorder()
     with rec:
@@ -91,29 +93,19 @@ def record(case, max_seq_len=None, **kwargs) -> OpRecorder:
     return rec
 
 
-def plan_of(case, max_seq_len=None):
-    layout = validate_caches(
-        case.key_cache,
-        case.value_cache,
-        case.kv_cache_dtype,
-        compute_dtype=case.query.dtype,
-        device=case.query.device,
-    )
-    return plan_for(case.query, layout, case.block_tables.shape[1], max_seq_len or case.max_seq_len)
-
-
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 def test_op_count_does_not_grow_with_context_or_batch(tier: str, clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "32")
-    small = record(make_paged_case((70,), 8, 2, 64, 16, torch.float16))
-    big = record(make_paged_case((900, 33, 1, 517, 64, 64, 2), 8, 2, 64, 16, torch.float16))
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["tier"] = tier
+    ov["partition_size"] = 32
+    small = record(make_paged_case((70,), 8, 2, 64, 16, torch.float16), **ov)
+    big = record(make_paged_case((900, 33, 1, 517, 64, 64, 2), 8, 2, 64, 16, torch.float16), **ov)
     assert small.ops == big.ops
     # "a fixed, small number of batched ops": every op that would launch a kernel. On this
     # CPU (fp16 bmm cannot write fp32 scores, so keys are upcast: +1): 16 single-tile /
     # one-pass, 25 partitioned (59 before the one-pass rewrite); a loop would multiply these.
     # Where torch has no fp16 bmm (2.1's CPU), matmuls run in fp32: +3 casts (V, two results).
-    plan = plan_of(make_paged_case((70,), 8, 2, 64, 16, torch.float16))
+    plan = plan_of(make_paged_case((70,), 8, 2, 64, 16, torch.float16), **ov)
     extra = 3 if plan.matmul_dtype != plan.compute_dtype else 0
     assert sum(big.ops.values()) <= {"partitioned": 25}.get(tier, 16) + extra, big.ops
 
@@ -121,18 +113,19 @@ def test_op_count_does_not_grow_with_context_or_batch(tier: str, clean_decode_en
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("tier", ("single_tile", "one_pass", "partitioned"))
 @pytest.mark.parametrize("variant", ("plain", "fp8", "stream", "scores=compute", "head 128"))
-def test_plan_counts_the_ops_it_issues(variant, tier, dtype, clean_decode_env) -> None:
-    """DecodePlan.torch_ops (what the simulator charges) is exactly what the executor issues."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
-    clean_decode_env.setenv("ATTN_CORE_DECODE_PARTITION_SIZE", "32")
+def test_every_variant_issues_a_fixed_op_set(variant, tier, dtype) -> None:
+    """Each variant's op set does not depend on the batch or the lengths (the simulator counts
+    the ops by tracing the executor; no restated count is kept anywhere)."""
+    ov: dict = {"tier": tier, "partition_size": 32}
     kv, head = ("fp8" if variant == "fp8" else "auto"), (128 if variant == "head 128" else 64)
     if variant == "stream":
-        clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "64")
+        ov["stream_tokens"] = 64
     if variant == "scores=compute":
-        clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
-    case = make_paged_case((150, 3), 8, 2, head, 16, dtype, kv_cache_dtype=kv)
-    rec = record(case)
-    assert sum(rec.ops.values()) == plan_of(case).torch_ops, rec.ops
+        ov["scores"] = "compute"
+    one = record(make_paged_case((150, 3), 8, 2, head, 16, dtype, kv_cache_dtype=kv), **ov)
+    # same longest sequence: a streamed step repeats its set once per chunk of that length
+    other = make_paged_case((150, 40, 7), 8, 2, head, 16, dtype, kv_cache_dtype=kv, seed=1)
+    assert record(other, **ov).ops == one.ops
 
 
 def test_no_host_sync_or_data_dependent_shapes() -> None:
@@ -171,21 +164,23 @@ def test_steady_state_allocates_nothing_new() -> None:
 
 
 def test_streaming_workspace_does_not_grow_with_context(clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "256")
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["stream_tokens"] = 256
     held = []
     for length in (1000, 5000):
         ws = Workspace()
         case = make_paged_case((length,), 8, 2, 64, 16, torch.float16)
-        run_decode(case, workspace=ws)
+        run_decode(case, workspace=ws, **ov)
         held.append(ws.nbytes)
     assert held[0] == held[1]
 
 
 def test_streaming_loops_over_chunks_only(clean_decode_env) -> None:
     """Streaming is the one mode allowed to loop: its op count grows with chunks, by design."""
-    clean_decode_env.setenv("ATTN_CORE_DECODE_STREAM_TOKENS", "256")
-    one = record(make_paged_case((200,), 8, 2, 64, 16, torch.float16))
-    four = record(make_paged_case((1000,), 8, 2, 64, 16, torch.float16))
+    ov: dict = {}  # DecodeOverrides fields for this test's plans
+    ov["stream_tokens"] = 256
+    one = record(make_paged_case((200,), 8, 2, 64, 16, torch.float16), **ov)
+    four = record(make_paged_case((1000,), 8, 2, 64, 16, torch.float16), **ov)
     assert sum(four.ops.values()) > sum(one.ops.values())
 
 
@@ -207,20 +202,19 @@ class AllocationCounter(TorchDispatchMode):
 
 
 @pytest.mark.skipif(
-    not bmm_supports("cpu", torch.float16),
+    not probe_capabilities(torch.device("cpu"), torch.float16).half_matmul,
     reason="this torch has no fp16 bmm on the CPU (2.1): K and V are upcast to fp32 here",
 )
 @pytest.mark.parametrize("tier", ("one_pass", "partitioned"))
-def test_transient_bytes_within_budget(tier: str, clean_decode_env) -> None:
+def test_transient_bytes_within_budget(tier: str) -> None:
     """Issue 2's bound (<= 1.25x the gathered K+V) on the CPU, for the Qwen shape at 20K.
 
-    ``ATTN_CORE_DECODE_SCORES=compute`` stands in for CUDA's fp32-output bmm: neither copies the
-    keys to fp32 (the CPU's exact-score path does, +1x K; see plan_decode).
+    ``scores="compute"`` stands in for CUDA's fp32-output bmm: neither copies the keys to fp32
+    (the CPU's exact-score path does, +1x K; see plan_decode).
     """
-    clean_decode_env.setenv("ATTN_CORE_DECODE_SCORES", "compute")
-    clean_decode_env.setenv("ATTN_CORE_DECODE_TIER", tier)
     case = make_paged_case((20_000,), 24, 4, 256, 16, torch.float16)
     out = torch.empty_like(case.query)
+    plan = plan_of(case, scores="compute", tier=tier)
     counter = AllocationCounter()
     with counter:
         paged_decode(
@@ -232,6 +226,7 @@ def test_transient_bytes_within_budget(tier: str, clean_decode_env) -> None:
             20_000,
             out=out,
             workspace=Workspace(),
+            plan=plan,
         )
     gathered_kv = 2 * 4 * 20_000 * 256 * 2
     assert counter.bytes <= 1.25 * gathered_kv, counter.bytes / gathered_kv

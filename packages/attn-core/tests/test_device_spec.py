@@ -44,14 +44,24 @@ def test_unknown_profile_lists_known_ones() -> None:
         get_device_spec("x")
 
 
-def test_detection(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ATTN_CORE_DEVICE", raising=False)
-    assert detect_device_spec(torch.device("cpu")).name == "bi-v100"
-    monkeypatch.setenv("ATTN_CORE_DEVICE", "a100")
-    assert detect_device_spec(torch.device("cpu")).name == "a100"
-    monkeypatch.setenv("ATTN_CORE_DEVICE", "nope")
+def test_detection() -> None:
+    assert detect_device_spec(torch.device("cpu"), forced=None).name == "bi-v100"
+    assert detect_device_spec(torch.device("cpu"), forced="a100").name == "a100"
     with pytest.raises(ValueError, match="device profile must be one of"):
-        detect_device_spec()
+        detect_device_spec(forced="nope")
+
+
+def test_forced_profile_file(tmp_path) -> None:
+    """ATTN_CORE_DEVICE may name a profile JSON file (settings documents it)."""
+    from attn_core.profile_file import save_profile_file
+
+    path = save_profile_file(
+        get_device_spec("h200").with_overrides(name="h200-lab", sm_count=100),
+        tmp_path / "lab.json",
+        base="h200",
+    )
+    spec = detect_device_spec(forced=str(path))
+    assert spec.name == "h200-lab" and spec.sm_count == 100
 
 
 def test_profiles_are_hashable_for_plan_caches() -> None:

@@ -6,18 +6,12 @@ import dataclasses
 
 import pytest
 import torch
+from plan_helpers import prefill_plan
 
-from attn_core import KernelStep, PrefillPlan, get_device_spec, plan_prefill
-from attn_core.plan_prefill import BACKEND_ENV, BUDGET_ENV, STREAM_ENV
+from attn_core import KernelStep, PrefillPlan, get_device_spec
+from attn_core.plan_prefill import BACKEND_ENV
 
 SHAPES = ((24, 4, 256), (16, 2, 256), (32, 8, 128), (8, 1, 80))
-
-
-@pytest.fixture(autouse=True)
-def clean_prefill_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in (BUDGET_ENV, BACKEND_ENV, STREAM_ENV, "ATTN_CORE_DEVICE"):
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -25,7 +19,7 @@ def clean_prefill_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 @pytest.mark.parametrize("budget", (64 << 20, 1 << 30))
 def test_workspace_fits_budget_for_any_chunk(shape, chunk, budget) -> None:
     heads, kvh, hs = shape
-    plan = plan_prefill(heads, kvh, hs, torch.float16, chunk, budget_bytes=budget)
+    plan = prefill_plan(heads, kvh, hs, torch.float16, chunk, budget_bytes=budget)
     assert plan.workspace_bytes <= budget
     assert plan.query_tile >= 1 and plan.key_tile >= 1
     assert plan.query_tile <= max(1, 1 << (chunk - 1).bit_length())
@@ -33,12 +27,12 @@ def test_workspace_fits_budget_for_any_chunk(shape, chunk, budget) -> None:
 
 def test_qwen_shape_tiles_on_device() -> None:
     """The bench's shape: 2-byte scores, the 4096-key tile, the largest query tile that fits."""
-    plan = plan_prefill(24, 4, 256, torch.float16, 8192, device=torch.device("meta"))
+    plan = prefill_plan(24, 4, 256, torch.float16, 8192, device=torch.device("meta"))
     assert plan.score_dtype == torch.float16 and plan.key_tile == 4096
     assert plan.workspace_bytes <= 1 << 30
     bigger = dataclasses.replace(plan, query_tile=plan.query_tile * 2)
     assert (
-        plan_prefill(
+        prefill_plan(
             24,
             4,
             256,
@@ -52,68 +46,69 @@ def test_qwen_shape_tiles_on_device() -> None:
     )
 
 
-def test_budget_from_env(clean_prefill_env) -> None:
-    clean_prefill_env.setenv(BUDGET_ENV, str(32 << 20))
-    plan = plan_prefill(24, 4, 256, torch.float16, 8192)
+def test_budget_override() -> None:
+    plan = prefill_plan(24, 4, 256, torch.float16, 8192, budget_bytes=32 << 20)
     assert plan.budget_bytes == 32 << 20 and plan.workspace_bytes <= 32 << 20
-    clean_prefill_env.setenv(BUDGET_ENV, "lots")
-    with pytest.raises(ValueError, match=BUDGET_ENV):
-        plan_prefill(24, 4, 256, torch.float16, 8192)
+    with pytest.raises(ValueError, match="PrefillOverrides.budget_bytes must be None or an int"):
+        prefill_plan(24, 4, 256, torch.float16, 8192, budget_bytes=0)
 
 
 def test_cpu_plans_torch_backend_with_reason() -> None:
-    plan = plan_prefill(8, 2, 64, torch.float16, 100)
+    plan = prefill_plan(8, 2, 64, torch.float16, 100)
     assert plan.backend == "torch" and "cpu" in plan.backend_reason
     assert plan.score_dtype == torch.float32  # CPU: fp32 matmuls are the fast ones
-    alibi = plan_prefill(8, 2, 64, torch.float16, 100, alibi=True)
+    alibi = prefill_plan(8, 2, 64, torch.float16, 100, alibi=True)
     assert alibi.backend == "torch" and "alibi" in alibi.backend_reason
-    window = plan_prefill(8, 2, 64, torch.float16, 100, sliding_window=64)
+    window = prefill_plan(8, 2, 64, torch.float16, 100, sliding_window=64)
     assert window.backend == "torch" and "sliding_window" in window.backend_reason
 
 
-def test_forced_backends(clean_prefill_env) -> None:
-    clean_prefill_env.setenv(BACKEND_ENV, "sdpa")
-    plan = plan_prefill(8, 2, 64, torch.float16, 100)
+def test_fused_backend_from_capabilities() -> None:
+    plan = prefill_plan(8, 2, 64, torch.float16, 100, device="cuda", fused=("vendor_flash",))
+    assert plan.backend == "vendor_flash" and plan.key_tile == 0
+    alibi = prefill_plan(8, 2, 64, torch.float16, 100, device="cuda", fused=("sdpa",), alibi=True)
+    assert alibi.backend == "torch"
+
+
+def test_forced_backends() -> None:
+    plan = prefill_plan(8, 2, 64, torch.float16, 100, backend="sdpa")
     assert plan.backend == "sdpa" and BACKEND_ENV in plan.backend_reason
     assert plan.key_tile == 0  # the fused kernel tiles keys itself
     with pytest.raises(ValueError, match="supports neither alibi nor sliding_window"):
-        plan_prefill(8, 2, 64, torch.float16, 100, alibi=True)
-    clean_prefill_env.setenv(BACKEND_ENV, "triton")
-    with pytest.raises(ValueError, match=f"{BACKEND_ENV} must be one of"):
-        plan_prefill(8, 2, 64, torch.float16, 100)
+        prefill_plan(8, 2, 64, torch.float16, 100, alibi=True, backend="sdpa")
+    with pytest.raises(ValueError, match="PrefillOverrides.backend must be None or one of"):
+        prefill_plan(8, 2, 64, torch.float16, 100, backend="triton")
 
 
-def test_forced_fused_backend_that_cannot_run_raises(clean_prefill_env) -> None:
+def test_forced_fused_backend_that_cannot_run_raises() -> None:
     """Forcing a fused backend where it is unavailable fails loudly, never falls back."""
     from prefill_helpers import run_prefill
 
     from attn_core.prefill_case import make_prefill_case
 
     case = make_prefill_case(((10, 5),), 4, 2, 64, 16, torch.float16)
-    clean_prefill_env.setenv(BACKEND_ENV, "sdpa")
-    with pytest.raises(RuntimeError, match="'sdpa' is not available"):
-        run_prefill(case)
-    clean_prefill_env.setenv(BACKEND_ENV, "vendor_flash")
-    with pytest.raises(RuntimeError, match="'vendor_flash' is not available"):
-        run_prefill(case)
+    for name in ("sdpa", "vendor_flash"):
+        plan = prefill_plan(4, 2, 64, torch.float16, case.max_query_len, backend=name)
+        with pytest.raises(RuntimeError, match=f"'{name}' is not available"):
+            run_prefill(case, plan=plan)
 
 
-def test_streaming_decision(clean_prefill_env) -> None:
+def test_streaming_decision() -> None:
     per_token = 2 * 4 * 256 * 2  # K and V, 4 KV heads, head 256, fp16
-    small = plan_prefill(24, 4, 256, torch.float16, 2048, max_context_len=100_000)
+    small = prefill_plan(24, 4, 256, torch.float16, 2048, max_context_len=100_000)
     assert small.stream_chunk == 0  # 100K context = 400 MB gathered: within 1 GiB
-    huge = plan_prefill(24, 4, 256, torch.float16, 2048, max_context_len=1_000_000)
+    huge = prefill_plan(24, 4, 256, torch.float16, 2048, max_context_len=1_000_000)
     assert huge.stream_chunk > 0 and huge.stream_chunk * per_token <= huge.budget_bytes
     assert huge.stream_chunk % huge.key_tile == 0
-    clean_prefill_env.setenv(STREAM_ENV, "1")
-    assert plan_prefill(24, 4, 256, torch.float16, 2048, max_context_len=10).stream_chunk > 0
-    clean_prefill_env.setenv(STREAM_ENV, "0")
-    assert plan_prefill(24, 4, 256, torch.float16, 16, max_context_len=10**7).stream_chunk == 0
+    on = prefill_plan(24, 4, 256, torch.float16, 2048, max_context_len=10, stream=True)
+    assert on.stream_chunk > 0
+    off = prefill_plan(24, 4, 256, torch.float16, 16, max_context_len=10**7, stream=False)
+    assert off.stream_chunk == 0
 
 
 def test_steps_describe_one_tile_update() -> None:
     spec = get_device_spec("bi-v100")
-    plan = plan_prefill(
+    plan = prefill_plan(
         24, 4, 256, torch.float16, 2048, device_spec=spec, query_tile=512, key_tile=1024
     )
     assert plan.device_name == "bi-v100"
@@ -126,7 +121,7 @@ def test_steps_describe_one_tile_update() -> None:
 
 
 def test_plan_is_frozen() -> None:
-    plan = plan_prefill(8, 2, 64, torch.float16, 100)
+    plan = prefill_plan(8, 2, 64, torch.float16, 100)
     assert isinstance(plan, PrefillPlan)
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.query_tile = 3  # type: ignore[misc]
@@ -139,7 +134,7 @@ def test_plan_is_frozen() -> None:
         ({"head_size": 100}, "head_size must be one of"),
         ({"dtype": torch.int8}, "dtype must be one of"),
         ({"max_query_len": 0}, "max_query_len must be a positive int"),
-        ({"budget_bytes": 0}, "budget_bytes must be a positive int"),
+        ({"budget_bytes": 0}, "budget_bytes must be None or an int >= 1"),
     ],
 )
 def test_bad_arguments(kwargs, match) -> None:
@@ -153,4 +148,4 @@ def test_bad_arguments(kwargs, match) -> None:
     budget = kwargs.pop("budget_bytes", None)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        plan_prefill(**args, budget_bytes=budget)
+        prefill_plan(**args, budget_bytes=budget)

@@ -14,9 +14,10 @@ import torch
 from conftest import assert_close, requires_cuda
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plan_helpers import prefill_plan
 from prefill_helpers import reference, run_prefill
 
-from attn_core import paged_prefix_prefill, plan_prefill
+from attn_core import paged_prefix_prefill
 from attn_core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
 from attn_core.prefill_case import make_prefill_case
 
@@ -29,7 +30,7 @@ MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
 def small_tiles(case, **overrides):
     """A torch plan with query tile 8 and key tile 16 for ``case``."""
     q, kvh = case.query, case.key.shape[1]
-    return plan_prefill(
+    return prefill_plan(
         q.shape[1],
         kvh,
         q.shape[2],
@@ -100,7 +101,7 @@ def test_streaming_matches_whole_context(window: int, kv_cache_dtype: str) -> No
 def test_small_budget_streams_and_shrinks_tiles() -> None:
     """A 64 KiB budget: the plan streams the context and shrinks both tiles; results hold."""
     case = make_prefill_case(((600, 90), (0, 5), (333, 1)), 8, 2, 64, 16, torch.float32, seed=29)
-    plan = plan_prefill(
+    plan = prefill_plan(
         8, 2, 64, torch.float32, case.max_query_len, max_context_len=600, budget_bytes=64 << 10
     )
     assert plan.workspace_bytes <= 64 << 10
@@ -115,7 +116,7 @@ def test_cuda_transient_memory_within_budget() -> None:
     own K/V copy (both outside the budget by definition), at 32K context and an 8K chunk."""
     budget = 256 << 20
     case = make_prefill_case(((32768, 8192),), 24, 4, 256, 16, torch.float16, device="cuda")
-    plan = plan_prefill(
+    plan = prefill_plan(
         24,
         4,
         256,
@@ -173,7 +174,7 @@ def test_alibi_with_fp16_scores_and_large_tiles(window: int) -> None:
     case = make_prefill_case(
         seqs, 8, 2, 64, 16, torch.float16, alibi=True, sliding_window=window, seed=5
     )
-    plan = plan_prefill(
+    plan = prefill_plan(
         8, 2, 64, torch.float16, case.max_query_len, backend="torch", score_dtype=torch.float16
     )
     assert plan.query_tile >= 257 and plan.score_dtype == torch.float16
@@ -192,10 +193,13 @@ def test_fp32_scores_with_bf16_operands(monkeypatch) -> None:
     except RuntimeError as exc:
         pytest.skip(f"torch {torch.__version__} CPU bmm lacks bf16: {exc}")
 
-    def upcast(q, keys_t, out):
-        torch.bmm(q.float(), keys_t.float(), out=out)
+    def bmm_into(a, b, out):  # an fp32-output GEMM where the operands are 2-byte
+        if out.dtype == a.dtype:
+            torch.bmm(a, b, out=out)
+        else:
+            torch.bmm(a.float(), b.float(), out=out)
 
-    monkeypatch.setattr(prefill_torch, "scores_into", upcast)
+    monkeypatch.setattr(prefill_torch, "_bmm_into", bmm_into)
     case = make_prefill_case(MIXED, 8, 2, 128, 16, torch.bfloat16, alibi=True, seed=37)
     plan = dataclasses.replace(small_tiles(case), matmul_dtype=torch.bfloat16)
     assert plan.score_dtype == torch.float32
@@ -271,7 +275,7 @@ def test_random_batches_and_tiles(seqs, query_tile, key_tile, stream_chunk, wind
     if all(q == 0 for _, q in seqs):
         seqs = [*seqs, (3, 2)]
     case = make_prefill_case(seqs, 4, 2, 64, 8, torch.float32, sliding_window=window, seed=1)
-    plan = plan_prefill(
+    plan = prefill_plan(
         4,
         2,
         64,

@@ -14,7 +14,9 @@ import torch
 import attn_core.testing.prefill_case as prefill_case_module
 from attn_core import testing
 
-SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(prefill_case_module.__file__))))
+SRC = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(prefill_case_module.__file__)))
+)
 
 
 def test_testing_reexports_the_same_objects() -> None:

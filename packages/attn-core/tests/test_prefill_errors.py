@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 import torch
+from plan_helpers import prefill_plan
 from prefill_helpers import run_prefill
 
-from attn_core import plan_prefill
 from attn_core.prefill_case import make_prefill_case
 
 
@@ -82,6 +82,6 @@ def test_out_and_plan_mismatches(case) -> None:
         paged_prefix_prefill(*case.args(), out=case.query[:3].clone())
     with pytest.raises(ValueError, match="out must be torch.float16"):
         paged_prefix_prefill(*case.args(), out=case.query.float())
-    wrong = plan_prefill(8, 2, 128, torch.float16, 5)
+    wrong = prefill_plan(8, 2, 128, torch.float16, 5)
     with pytest.raises(ValueError, match="plan must be for"):
         paged_prefix_prefill(*case.args(), plan=wrong)

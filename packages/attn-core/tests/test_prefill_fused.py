@@ -9,10 +9,21 @@ import dataclasses
 import pytest
 import torch
 from conftest import assert_close, requires_cuda
+from plan_helpers import prefill_plan
 from prefill_helpers import reference, run_prefill
 
-from attn_core import plan_prefill, prefill_backends
-from attn_core.plan_prefill import BACKEND_ENV, bmm_writes_fp32
+from attn_core import (
+    AttentionShape,
+    Capabilities,
+    PrefillLengths,
+    PrefillOverrides,
+    capabilities,
+    prefill_backends,
+    prefill_plan_for,
+    prefill_verify,
+    probe_capabilities,
+)
+from attn_core.prefill import _run_unverified, verify_prefill_backend
 from attn_core.prefill_backends import FusedBackend
 from attn_core.prefill_case import make_prefill_case
 
@@ -38,41 +49,56 @@ def fake_sdpa(monkeypatch):
     """Replace the sdpa backend with the float64 stand-in, available everywhere; fresh checks."""
 
     def install(attend=_math_attend):
-        fake = FusedBackend("sdpa", "float64 stand-in", lambda d, t: None, attend)
+        fake = FusedBackend("sdpa", "float64 stand-in", attend)
         monkeypatch.setitem(prefill_backends.BACKENDS, "sdpa", fake)
-        monkeypatch.setattr(prefill_backends, "_VERDICTS", {})
-        monkeypatch.delenv(BACKEND_ENV, raising=False)
+        monkeypatch.setattr(prefill_verify, "_VERDICTS", {})
+        monkeypatch.setattr(prefill_verify, "fused_unavailable_reason", lambda n, d, t: None)
 
     return install
+
+
+def verified_on_cpu(dtype: torch.dtype, head_size: int) -> tuple[str, ...]:
+    """The verification step above the planner, for a CPU offering the (fake) sdpa backend."""
+    caps = Capabilities(device_type="cpu", fused_prefill=("sdpa",))
+    cpu = torch.device("cpu")
+    return prefill_verify.verified_capabilities(
+        caps, cpu, dtype, head_size, _run_unverified
+    ).fused_prefill
+
+
+def verdicts() -> dict:
+    return {
+        f"{k[0]} {k[1]}": ("ok " if ok else "failed ") + d
+        for k, (ok, d) in prefill_verify._VERDICTS.items()
+    }
 
 
 @pytest.mark.parametrize("query_tile, stream_chunk", [(64, 0), (8, 0), (8, 32), (5, 48)])
 def test_parts_merge_to_the_reference(fake_sdpa, query_tile, stream_chunk) -> None:
     fake_sdpa()
     case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float32, seed=3)
-    plan = plan_prefill(8, 2, 64, torch.float32, case.max_query_len, backend="sdpa")
+    plan = prefill_plan(8, 2, 64, torch.float32, case.max_query_len, backend="sdpa")
     plan = dataclasses.replace(plan, query_tile=query_tile, stream_chunk=stream_chunk)
     assert_close(run_prefill(case, plan), reference(case), torch.float32)
 
 
 def test_auto_plan_uses_a_verified_fused_backend(fake_sdpa) -> None:
     fake_sdpa()
-    plan = plan_prefill(8, 2, 64, torch.float16, 50)
+    fused = verified_on_cpu(torch.float16, 64)
+    plan = prefill_plan(8, 2, 64, torch.float16, 50, fused=fused)
     assert plan.backend == "sdpa" and "verified" in plan.backend_reason
-    report = prefill_backends.verification_report()
-    assert any(k.startswith("sdpa cpu") and v.startswith("ok") for k, v in report.items())
+    assert any(k.startswith("sdpa cpu") and v.startswith("ok") for k, v in verdicts().items())
 
 
 def test_wrong_fused_backend_is_rejected(fake_sdpa, monkeypatch) -> None:
     """A kernel whose causal-part log-sum-exp is off (a uniform shift would cancel in the merge)
     fails the check: auto falls back to torch, forced raises."""
     fake_sdpa(lambda q, k, v, scale, causal: _math_attend(q, k, v, scale, causal, 0.7 * causal))
-    plan = plan_prefill(8, 2, 64, torch.float16, 50)
-    assert plan.backend == "torch"
+    assert verified_on_cpu(torch.float16, 64) == ()
     case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float16, seed=3)
-    monkeypatch.setenv(BACKEND_ENV, "sdpa")
+    forced = prefill_plan(8, 2, 64, torch.float16, case.max_query_len, backend="sdpa")
     with pytest.raises(RuntimeError, match="did not match the reference"):
-        run_prefill(case)
+        run_prefill(case, forced)
 
 
 def test_raising_fused_backend_is_rejected(fake_sdpa) -> None:
@@ -80,9 +106,8 @@ def test_raising_fused_backend_is_rejected(fake_sdpa) -> None:
         raise RuntimeError("no kernel image for this device")
 
     fake_sdpa(broken)
-    assert plan_prefill(8, 2, 64, torch.float16, 50).backend == "torch"
-    report = prefill_backends.verification_report()
-    assert any("no kernel image" in v for v in report.values())
+    assert verified_on_cpu(torch.float16, 64) == ()
+    assert any("no kernel image" in v for v in verdicts().values())
 
 
 def _cpu_flash(q, k, v, causal, scale):
@@ -104,7 +129,7 @@ def test_sdpa_layouts_with_cpu_flash(fake_sdpa, monkeypatch, shape, dtype) -> No
     monkeypatch.setattr(prefill_backends, "_flash_with_lse", _cpu_flash)
     heads, kvh, hs = shape
     case = make_prefill_case(MIXED, heads, kvh, hs, 16, dtype, seed=hs)
-    plan = plan_prefill(heads, kvh, hs, dtype, case.max_query_len, backend="sdpa")
+    plan = prefill_plan(heads, kvh, hs, dtype, case.max_query_len, backend="sdpa")
     plan = dataclasses.replace(plan, query_tile=16, stream_chunk=48)
     assert_close(run_prefill(case, plan), reference(case), dtype)
 
@@ -119,17 +144,20 @@ CUDA_DTYPES = (torch.float16, torch.bfloat16)
 @pytest.mark.parametrize("dtype", CUDA_DTYPES, ids=str)
 @pytest.mark.parametrize("shape", ((24, 4, 256), (16, 2, 128), (8, 1, 80), (8, 8, 64)), ids=str)
 @pytest.mark.parametrize("backend", ("torch", "sdpa"))
-def test_cuda_backends(backend, shape, dtype, monkeypatch) -> None:
-    monkeypatch.delenv(BACKEND_ENV, raising=False)
+def test_cuda_backends(backend, shape, dtype) -> None:
     heads, kvh, hs = shape
+    cuda = torch.device("cuda")
     case = make_prefill_case(MIXED, heads, kvh, hs, 16, dtype, device="cuda", seed=hs)
-    plan = plan_prefill(
-        heads, kvh, hs, dtype, case.max_query_len, device=torch.device("cuda"), backend=backend
+    plan = prefill_plan_for(
+        AttentionShape(heads, kvh, hs, 16, dtype),
+        PrefillLengths(case.max_query_len),
+        cuda,
+        overrides=PrefillOverrides(backend=backend),
     )
     if backend == "sdpa":
-        prefill_backends.ensure_verified("sdpa", torch.device("cuda"), dtype, hs)
+        verify_prefill_backend("sdpa", cuda, dtype, hs)
     if backend == "torch":
-        fp32_scores = dtype == torch.bfloat16 and bmm_writes_fp32("cuda", dtype)
+        fp32_scores = dtype == torch.bfloat16 and probe_capabilities(cuda, dtype).bmm_writes_fp32
         assert plan.matmul_dtype == dtype
         assert plan.score_dtype == (torch.float32 if fp32_scores else dtype)
     got = run_prefill(case, plan)
@@ -163,10 +191,14 @@ def test_cuda_torch_windows_alibi_fp8(window, alibi) -> None:
 
 @pytest.mark.cuda
 @requires_cuda
-def test_cuda_auto_plan_on_nvidia_picks_verified_sdpa(monkeypatch) -> None:
-    monkeypatch.delenv(BACKEND_ENV, raising=False)
-    plan = plan_prefill(24, 4, 256, torch.float16, 8192, device=torch.device("cuda"))
-    if prefill_backends.is_iluvatar(torch.device("cuda")):
+def test_cuda_auto_plan_on_nvidia_picks_verified_sdpa() -> None:
+    cuda = torch.device("cuda")
+    plan = prefill_plan_for(
+        AttentionShape(24, 4, 256, 16, torch.float16),
+        PrefillLengths(8192),
+        cuda,
+        overrides=PrefillOverrides(),
+    )
+    if capabilities.is_iluvatar(cuda):
         pytest.skip("Iluvatar: sdpa is never chosen there")
-    report = prefill_backends.verification_report()
-    assert plan.backend == "sdpa", (plan.backend_reason, report)
+    assert plan.backend == "sdpa", (plan.backend_reason, verdicts())

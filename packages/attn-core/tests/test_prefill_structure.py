@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from plan_helpers import prefill_plan
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attn_core import paged_prefix_prefill, plan_prefill
+from attn_core import paged_prefix_prefill
 from attn_core.prefill_case import make_prefill_case
 
 
@@ -30,7 +31,7 @@ class _Ops(TorchDispatchMode):
 
 def _trace(ctx: int, key_tile: int = 32) -> _Ops:
     case = make_prefill_case(((ctx, 24),), 8, 2, 64, 16, torch.float16, seed=ctx)
-    plan = plan_prefill(
+    plan = prefill_plan(
         8, 2, 64, torch.float16, 24, backend="torch", query_tile=32, key_tile=key_tile
     )
     out = torch.empty_like(case.query)
@@ -107,7 +108,7 @@ def test_plan_counts_the_tile_updates_that_run() -> None:
     """plan.num_tile_updates (what the simulator multiplies the steps by) matches execution."""
     for ctx, qlen, tq, tk in ((100, 24, 8, 16), (0, 37, 16, 8), (33, 1, 4, 32), (64, 64, 64, 64)):
         case = make_prefill_case(((ctx, qlen),), 8, 2, 64, 16, torch.float16, seed=ctx)
-        plan = plan_prefill(
+        plan = prefill_plan(
             8, 2, 64, torch.float16, qlen, backend="torch", query_tile=tq, key_tile=tk
         )
         ops = _Ops()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import partial
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from attn_sim import config
 from attn_sim.cli import main
 from attn_sim.gates import baseline_from, format_violations, run_gates
 from attn_sim.profiles import load_profile
-from attn_sim.workloads import plan_for
+from attn_sim.workloads import plan_for, trace_case
 
 BI = load_profile("bi-v100")
 
@@ -100,7 +101,7 @@ def test_plan_with_extra_launches_fails(good):
     assert any(v.gate == "plan_launches" for v in report.violations)
 
 
-def test_code_that_adds_launches_fails(good, monkeypatch):
+def test_code_that_adds_launches_fails(good):
     gates, baseline = good
     real = attn_core.paged_decode
 
@@ -110,13 +111,12 @@ def test_code_that_adds_launches_fails(good, monkeypatch):
             out = out * 1.0
         return out
 
-    monkeypatch.setattr(attn_core, "paged_decode", slower)
-    report = run_gates([BI], gates, baseline)
+    report = run_gates([BI], gates, baseline, tracer=partial(trace_case, decode_entry=slower))
     gates_hit = {v.gate for v in report.violations}
     assert "launches" in gates_hit
 
 
-def test_one_extra_launch_fails_its_tier_under_a_loose_global_bound(good, monkeypatch):
+def test_one_extra_launch_fails_its_tier_under_a_loose_global_bound(good):
     gates, baseline = good
     gates = {**gates, "decode": {**gates["decode"], "max_launches": 1000}}
     real = attn_core.paged_decode
@@ -124,8 +124,7 @@ def test_one_extra_launch_fails_its_tier_under_a_loose_global_bound(good, monkey
     def one_more(*args, **kwargs):
         return real(*args, **kwargs) * 1.0
 
-    monkeypatch.setattr(attn_core, "paged_decode", one_more)
-    report = run_gates([BI], gates, baseline)
+    report = run_gates([BI], gates, baseline, tracer=partial(trace_case, decode_entry=one_more))
     hit = [v for v in report.violations if v.gate == "launches"]
     assert hit and all(v.over_by == 1 for v in hit)
     assert {v.detail.split("(")[1].rstrip(")") for v in hit} <= set(
@@ -133,7 +132,7 @@ def test_one_extra_launch_fails_its_tier_under_a_loose_global_bound(good, monkey
     )
 
 
-def test_host_sync_fails(good, monkeypatch):
+def test_host_sync_fails(good):
     gates, baseline = good
     real = attn_core.paged_decode
 
@@ -141,8 +140,7 @@ def test_host_sync_fails(good, monkeypatch):
         int(seq_lens.max())  # a host read: breaks CUDA-graph capture
         return real(query, key_cache, value_cache, block_tables, seq_lens, *args, **kwargs)
 
-    monkeypatch.setattr(attn_core, "paged_decode", syncing)
-    report = run_gates([BI], gates, baseline)
+    report = run_gates([BI], gates, baseline, tracer=partial(trace_case, decode_entry=syncing))
     assert any(v.gate == "syncs" for v in report.violations)
 
 

@@ -14,7 +14,6 @@ scaled by ``k_scale`` / ``v_scale`` (vLLM's convention: stored = real / scale).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -163,26 +162,3 @@ def check_block_tables(
     """``block_tables [num_seqs, max_blocks]`` int32; returns ``max_blocks``."""
     check_tensor(name, block_tables, shape=(num_seqs, None), dtype=torch.int32, device=device)
     return block_tables.shape[1]
-
-
-def gather_keys(
-    key_cache: torch.Tensor, block_ids: torch.Tensor, layout: CacheLayout
-) -> torch.Tensor:
-    """Keys of whole blocks, token-major.
-
-    Args:
-        key_cache: ``[num_blocks, num_kv_heads, head_size // x, block_size, x]``.
-        block_ids: ``[...]`` int block numbers.
-    Returns:
-        ``[..., num_kv_heads, block_size, head_size]`` in the storage dtype (a copy).
-    """
-    blocks = key_cache[block_ids.long()]  # [..., kvh, hs/x, bs, x]
-    blocks = blocks.transpose(-3, -2)  # [..., kvh, bs, hs/x, x]
-    return blocks.reshape(*blocks.shape[:-2], layout.head_size)
-
-
-def gather_values(
-    value_cache: torch.Tensor, block_ids: torch.Tensor, layout: Optional[CacheLayout] = None
-) -> torch.Tensor:
-    """Values of whole blocks: ``[..., num_kv_heads, head_size, block_size]`` (a copy)."""
-    return value_cache[block_ids.long()]

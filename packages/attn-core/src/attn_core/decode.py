@@ -25,11 +25,10 @@ holds at least ``block_size - 1`` masked slots after its last token):
    per partition and cast, one bmm over every (row, partition), then a fp32 log-sum-exp merge
    (``softmax`` of ``max + log(sum)`` over partitions weights the partial outputs).
 
-Ops per step (CUDA, fp16, no ALiBi, scale a power of two; ``DecodePlan.torch_ops`` counts
-every case): 15 single_tile / one_pass, 24 partitioned (59-66 before this pipeline); +1 when
-the step spans more columns than ``block_tables`` has, +1 for a scale that is not a power of
-two, +4 for ALiBi, +1 on a CPU (keys upcast for exact fp32 scores), +3 where torch has no
-fp16 bmm (torch 2.1's CPU: matmuls in fp32).
+Ops per step: a fixed set per tier, independent of batch and context (no loop over sequences,
+partitions or tiles; streaming repeats the set per chunk). This module is the one statement of
+them: the simulator counts them by tracing this code (``python -m attn_sim report``,
+*launches*) and ``gates.toml`` bounds the count per tier.
 
 Nothing reads device values on the host, so a step can be captured in a CUDA graph;
 ``max_seq_len`` only sizes the step. Streaming (``num_chunks > 1``) repeats the partitioned

@@ -40,7 +40,6 @@ three from a device and the environment, for callers at the API boundary.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -60,10 +59,16 @@ TIERS = ("single_tile", "one_pass", "partitioned")
 GATHER_BYTES = (8, 16)
 
 # Even-share oversubscription: 2 waves' worth of blocks lets the tail wave of uneven partitions
-# overlap the next (CUB uses a subscription factor for the same reason). Assumed, not yet swept.
+# overlap the next (CUB uses a subscription factor for the same reason). Swept in the simulator
+# (`python -m attn_sim sweep`, bi-v100, decode 1/8 x 8K-256K and 64 x 8K, traced): 1, 2, 4 and
+# 8 all land within 0.2 % of each other (geomean 0.9981 / 1 / 0.9995 / 0.9999), so the value
+# is not critical; 2 stays. Not measured on a device.
 SUBSCRIPTION = 2
 # Below 256 tokens a partition's fixed cost (its q load, stats, merge row) dominates its K/V
-# read; vLLM's V2 kernel uses 512. Assumed pending the H200 sweep in bench/decode_bench.py.
+# read; vLLM's V2 kernel uses 512. The same simulator sweep prices fixed partition sizes
+# against even-share with this floor: 256 +2.9 %, 512 +3.4 %, 1024 +5.3 % (2048 and 4096 no
+# longer fit shared memory); the H200 runs in docs/benchmarks.md use the resulting 256-token
+# partitions at 1 x 8K-100K. Not swept on a device.
 MIN_PARTITION = 256
 # Four warps per block: one warp per 16-byte K vector lane group, as vLLM's kernels use 128
 # threads on 32-wide warps. Registers per thread assumed from vLLM's kernels (about 64-96).
@@ -115,11 +120,9 @@ class DecodePlan:
         workspace_bytes: bytes of scratch one step needs (reused across calls).
         steps: launches as a device would run them; grids are
             ``(num_seqs, num_kv_heads, num_partitions)``.
-        torch_ops: kernel-launching torch ops the torch executor issues per step (default
-            scale, no ALiBi, ``v_scale`` 1); streaming counts every chunk.
         device_spec: the profile the plan was made for.
         backend: ``"torch"`` (the portable path) or ``"native"`` (the CUDA C++ kernel,
-            :mod:`attn_core.native`; ``torch_ops`` is then 0 and ``steps`` are its launches).
+            :mod:`attn_core.native`; ``steps`` are then its launches, no torch op runs).
         native: the native kernel's split (grid, partitions, partials) when ``backend`` is
             ``"native"``.
     """
@@ -146,7 +149,6 @@ class DecodePlan:
     scores_in_compute_dtype: bool
     workspace_bytes: int
     steps: tuple[KernelStep, ...]
-    torch_ops: int
     device_spec: DeviceSpec
     backend: str = "torch"
     native: Optional[NativeSplit] = None
@@ -332,7 +334,6 @@ def _native_plan(shape: AttentionShape, lengths: DecodeLengths, spec: DeviceSpec
         scores_in_compute_dtype=False,
         workspace_bytes=split.workspace_bytes(lengths.num_seqs, shape.num_heads, shape.head_size),
         steps=native_steps(split, lengths.num_seqs, shape.num_heads),
-        torch_ops=0,
         device_spec=spec,
         backend="native",
         native=split,
@@ -433,11 +434,6 @@ def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int) -> DecodePlan:
         num_partitions = 1
     num_chunks = -(-inputs.padded // chunk)
     elem, cache_elem = s.element_size, s.cache_element_size
-    capacity = (inputs.max_blocks_per_seq or 1 << 62) * s.block_size
-    ops = _torch_ops(
-        tier, inputs.streaming, num_chunks, s.dtype, inputs.matmul_dtype, inputs.score_input,
-        inputs.in_compute, cache_elem != elem, s.head_size, chunk * num_chunks > capacity,
-    )  # fmt: skip
     steps = _steps(
         spec, tier, inputs.num_seqs, s.num_kv_heads, s.group, s.head_size, elem, ps,
         num_partitions, num_chunks, _threads(spec),
@@ -470,7 +466,6 @@ def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int) -> DecodePlan:
         scores_in_compute_dtype=inputs.in_compute,
         workspace_bytes=workspace,
         steps=steps,
-        torch_ops=ops,
         device_spec=spec,
     )
 
@@ -534,58 +529,6 @@ def _steps(
         REGISTERS_PER_THREAD,
     )
     return (one + (merge,)) * num_chunks
-
-
-def _torch_ops(
-    tier: str,
-    streaming: bool,
-    num_chunks: int,
-    dtype: torch.dtype,
-    matmul_dtype: torch.dtype,
-    score_input: torch.dtype,
-    in_compute: bool,
-    fp8: bool,
-    head_size: int,
-    past_table: bool,
-) -> int:
-    """Kernel-launching torch ops of one step, as ``attn_core.decode`` issues them.
-
-    Counted by ``tests/test_decode_structure.py`` (a dispatch-mode recorder) for every
-    combination below; the sim charges them as launches.
-    """
-    # mask, block ids, K and V gathers, tail zeroing (2), score bmm, masked_fill
-    per_chunk = 8
-    if fp8:
-        per_chunk += 2  # K and V dequantised (into the score / bmm dtypes)
-    else:
-        per_chunk += 1 if score_input == torch.float32 and dtype != torch.float32 else 0  # K up
-        per_chunk += 1 if matmul_dtype != dtype else 0  # V upcast (torch 2.1's CPU)
-    per_chunk += 1 if in_compute else 0  # rounded scores copied to fp32
-    if streaming:
-        per_chunk += 4  # clamp, read back, keep mask, where
-    if tier != "partitioned" and not streaming:
-        # softmax, cast to the bmm dtype, P.V, first-block P.V
-        per_chunk += 4 if matmul_dtype != torch.float32 else 3
-    else:
-        # max, sub, exp, sum, normalise+cast, P.V, log, add, softmax, mul, sum, first block
-        per_chunk += 12
-        per_chunk += 1 if streaming else 0  # the chunk's logsumexp
-    total = per_chunk * num_chunks
-    # each later chunk: its relative end (seq_lens - start), and the merge of chunks (2
-    # stacks, softmax, mul, sum, logsumexp)
-    total += 7 * (num_chunks - 1)
-    total += 1  # grouped query (scaled) copy
-    scale = head_size**-0.5
-    total += 0 if dtype == torch.float32 or math.frexp(scale)[0] == 0.5 else 1
-    total += 1 if past_table else 0
-    # output: short-sequence mask + where, plus a copy when the result is not out's dtype
-    total += 2
-    if tier == "partitioned" or streaming:
-        total += 1 if dtype != torch.float32 else 0  # the fp32 merge's result
-    else:
-        total += 1 if matmul_dtype != dtype else 0  # P.V's result in fp32 (torch 2.1's CPU)
-    total += 1 if matmul_dtype != dtype else 0  # the first-block output likewise
-    return total
 
 
 def _workspace_bytes(

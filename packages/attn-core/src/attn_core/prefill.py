@@ -125,7 +125,9 @@ def paged_prefix_prefill(
             sliding_window=problem.window,
         )
     _check_plan(plan, query, problem, max_query_len)
-    if plan.backend != "torch":  # checked once per process; a failed check raises here
+    # Checked once per process; a failed check raises here. Meta tensors (the simulator's
+    # traces) run no kernel, so there is nothing to verify there.
+    if plan.backend != "torch" and query.device.type != "meta":
         ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
     _execute(plan, problem, spans, out, workspace)
     return out

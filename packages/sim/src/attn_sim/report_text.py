@@ -41,8 +41,9 @@ DECODE_LEGEND = (
     "step cannot run on this device as planned)."
 )
 PREFILL_LEGEND = (
-    "`backend`: the plan's prefill backend (`torch`, the portable online softmax, is what is "
-    "traced on meta tensors; fused backends are not modelled). `query_tile` / `key_tile`: the "
+    "`backend`: the plan's prefill backend (`torch`, the portable online softmax; `sdpa`, "
+    "torch's fused flash kernel, on NVIDIA profiles; the vendor's kernel on bi-v100 is not "
+    "modelled, so bi-v100 is priced on `torch`). `query_tile` / `key_tile`: the "
     "torch backend's tiles in tokens; `stream_chunk`: context tokens gathered at once (0: the "
     "whole context once per sequence); `tile_updates`: (query tile, key tile) updates per "
     "sequence. `launches`: torch launches the traced call issued; `plan_steps`: launches of "

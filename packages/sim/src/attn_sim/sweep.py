@@ -110,17 +110,19 @@ def sweep_prefill(spec: DeviceSpec, cases: Optional[list[Case]] = None) -> list[
     """attn-core's torch prefill with forced (query tile, key tile), traced.
 
     The tiles are the cases' ``PrefillOverrides`` (``query_tile`` / ``key_tile``); a pair is
-    ruled out if any case's transient memory exceeds K+V plus the prefill budget (``gates.toml``) or a launch does not fit.
+    ruled out if any case's transient memory exceeds K+V plus the prefill budget
+    (``gates.toml``) or a launch does not fit.
     """
     from attn_sim.config import load_gates
 
-    cases = cases or PREFILL_CASES
+    torch_backend = PrefillOverrides(backend="torch")  # NVIDIA profiles' auto plan is sdpa
+    cases = [dataclasses.replace(c, prefill=torch_backend) for c in cases or PREFILL_CASES]
     over = load_gates()["prefill"]["transient_over_kv_bytes"]
     default = [simulate(spec, c).time_s for c in cases]
     rows = []
     for key_tile in PREFILL_KEY_TILES:
         for query_tile in PREFILL_QUERY_TILES:
-            forced = PrefillOverrides(key_tile=key_tile, query_tile=query_tile)
+            forced = PrefillOverrides(backend="torch", key_tile=key_tile, query_tile=query_tile)
             try:
                 results = [simulate(spec, dataclasses.replace(c, prefill=forced)) for c in cases]
             except ValueError as err:  # the plan refused the pair (over its budget)

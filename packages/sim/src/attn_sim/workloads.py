@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -109,10 +110,12 @@ def prefill_inputs(case: Case) -> tuple[tuple, dict, dict[torch.Tensor, torch.Te
     return args, {}, shadows
 
 
-# The fused prefill kernels are not modelled: the vendor's flash library cannot be traced on a
-# CPU and no op rule prices either kernel yet, so the simulator prices the torch backend
-# everywhere (report_text says so). Profile capabilities keep everything else they state.
-FUSED_PREFILL_MODELLED = False
+# Fused prefill backends the simulator can trace: torch's flash SDPA op has a meta kernel and an
+# op rule (op_rules.py), so NVIDIA profiles are priced with the backend their auto plan picks
+# (H200 run 2 measured it at 27 launches, as traced). The vendor's flash library exists only on
+# Iluvatar and cannot be imported here, and it has not been verified on the lab BI-V100 yet:
+# bi-v100 profiles keep pricing the torch backend.
+TRACEABLE_FUSED = ("sdpa",)
 
 
 def base_name(spec: DeviceSpec) -> str:
@@ -123,11 +126,17 @@ def base_name(spec: DeviceSpec) -> str:
 def sim_capabilities(spec: DeviceSpec, dtype: torch.dtype) -> Capabilities:
     """What ``spec``'s device would report for ``dtype`` (no probing), as the simulator plans."""
     caps = profile_capabilities(spec, dtype)
-    return caps if FUSED_PREFILL_MODELLED else dataclasses.replace(caps, fused_prefill=())
+    fused = tuple(name for name in caps.fused_prefill if name in TRACEABLE_FUSED)
+    return dataclasses.replace(caps, fused_prefill=fused)
 
 
-def trace_case(spec: DeviceSpec, case: Case) -> tuple[Trace, int]:
+def trace_case(
+    spec: DeviceSpec, case: Case, decode_entry: Optional[Callable] = None
+) -> tuple[Trace, int]:
     """Trace one call of attn-core for ``case`` after a warm-up call.
+
+    ``decode_entry`` stands in for ``attn_core.paged_decode`` (tests trace deliberately worse
+    code through it; nothing in attn-core is patched).
 
     Returns ``(trace, workspace_bytes)``: the steady-state call's trace and the bytes of reusable
     scratch the warm-up left behind (a fresh workspace per case when the entry point takes one,
@@ -136,7 +145,7 @@ def trace_case(spec: DeviceSpec, case: Case) -> tuple[Trace, int]:
     import attn_core
 
     if case.path == "decode":
-        fn, build = attn_core.paged_decode, decode_inputs
+        fn, build = decode_entry or attn_core.paged_decode, decode_inputs
     elif case.path == "prefill":
         fn, build = attn_core.paged_prefix_prefill, prefill_inputs
     else:
