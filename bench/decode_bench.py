@@ -254,6 +254,7 @@ def safe_measure(name: str, c: Case, *args: Any, **kwargs: Any) -> dict[str, Any
 def plan_row(c: Case) -> dict[str, Any]:
     plan = c.plan()
     return {
+        "backend": plan.backend,
         "tier": plan.tier,
         "partition_size": plan.partition_size,
         "num_partitions": plan.num_partitions,
@@ -275,12 +276,20 @@ def plan_row(c: Case) -> dict[str, Any]:
 
 
 def variants(c: Case) -> list[tuple[str, DecodeOverrides]]:
-    """Graph-replayed alternatives to the default plan at this shape: the other tier, the
-    other gather width. (GPU run 1's partition-size sweep and token gathers are gone: the
-    one-pass rewrite leaves one gather and a tier choice.)"""
-    tier = plan_row(c)["tier"]
-    other = "one_pass" if tier == "partitioned" else "partitioned"
-    return [
+    """Graph-replayed alternatives to the default plan at this shape: the torch path where the
+    default is the native kernel, the torch path's other tier, the other gather width. (GPU
+    run 1's partition-size sweep and token gathers are gone: the one-pass rewrite leaves one
+    gather and a tier choice.)"""
+    row = plan_row(c)
+    torch_tier = row["tier"]
+    out = []
+    if row["backend"] == "native":  # the torch path beside the native kernel it stands in for
+        out.append(("graph, torch path", DecodeOverrides(backend="torch")))
+        c.overrides = DecodeOverrides(backend="torch")
+        torch_tier = plan_row(c)["tier"]
+        c.overrides = DecodeOverrides()
+    other = "one_pass" if torch_tier == "partitioned" else "partitioned"
+    return out + [
         (f"graph, tier={other}", DecodeOverrides(tier=other)),
         ("graph, gather 8-byte", DecodeOverrides(gather_bytes=8)),
     ]
@@ -392,6 +401,7 @@ COLUMNS = [
     "peak_vs_kv",
     "launches",
     "max_err",
+    "backend",
     "tier",
     "partition_size",
     "num_partitions",

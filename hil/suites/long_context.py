@@ -101,7 +101,21 @@ def decode_case(context_len: int, shape: Shape, dtype, device: str, seed: int):
     return case
 
 
-def run_decode(case, out: torch.Tensor) -> torch.Tensor:
+def decode_plan(case, backend: Optional[str]):
+    """attn-core's plan for ``case`` on its device; ``backend`` forces ``"torch"`` or
+    ``"native"`` (None: what attn-core picks, the native kernel where built and verified)."""
+    import attn_core
+
+    num_seqs, heads, head_size = case.query.shape
+    shape = attn_core.AttentionShape(
+        heads, case.key_cache.shape[1], head_size, case.key_cache.shape[3], case.query.dtype
+    )
+    lengths = attn_core.DecodeLengths(num_seqs, case.max_seq_len, case.block_tables.shape[1])
+    overrides = attn_core.DecodeOverrides(backend=backend) if backend else None
+    return attn_core.decode_plan_for(shape, lengths, case.query.device, overrides=overrides)
+
+
+def run_decode(case, out: torch.Tensor, plan) -> torch.Tensor:
     import attn_core
 
     return attn_core.paged_decode(
@@ -112,6 +126,7 @@ def run_decode(case, out: torch.Tensor) -> torch.Tensor:
         case.seq_lens,
         case.max_seq_len,
         out=out,
+        plan=plan,
     )
 
 
@@ -250,10 +265,14 @@ def errors(got: torch.Tensor, want: torch.Tensor) -> tuple:
     return rel, float(diff.abs().max())
 
 
-def run_case(kind: str, context_len: int, shape: Shape, dtype, device: str, args) -> dict:
+def run_case(
+    kind: str, context_len: int, shape: Shape, dtype, device: str, args, backend=None
+) -> dict:
+    """One measured case; ``backend`` forces decode's backend (None: attn-core's choice)."""
     elem = torch.empty((), dtype=dtype).element_size()
     rec = {
         "kind": kind,
+        "backend": backend,
         "num_seqs": 1,
         "context_len": context_len,
         "query_len": shape.query_len if kind == "prefill" else 1,
@@ -271,7 +290,9 @@ def run_case(kind: str, context_len: int, shape: Shape, dtype, device: str, args
         return rec
     if kind == "decode":
         inputs = decode_case(context_len, shape, dtype, device, args.seed)
-        call, out_shape = (lambda o: run_decode(inputs, o)), inputs.query.shape
+        plan = decode_plan(inputs, backend)
+        rec["backend"] = plan.backend
+        call, out_shape = (lambda o: run_decode(inputs, o, plan)), inputs.query.shape
     else:
         inputs = prefill_case(context_len, shape, dtype, device, args.seed)
         call, out_shape = (lambda o: run_prefill(inputs, o)), inputs.query.shape
@@ -310,7 +331,8 @@ def device_name(device: str) -> str:
 def junit_xml(records: list) -> str:
     cases = []
     for r in records:
-        name = f"{r['kind']}-{r['context_len']}-{r['dtype']}"
+        backend = f"[{r['backend']}]" if r.get("backend") else ""
+        name = f"{r['kind']}{backend}-{r['context_len']}-{r['dtype']}"
         body = ""
         if "skipped" in r:
             body = f"<skipped message={quoteattr(r['skipped'])}/>"
@@ -344,6 +366,7 @@ def table(records: list) -> str:
             rows.append(
                 [
                     r["kind"],
+                    r.get("backend") or "-",
                     r["context_len"],
                     r["dtype"],
                     f"{r['rel_error']:.2e}",
@@ -357,6 +380,7 @@ def table(records: list) -> str:
             rows.append(
                 [
                     r["kind"],
+                    r.get("backend") or "-",
                     r["context_len"],
                     r["dtype"],
                     "-",
@@ -368,7 +392,17 @@ def table(records: list) -> str:
             )
     return tabulate(
         rows,
-        headers=["kind", "context", "dtype", "rel err", "median ms", "GB/s", "peak GB", "result"],
+        headers=[
+            "kind",
+            "backend",
+            "context",
+            "dtype",
+            "rel err",
+            "median ms",
+            "GB/s",
+            "peak GB",
+            "result",
+        ],
         tablefmt="github",
     )
 
@@ -439,6 +473,17 @@ def config_error(args, message: str) -> int:
     return 2
 
 
+def runs(kinds: list, device: str) -> list:
+    """``(kind, backend)`` pairs: decode as attn-core picks it and, on a GPU, the torch path
+    beside it (the native kernel's reference point); prefill once."""
+    out = []
+    for kind in kinds:
+        out.append((kind, None))
+        if kind == "decode" and device.startswith("cuda"):
+            out.append((kind, "torch"))
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -453,19 +498,27 @@ def main(argv=None) -> int:
     args.repeats = args.repeats or (3 if args.quick else 10)
     args.out.mkdir(parents=True, exist_ok=True)
     records = []
-    for kind in args.kinds:
+    for kind, backend in runs(args.kinds, device):
         for ctx in contexts:
-            print(f"[long-context] {kind} context {ctx} {dtype_name} on {device}", flush=True)
+            what = f"{kind} ({backend} backend)" if backend else kind
+            print(f"[long-context] {what} context {ctx} {dtype_name} on {device}", flush=True)
             try:
-                rec = run_case(kind, ctx, shape, dtype, device, args)
+                rec = run_case(kind, ctx, shape, dtype, device, args, backend)
             except Exception:
                 rec = {
                     "kind": kind,
+                    "backend": backend,
                     "context_len": ctx,
                     "dtype": dtype_name,
                     "exception": traceback.format_exc(),
                 }
                 print(rec["exception"], flush=True)
+            if (
+                backend
+                and rec.get("backend") == "torch"
+                and any(r.get("backend") == "torch" and r["context_len"] == ctx for r in records)
+            ):
+                continue  # attn-core's own choice was already the torch path
             records.append(rec)
             if device == "cuda":
                 torch.cuda.empty_cache()

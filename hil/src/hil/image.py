@@ -40,6 +40,8 @@ def context_files(
     for pkg in packages:
         base = repo / "packages" / pkg
         files.append((f"packages/{pkg}/pyproject.toml", base / "pyproject.toml"))
+        if (base / "setup.py").is_file():  # attn-core's build hook (the native kernel)
+            files.append((f"packages/{pkg}/setup.py", base / "setup.py"))
         for path in sorted((base / "src").rglob("*")):
             rel = path.relative_to(base)
             egg = any(p.endswith(".egg-info") for p in rel.parts)

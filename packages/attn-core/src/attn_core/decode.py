@@ -62,6 +62,9 @@ from attn_core.decode_gather import block_ids, gather_keys, gather_values, to_co
 from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec
 from attn_core.lse_merge import merge_lse
+from attn_core.native.decode_step import run_native_decode
+from attn_core.native.library import load_native
+from attn_core.native.readiness import with_native_capability
 from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
 from attn_core.settings import current_overrides
 from attn_core.shapes import AttentionShape
@@ -271,10 +274,11 @@ def plan_for(
         layout.kv_cache_dtype,
     )
     lengths = DecodeLengths(query.shape[0], max_seq_len, max_blocks)
-    overrides = current_overrides()  # once per call: the environment read at the boundary
-    spec = device_spec or detect_device_spec(query.device, forced=overrides.device)
+    settings = current_overrides()  # once per call: the environment read at the boundary
+    spec = device_spec or detect_device_spec(query.device, forced=settings.device)
     caps = probe_capabilities(query.device, query.dtype)
-    return _cached_plan(shape, lengths, spec, caps, overrides.decode)
+    caps = with_native_capability(caps, settings, query.device, shape)
+    return _cached_plan(shape, lengths, spec, caps, settings.decode)
 
 
 _cached_plan = functools.lru_cache(maxsize=256)(plan_decode)
@@ -300,6 +304,12 @@ def _execute(
     v_scale: float,
     out: torch.Tensor,
 ) -> None:
+    if plan.backend == "native":
+        _execute_native(
+            plan, ws, query, key_cache, value_cache, block_tables, seq_lens, scale,
+            alibi_slopes, layout, k_scale, v_scale, out,
+        )  # fmt: skip
+        return
     num_seqs, _, head_size = query.shape
     kv_heads, group = layout.num_kv_heads, plan.group
     rows = kv_heads * num_seqs
@@ -341,6 +351,47 @@ def _execute(
                 o, lse = merge_lse(torch.stack((o, part_o), 1), torch.stack((lse, part_lse), -1))
     assert o is not None and small is not None
     _write_out(out, o, small, seq_lens, plan, v_scale)
+
+
+def _execute_native(
+    plan: DecodePlan,
+    ws: Workspace,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    alibi_slopes: Optional[torch.Tensor],
+    layout: CacheLayout,
+    k_scale: float,
+    v_scale: float,
+    out: torch.Tensor,
+) -> None:
+    """The plan's native launches (:mod:`attn_core.native`), partials from ``ws``."""
+    settings = current_overrides().native
+    lib, status = load_native(settings, query.device, plan.group)
+    if lib is None or plan.native is None:
+        raise ValueError(
+            f"plan.backend is 'native' but the native kernel is not available here: "
+            f"{status.detail if lib is None else 'the plan has no native split'}"
+        )
+    run_native_decode(
+        lib,
+        plan.native,
+        query=query,
+        key_cache=key_cache,
+        value_cache=value_cache,
+        block_tables=block_tables,
+        seq_lens=seq_lens,
+        out=out,
+        scale=scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        kv_cache_dtype=layout.kv_cache_dtype,
+        workspace=ws,
+        alibi_slopes=alibi_slopes,
+    )
 
 
 def _write_out(

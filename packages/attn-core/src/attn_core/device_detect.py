@@ -2,8 +2,10 @@
 
 ``ATTN_CORE_DEVICE`` (read through :mod:`attn_core.settings`) forces a profile by name
 (``bi-v100``, ``h200``, ...) or names a profile JSON file (:mod:`attn_core.profile_file`);
-otherwise a CUDA device is matched by name (H200 / H100 -> ``h200``, A100 -> ``a100``) and
-anything else gets the default, ``bi-v100``.
+otherwise a CUDA device is matched by name (H200 / H100 -> ``h200``, A100 -> ``a100``,
+Iluvatar -> ``bi-v100``); a CUDA device no profile matches gets one built from its driver's
+answers (:mod:`attn_core.driver_profile`), and only a run without a CUDA device defaults to
+``bi-v100``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Optional
 import torch
 
 from attn_core.device_spec import DEFAULT_DEVICE, DeviceSpec, get_device_spec
+from attn_core.driver_profile import driver_spec
 from attn_core.profile_file import is_profile_path, load_profile_file
 from attn_core.settings import current_overrides
 
@@ -44,11 +47,20 @@ def spec_named(name_or_path: str) -> DeviceSpec:
     return get_device_spec(name_or_path)
 
 
+# Device names (lower case) -> built-in profile. Iluvatar's driver names the BI-V100
+# "Iluvatar BI-V100"; CoreX's torch also carries torch.version.corex.
+_NAMED = (("h200", "h200"), ("h100", "h200"), ("a100", "a100"), ("iluvatar", "bi-v100"),
+          ("bi-v100", "bi-v100"), ("bi100", "bi-v100"))  # fmt: skip
+
+
 @functools.lru_cache(maxsize=16)
 def _matched(device: Optional[torch.device]) -> DeviceSpec:
-    if device is not None and device.type == "cuda" and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(device).lower()
-        for key, profile in (("h200", "h200"), ("h100", "h200"), ("a100", "a100")):
-            if key in name:
-                return get_device_spec(profile)
-    return get_device_spec(DEFAULT_DEVICE)
+    if device is None or device.type != "cuda" or not torch.cuda.is_available():
+        return get_device_spec(DEFAULT_DEVICE)  # planning for the default device, off-GPU
+    name = torch.cuda.get_device_name(device).lower()
+    for key, profile in _NAMED:
+        if key in name:
+            return get_device_spec(profile)
+    if getattr(torch.version, "corex", None):
+        return get_device_spec("bi-v100")
+    return driver_spec(device)

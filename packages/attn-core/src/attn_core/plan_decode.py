@@ -39,6 +39,7 @@ three from a device and the environment, for callers at the API boundary.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -47,6 +48,9 @@ import torch
 from attn_core.capabilities import Capabilities, probe_capabilities
 from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec, occupancy_limits
+from attn_core.native.readiness import with_native_capability
+from attn_core.native.split import NativeSplit, native_split
+from attn_core.plan_native import choose_backend, native_steps
 from attn_core.plan_types import KernelStep
 from attn_core.settings import DecodeOverrides, current_overrides
 from attn_core.shapes import AttentionShape
@@ -117,6 +121,10 @@ class DecodePlan:
         steps: launches as a device would run them; grids are
             ``(num_seqs, num_kv_heads, num_partitions)``.
         device_spec: the profile the plan was made for.
+        backend: ``"torch"`` (the portable path) or ``"native"`` (the CUDA C++ kernel,
+            :mod:`attn_core.native`; ``steps`` are then its launches, no torch op runs).
+        native: the native kernel's split (grid, partitions, partials) when ``backend`` is
+            ``"native"``.
     """
 
     tier: str
@@ -142,6 +150,8 @@ class DecodePlan:
     workspace_bytes: int
     steps: tuple[KernelStep, ...]
     device_spec: DeviceSpec
+    backend: str = "torch"
+    native: Optional[NativeSplit] = None
 
     @property
     def kv_bytes(self) -> int:
@@ -286,9 +296,48 @@ def plan_decode(
         caps: what the device's torch can do for ``shape.dtype`` (fp32 bmm output, half bmm).
         overrides: decisions forced from outside; None fields let the plan decide.
     """
-    inputs = _resolve(shape, lengths, spec, caps, overrides or DecodeOverrides())
+    overrides = overrides or DecodeOverrides()
+    if choose_backend(caps, overrides) == "native":
+        return _native_plan(shape, lengths, spec)
+    inputs = _resolve(shape, lengths, spec, caps, overrides)
     tier, ps = _choose_tier(inputs, spec)
     return _size(inputs, spec, tier, ps)
+
+
+def _native_plan(shape: AttentionShape, lengths: DecodeLengths, spec: DeviceSpec) -> DecodePlan:
+    """One native step: the partition kernel over the split, the merge kernel if split."""
+    context = lengths.max_seq_len
+    if lengths.max_blocks_per_seq is not None:
+        context = min(context, lengths.max_blocks_per_seq * shape.block_size)
+    split = native_split(shape, lengths.num_seqs, context, spec)
+    chunk = split.num_partitions * split.partition_size
+    return DecodePlan(
+        tier="partitioned" if split.merged else "one_pass",
+        num_seqs=lengths.num_seqs,
+        num_heads=shape.num_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_size=shape.head_size,
+        block_size=shape.block_size,
+        group=shape.group,
+        context_tokens=context,
+        partition_size=split.partition_size,
+        num_partitions=split.num_partitions,
+        chunk_tokens=chunk,
+        num_chunks=1,
+        streaming=False,
+        gather_bytes=16,
+        matmul_dtype=torch.float32,  # the kernel accumulates in fp32 on CUDA cores
+        score_input_dtype=torch.float32,
+        compute_dtype=shape.dtype,
+        cache_element_size=shape.cache_element_size,
+        scores_fp32_from_bmm=False,
+        scores_in_compute_dtype=False,
+        workspace_bytes=split.workspace_bytes(lengths.num_seqs, shape.num_heads, shape.head_size),
+        steps=native_steps(split, lengths.num_seqs, shape.num_heads),
+        device_spec=spec,
+        backend="native",
+        native=split,
+    )
 
 
 def decode_plan_for(
@@ -301,14 +350,12 @@ def decode_plan_for(
     """:func:`plan_decode` for ``device``: the profile (``device_spec`` or detected /
     ``ATTN_CORE_DEVICE``), probed capabilities and ``overrides`` (default: the environment's)."""
     spec = device_spec if device_spec is not None else detect_device_spec(device)
+    settings = current_overrides()
+    if overrides is not None:
+        settings = dataclasses.replace(settings, decode=overrides)
     caps = probe_capabilities(torch.device(device), shape.dtype)
-    return plan_decode(
-        shape,
-        lengths,
-        spec,
-        caps,
-        overrides if overrides is not None else current_overrides().decode,
-    )
+    caps = with_native_capability(caps, settings, torch.device(device), shape)
+    return plan_decode(shape, lengths, spec, caps, settings.decode)
 
 
 def _resolve(

@@ -89,6 +89,7 @@ def _decode_plans(shape: AttentionShape, device: torch.device, num_seqs: int, co
             {
                 "context": context,
                 "route": route.impl,
+                "backend": plan.backend if plan is not None else "platform",
                 "tier": tier,
                 "partitions": parts,
                 "partition_size": size,
@@ -252,7 +253,8 @@ def render(report: dict[str, Any]) -> str:
         f"heads, head {shape['head_size']}, {shape['dtype']}, block {shape['block_size']}, "
         f"{shape['num_seqs']} sequence(s):"
     )
-    cols = ("context", "route", "tier", "partitions", "partition_size", "workspace_bytes", "reason")
+    cols = ("context", "route", "backend", "tier", "partitions", "partition_size",
+            "workspace_bytes", "reason")  # fmt: skip
     parts.append(tabulate([[r[c] for c in cols] for r in report["decode_plans"]], headers=cols))
     cols = ("context", "chunk", "backend", "query_tile", "key_tile", "stream_chunk")
     parts.append(tabulate([[r[c] for c in cols] for r in report["prefill_plans"]], headers=cols))

@@ -1,7 +1,8 @@
 """attn-core's native decode kernel as designs the cost model prices.
 
-The grid, partition count and resource use come from :func:`attn_core.native.split.native_split`
-(the executor's own answer) and ``kernel_facts.json`` (ptxas, sm_90). Traffic: the partition
+The grid, partition count and resource use come from attn-core's decode plan for the native
+backend (:func:`attn_core.plan_decode`, whose split the executor launches) and
+``kernel_facts.json`` (ptxas, sm_90). Traffic: the partition
 kernel reads each KV head's K/V once for the whole GQA group, the queries once per block, the
 block-table entries of its partition, and writes fp32 partials (output + log-sum-exp per query
 head and partition) or, with one partition, the output; the merge kernel reads the partials
@@ -14,12 +15,16 @@ On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
 
+from attn_core.capabilities import profile_capabilities
 from attn_core.device_spec import DeviceSpec
-from attn_core.native.split import NativeSplit, native_split
+from attn_core.native.split import NativeSplit
+from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
+from attn_core.settings import DecodeOverrides
 from attn_core.shapes import AttentionShape
 from attn_sim.designs import FP32, KernelDesign, Shape, evaluate
 
@@ -37,8 +42,19 @@ def attention_shape(shape: Shape) -> AttentionShape:
     )
 
 
+def native_plan(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> DecodePlan:
+    """attn-core's plan for the native backend on ``spec`` (its capabilities as that device's
+    torch would report them, the native kernel assumed built and verified there)."""
+    attn = attention_shape(shape)
+    caps = dataclasses.replace(profile_capabilities(spec, attn.dtype), native_decode=True)
+    overrides = DecodeOverrides(backend="native")
+    return plan_decode(attn, DecodeLengths(num_seqs, ctx), spec, caps, overrides)
+
+
 def native_split_for(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> NativeSplit:
-    return native_split(attention_shape(shape), num_seqs, ctx, spec)
+    split = native_plan(spec, shape, num_seqs, ctx).native
+    assert split is not None  # a native plan always carries its split
+    return split
 
 
 def native_designs(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> list:

@@ -1,11 +1,8 @@
-"""The native backend of ``paged_decode``: is it usable for this call, and run it.
+"""The native backend of ``paged_decode``'s executor: one planned step's launches.
 
-``native_ready`` answers once per (device, configuration) whether the kernel is built, loaded
-and has matched the float64 reference on this device (:mod:`attn_core.native.verify`); a
-verification syncs, so during a CUDA-graph capture an unverified configuration is reported as
-not ready and the caller takes the torch path for that call. ``run_native_decode`` launches the
-kernel(s) with the partials taken from the caller's :class:`~attn_core.workspace.Workspace`, so
-a steady step allocates nothing and can be captured.
+``run_native_decode`` launches the kernel(s) with the partials taken from the caller's
+:class:`~attn_core.workspace.Workspace`, so a steady step allocates nothing and can be captured
+in a CUDA graph. Whether a plan may take the native backend is :mod:`.readiness`'s answer.
 """
 
 from __future__ import annotations
@@ -15,35 +12,9 @@ from typing import Optional
 import torch
 
 from attn_core.native.launch import launch_decode, layout_supported
-from attn_core.native.library import NativeLibrary, load_native
+from attn_core.native.library import NativeLibrary
 from attn_core.native.split import NativeSplit
-from attn_core.native.verify import verdicts, verify_native
-from attn_core.settings import NativeSettings
-from attn_core.workspace import Workspace, is_capturing
-
-
-def native_ready(
-    settings: NativeSettings,
-    device: torch.device,
-    dtype: torch.dtype,
-    kv_cache_dtype: str,
-    head_size: int,
-    block_size: int,
-    group: int,
-) -> tuple[Optional[NativeLibrary], str]:
-    """``(library, "")`` when the kernel may serve this configuration, else ``(None, why)``."""
-    lib, status = load_native(settings, device, group)
-    if lib is None:
-        return None, f"not available: {status.detail}"
-    key = (str(device), dtype, kv_cache_dtype, head_size, block_size, group)
-    verdict = verdicts().get(key)
-    if verdict is None:
-        if is_capturing(device):
-            return None, "not yet verified on this device, and a CUDA graph is being captured"
-        verdict = verify_native(lib, device, dtype, kv_cache_dtype, head_size, block_size, group)
-    if not verdict.ok:
-        return None, f"did not match the float64 reference: {verdict.detail}"
-    return lib, ""
+from attn_core.workspace import Workspace
 
 
 def run_native_decode(

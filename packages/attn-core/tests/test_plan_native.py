@@ -1,0 +1,102 @@
+"""Which backend a decode plan takes, and the native plan's contents (no GPU needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from attn_core.capabilities import Capabilities
+from attn_core.device_spec import get_device_spec
+from attn_core.native.readiness import with_native_capability
+from attn_core.native.split import native_split
+from attn_core.plan_decode import DecodeLengths, decode_plan_for, plan_decode
+from attn_core.plan_native import TORCH_ONLY_OVERRIDES, choose_backend
+from attn_core.settings import DecodeOverrides, Overrides
+from attn_core.shapes import AttentionShape
+
+QWEN = AttentionShape()
+H200 = get_device_spec("h200")
+NATIVE = Capabilities(bmm_writes_fp32=True, native_decode=True)
+NO_NATIVE = Capabilities(bmm_writes_fp32=True, native_decode=False)
+TORCH_ONLY_VALUES = {
+    "tier": "partitioned",
+    "partition_size": 512,
+    "single_tile_max": 1024,
+    "subscription": 3,
+    "stream_tokens": 8192,
+    "scores": "compute",
+    "gather_bytes": 8,
+}
+
+
+def test_native_where_built_and_verified_else_torch():
+    assert choose_backend(NATIVE, DecodeOverrides()) == "native"
+    assert choose_backend(NO_NATIVE, DecodeOverrides()) == "torch"
+    assert choose_backend(NATIVE, DecodeOverrides(backend="torch")) == "torch"
+    assert choose_backend(NATIVE, DecodeOverrides(backend="native")) == "native"
+
+
+def test_forcing_native_where_it_is_not_verified_names_the_variable():
+    with pytest.raises(ValueError, match="ATTN_CORE_DECODE_BACKEND.*native_decode is False"):
+        choose_backend(NO_NATIVE, DecodeOverrides(backend="native"))
+
+
+@pytest.mark.parametrize("name", TORCH_ONLY_OVERRIDES)
+def test_a_torch_path_override_keeps_the_torch_path(name):
+    assert set(TORCH_ONLY_VALUES) == set(TORCH_ONLY_OVERRIDES)
+    overrides = DecodeOverrides(**{name: TORCH_ONLY_VALUES[name]})
+    assert choose_backend(NATIVE, overrides) == "torch"
+    plan = plan_decode(QWEN, DecodeLengths(1, 32768), H200, NATIVE, overrides)
+    assert plan.backend == "torch" and plan.native is None
+
+
+@pytest.mark.parametrize(
+    "num_seqs, context, tier, launches",
+    [(1, 102400, "partitioned", 2), (8, 102400, "partitioned", 2), (512, 4096, "one_pass", 1)],
+)
+def test_native_plan_is_the_split(num_seqs, context, tier, launches):
+    plan = plan_decode(QWEN, DecodeLengths(num_seqs, context), H200, NATIVE)
+    split = native_split(QWEN, num_seqs, context, H200)
+    assert plan.backend == "native" and plan.native == split
+    assert plan.tier == tier and len(plan.steps) == launches
+    assert (plan.num_partitions, plan.partition_size) == (
+        split.num_partitions,
+        split.partition_size,
+    )
+    assert plan.steps[0].name == "native_partition"
+    assert plan.steps[0].grid == (QWEN.num_kv_heads, split.num_partitions, num_seqs)
+    assert plan.steps[0].registers_per_thread == split.partition.registers
+    assert not plan.streaming
+    assert plan.workspace_bytes == split.workspace_bytes(num_seqs, 24, 256)
+
+
+def test_native_plan_covers_the_table_capacity_not_more():
+    plan = plan_decode(QWEN, DecodeLengths(2, 1 << 20, max_blocks_per_seq=64), H200, NATIVE)
+    assert plan.context_tokens == 64 * 16
+    assert plan.num_partitions * plan.partition_size >= 1024
+
+
+def test_no_native_capability_off_cuda():
+    caps = with_native_capability(NATIVE, Overrides(), torch.device("cpu"), QWEN)
+    assert caps is NATIVE  # unchanged: nothing is asked of a CPU
+    settings = Overrides(decode=DecodeOverrides(backend="native"))
+    with pytest.raises(ValueError, match="ATTN_CORE_DECODE_BACKEND=native needs a CUDA device"):
+        with_native_capability(NO_NATIVE, settings, torch.device("cpu"), QWEN)
+
+
+def test_cpu_plans_stay_on_the_torch_path():
+    plan = decode_plan_for(QWEN, DecodeLengths(1, 8192), torch.device("cpu"), H200)
+    assert plan.backend == "torch"
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        decode_plan_for(
+            QWEN, DecodeLengths(1, 8192), torch.device("cpu"), H200, DecodeOverrides("native")
+        )
+
+
+def test_plan_is_still_frozen_and_hashable():
+    plan = plan_decode(QWEN, DecodeLengths(1, 8192), H200, NATIVE)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.backend = "torch"  # type: ignore[misc]
+    assert hash(plan.native) == hash(native_split(QWEN, 1, 8192, H200))
