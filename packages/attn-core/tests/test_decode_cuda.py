@@ -40,6 +40,7 @@ def test_matches_reference_on_device(tier, dtype, kv_cache_dtype, gather_bytes):
         k_scale=0.5,
         v_scale=2.0,
         seed=7,
+        extra_table_blocks=7,  # max_seq_len 1100 must fit the tables (host check since 028dc04)
     )
     slopes = slopes_for(24, DEV)
     got = run_decode(case, max_seq_len=1100, alibi_slopes=slopes, **ov)
@@ -58,7 +59,10 @@ def test_masked_garbage_on_device(tier: str) -> None:
     ov: dict = {}  # DecodeOverrides fields for this test's plans
     ov["tier"] = tier
     ov["partition_size"] = 64
-    case = make_paged_case((5, 100, 1000, 16), 24, 4, 128, 16, torch.float16, DEV, seed=9)
+    # 32 spare table columns: max_seq_len 1500 must fit the tables (host check since 028dc04)
+    case = make_paged_case(
+        (5, 100, 1000, 16), 24, 4, 128, 16, torch.float16, DEV, seed=9, extra_table_blocks=32
+    )
     expected = reference(case)
     owned = torch.zeros(case.key_cache.shape[0], dtype=torch.bool, device=DEV)
     for s, n in enumerate(case.seq_lens.tolist()):
