@@ -59,13 +59,16 @@ def random_block_tables(
         raise ValueError(f"num_blocks must be at least {sum(need)}, got {num_blocks}")
     perm = torch.randperm(num_blocks, generator=generator)
     pad = 3 if non_contiguous else 0
-    table = torch.randint(0, num_blocks, (len(seq_lens), width + pad), generator=generator)
+    wide = torch.randint(0, num_blocks, (len(seq_lens), width + pad), generator=generator)
+    # Slice first, fill the view: filling the wide table and slicing after would drop each
+    # row's first `pad` blocks and leave random (shared) ids in use, so sequences would read
+    # each other's blocks (the 2026-12-01 H200 run caught it with poisoned tails).
+    table = wide.to(torch.int32)[:, pad:]
     used = 0
     for s, count in enumerate(need):
-        table[s, :count] = perm[used : used + count]
+        table[s, :count] = perm[used : used + count].to(torch.int32)
         used += count
-    table = table.to(torch.int32)
-    return table[:, pad:] if non_contiguous else table
+    return table
 
 
 def make_paged_case(
