@@ -229,17 +229,29 @@ def _sdpa_ms(c: PagedKV, k: torch.Tensor, v: torch.Tensor) -> Optional[float]:
 
 
 def _torch_path_ms(cases: list[PagedKV]) -> Optional[float]:
-    from attn_core import paged_decode
+    """attn-core's torch path (the backend forced by the plan: the default is now native)."""
+    from attn_core import (
+        AttentionShape,
+        DecodeLengths,
+        DecodeOverrides,
+        decode_plan_for,
+        paged_decode,
+    )
+    from attn_core.workspace import Workspace
 
     try:
-        from attn_core.workspace import Workspace
-
+        c0 = cases[0]
+        shape = AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK)
+        lengths = DecodeLengths(c0.batch, c0.tokens, c0.block_tables.shape[1])
+        plan = decode_plan_for(
+            shape, lengths, torch.device("cuda"), overrides=DecodeOverrides(backend="torch")
+        )
         steps = []
         for c in cases:
             ws = Workspace()
             steps.append(lambda c=c, ws=ws: paged_decode(
                 c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.tokens,
-                out=c.out, workspace=ws))  # fmt: skip
+                out=c.out, workspace=ws, plan=plan))  # fmt: skip
         return graph_ms(steps[:2])  # the torch path moves ~3x K+V: two copies exceed the L2
     except Exception as exc:  # a failing variant is a missing number, not a lost run
         print(f"torch path failed: {exc}", flush=True)
