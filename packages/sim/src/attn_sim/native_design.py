@@ -97,10 +97,10 @@ def native_designs(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> l
 
 # Added, not overlapped: on the H200 (2026-12-01, Nsight Compute, 1 x 100K tokens) the kernel
 # sat at 50 % of DRAM bandwidth and 50 % of issue slots with 16 warps per SM, neither saturated:
-# the latency of the FMA chains is not hidden behind the loads. Summing the two matched the
-# measured graph replay within 5 % at batch 8 x 100K and 64 x 8K and was 13-40 % low at batch 1
-# (1 x 256K, 1 x 100K), where a partial last wave and the merge launch weigh more; see
-# docs/benchmarks.md ("native decode") for the table.
+# the latency of the FMA chains is not hidden behind the loads. On the datasheet h200 profile
+# the sum is 2-4 % under the measured graph replay at batch 8 x 100K and 64 x 8K and 11-27 %
+# under at batch 1 (8K to 256K), where a partial last wave and the merge launch weigh more;
+# the max() of the two would be 32-52 % under everywhere (docs/benchmarks.md, "native decode").
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
