@@ -16,7 +16,7 @@ import torch
 from attn_core.native.launch import launch_decode, partials_shape
 from attn_core.native.library import NativeLibrary, load_native
 from attn_core.settings import NativeSettings
-from attn_core.testing import PagedCase, make_paged_case, reference_decode
+from attn_core.testing import PagedCase, make_paged_case, poison_tails, reference_decode
 
 
 def native_library(group: int) -> NativeLibrary:
@@ -28,19 +28,6 @@ def native_library(group: int) -> NativeLibrary:
     if lib is None:
         pytest.skip(f"native kernel unavailable here: {status.detail}")
     return lib
-
-
-def poison_tails(case: PagedCase) -> None:
-    """Fill every cache slot past each sequence's end inside its last block with NaN (fp8: the
-    format's NaN byte), as a reused block may hold: masked slots must never reach the output."""
-    bs = case.key_cache.shape[3]
-    nan = 0x7F if case.kv_cache_dtype != "auto" else math.nan
-    for s, n in enumerate(case.seq_lens.tolist()):
-        if n % bs == 0 or n == 0:
-            continue
-        block = int(case.block_tables[s, (n - 1) // bs])
-        case.key_cache[block, :, :, n % bs :, :] = nan
-        case.value_cache[block, :, :, n % bs :] = nan
 
 
 def run_native(

@@ -18,7 +18,7 @@ import torch
 
 from attn_core.native.launch import launch_decode, partials_shape
 from attn_core.native.library import NativeLibrary
-from attn_core.testing import make_paged_case, reference_decode
+from attn_core.testing import make_paged_case, poison_tails, reference_decode
 
 # Max |error| on outputs of magnitude ~1 (averages of N(0, 1) values): a few output ulps.
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
@@ -67,7 +67,7 @@ def _check(lib, device, dtype, kv_cache_dtype, head_size, block_size, group) -> 
             lens, group * kv_heads, kv_heads, head_size, block_size, dtype, device,
             kv_cache_dtype=kv_cache_dtype, k_scale=0.5 if kv_cache_dtype != "auto" else 1.0,
         )  # fmt: skip
-        _poison_tails(case)
+        poison_tails(case)
         want = reference_decode(
             case.query.cpu(), case.key_cache.cpu(), case.value_cache.cpu(),
             case.block_tables.cpu(), case.seq_lens.cpu(), None, None, kv_cache_dtype,
@@ -101,13 +101,3 @@ def _run(lib: NativeLibrary, case, parts: int, size: int) -> torch.Tensor:
         part_lse=torch.empty(l_shape, device=out.device) if parts > 1 else None,
     )  # fmt: skip
     return out
-
-
-def _poison_tails(case) -> None:
-    bs = case.key_cache.shape[3]
-    nan = 0x7F if case.kv_cache_dtype != "auto" else math.nan
-    for s, n in enumerate(case.seq_lens.tolist()):
-        if n % bs:
-            block = int(case.block_tables[s, (n - 1) // bs])
-            case.key_cache[block, :, :, n % bs :, :] = nan
-            case.value_cache[block, :, :, n % bs :] = nan

@@ -5,7 +5,12 @@ self-test and the HIL suites check the device against the same reference the uni
 Nothing here imports attn-core's execution code: the reference must stay independent of it.
 """
 
-from attn_core.testing.paged_inputs import PagedCase, make_paged_case, random_block_tables
+from attn_core.testing.paged_inputs import (
+    PagedCase,
+    make_paged_case,
+    poison_tails,
+    random_block_tables,
+)
 from attn_core.testing.prefill_case import PrefillCase, make_prefill_case
 from attn_core.testing.reference import (
     alibi_bias,
@@ -19,6 +24,7 @@ __all__ = [
     "PrefillCase",
     "make_paged_case",
     "make_prefill_case",
+    "poison_tails",
     "random_block_tables",
     "alibi_bias",
     "reference_decode",

@@ -8,6 +8,7 @@ large error rather than passing by luck.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
@@ -132,3 +133,16 @@ def make_paged_case(
         k_scale=k_scale,
         v_scale=v_scale,
     )
+
+
+def poison_tails(case: PagedCase) -> None:
+    """Fill every cache slot past each sequence's end inside its last block with NaN (fp8 caches:
+    the format's NaN byte, 0x7F), as a reused block may hold: masked slots must never reach an
+    output. Reads ``seq_lens`` and ``block_tables`` on the host (test and verification use)."""
+    bs = case.key_cache.shape[3]
+    nan = 0x7F if case.kv_cache_dtype != "auto" else math.nan
+    for s, n in enumerate(case.seq_lens.tolist()):
+        if n % bs:
+            block = int(case.block_tables[s, (n - 1) // bs])
+            case.key_cache[block, :, :, n % bs :, :] = nan
+            case.value_cache[block, :, :, n % bs :] = nan
