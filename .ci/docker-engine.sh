@@ -24,7 +24,7 @@
 # a system docker. The data root (vfs: every image layer and container is a full copy; about
 # 5 GB after `nox -s tests`) stays for the next start, which reuses its cached torch layer;
 # `clean` removes it.
-# Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
+# Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_DOCKER_EXEC_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
 #      HIL_TORCH_WHEEL, DEBIAN_MIRROR.
 set -euo pipefail
 
@@ -35,7 +35,7 @@ BASE_IMAGE="${HIL_BASE_IMAGE:-hil-base:bookworm}"
 TORCH_WHEEL="${HIL_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HOST="unix://${SOCK}"
-EXEC_ROOT="/run/hil-docker"
+EXEC_ROOT="${HIL_DOCKER_EXEC_ROOT:-/run/hil-docker}"
 PIDFILE="${HIL_DOCKER_PID:-/run/hil-docker.pid}"
 CONTAINERD_PIDFILE="$EXEC_ROOT/containerd/containerd.pid"
 CONTAINERD_SOCK="$EXEC_ROOT/containerd/containerd.sock"

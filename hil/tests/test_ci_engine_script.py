@@ -20,6 +20,10 @@ def script(tmp_path, *args, **env_extra) -> subprocess.CompletedProcess:
         "HIL_DOCKER_SOCK": str(tmp_path / "hil.sock"),
         "HIL_DOCKER_PID": str(tmp_path / "dockerd.pid"),
         "HIL_DOCKER_ROOT": str(tmp_path / "root"),
+        # every path the script stops or deletes is the test's own: under CI the real engine
+        # runs beside these tests, and its containerd (pid file and socket under the exec root)
+        # must survive them (CI of 2026-12-01 lost it to a `stop` here)
+        "HIL_DOCKER_EXEC_ROOT": str(tmp_path / "exec"),
         "HIL_CACHE": str(tmp_path / "cache"),
         **env_extra,
     }
@@ -48,6 +52,34 @@ def test_stop_ends_our_dockerd_only(tmp_path):
         assert ours.wait(timeout=30) is not None
         assert other.poll() is None  # a process not on our socket is left alone
         assert not (tmp_path / "dockerd.pid").exists()
+    finally:
+        for p in (ours, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def fake_containerd(exec_root) -> subprocess.Popen:
+    (exec_root / "containerd").mkdir(parents=True)
+    proc = subprocess.Popen(
+        ["bash", "-c", 'exec -a "containerd --config x" sleep 300'], start_new_session=True
+    )
+    (exec_root / "containerd" / "containerd.pid").write_text(str(proc.pid))
+    time.sleep(0.2)
+    return proc
+
+
+@needs_root
+def test_stop_and_clean_touch_only_the_given_exec_root(tmp_path):
+    """The engine CI runs beside these tests keeps its containerd: stop ends the containerd
+    under the exec root it was given (HIL_DOCKER_EXEC_ROOT), clean deletes that root only."""
+    ours, other = fake_containerd(tmp_path / "exec"), fake_containerd(tmp_path / "other-exec")
+    try:
+        assert script(tmp_path, "stop").returncode == 0
+        assert ours.wait(timeout=30) is not None
+        assert script(tmp_path, "clean").returncode == 0
+        assert not (tmp_path / "exec").exists()
+        assert other.poll() is None and (tmp_path / "other-exec").exists()
     finally:
         for p in (ours, other):
             if p.poll() is None:
