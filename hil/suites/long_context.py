@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
@@ -43,6 +43,8 @@ from suite_vars import (
     parse_dtype,
 )
 
+from attn_core.shapes import AttentionShape
+
 FULL_CONTEXTS = (32 * 1024, 64 * 1024, 100_000, 128 * 1024, 256 * 1024)
 QUICK_CONTEXTS = (257, 1000)
 # relative L2 error of the whole output against float64; fp16/bf16 cache values are exact in
@@ -52,17 +54,26 @@ MEMORY_MARGIN = 2 * 1024**3  # left free for the allocator, workspace and the ve
 
 
 @dataclass(frozen=True)
-class Shape:
-    num_heads: int
-    num_kv_heads: int
-    head_size: int
-    block_size: int
-    query_len: int  # new tokens per prefill chunk
+class Shape(AttentionShape):
+    """attn-core's layer shape (validated the same way) plus the prefill chunk the suite runs."""
+
+    query_len: int = 512  # new tokens per prefill chunk
 
 
 # Qwen3.6's attention layers (24 q / 4 kv heads, head 256; DESIGN.md "Shapes that matter")
-FULL_SHAPE = Shape(24, 4, 256, 16, 512)
-QUICK_SHAPE = Shape(4, 2, 64, 16, 37)
+FULL_SHAPE = Shape(24, 4, 256, 16, query_len=512)
+QUICK_SHAPE = Shape(4, 2, 64, 16, query_len=37)
+
+
+def shape_json(shape: Shape) -> dict:
+    """The suite's shape in long_context_all.json (the sizes; the dtype is per record)."""
+    return {
+        "num_heads": shape.num_heads,
+        "num_kv_heads": shape.num_kv_heads,
+        "head_size": shape.head_size,
+        "block_size": shape.block_size,
+        "query_len": shape.query_len,
+    }
 
 
 def kv_bytes(kind: str, context_len: int, shape: Shape, elem: int) -> int:
@@ -528,7 +539,7 @@ def main(argv=None) -> int:
     print(text, flush=True)
     (args.out / "long_context_table.md").write_text(text + "\n")
     (args.out / "long_context_all.json").write_text(
-        json.dumps({"shape": asdict(shape), "records": records}, indent=1)
+        json.dumps({"shape": shape_json(shape), "records": records}, indent=1)
     )
     if args.junit:
         args.junit.write_text(junit_xml(records))

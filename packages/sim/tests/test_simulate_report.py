@@ -67,7 +67,7 @@ def test_report_writes_tables_plot_and_json(tmp_path, monkeypatch):
 
 
 def test_report_shape_option_parses_and_refuses_bad_shapes():
-    assert report.parse_shape("32,8,128") == report.Shape(32, 8, 128)
+    assert report.parse_shape("32,8,128") == report.AttentionShape(32, 8, 128)
     assert report.parse_shape("16,2,256,32").block_size == 32
     with pytest.raises(ValueError, match="kv_heads"):
         report.parse_shape("24,5,256")

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from attn_core.device_spec import DeviceSpec
-from attn_sim.designs import Shape
+from attn_core.shapes import AttentionShape
 from attn_sim.profiles import load_profile
 
 
@@ -71,7 +71,7 @@ def profiles(text: str) -> list[DeviceSpec]:
     return [profile(n) for n in names]
 
 
-def shape(text: str) -> Shape:
+def shape(text: str) -> AttentionShape:
     """``--shape``: see :func:`attn_sim.report.parse_shape`."""
     from attn_sim.report import parse_shape
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 
 from attn_core.device_spec import DeviceSpec
 from attn_core.plan_types import KernelStep
+from attn_core.shapes import QWEN36 as ATTN_QWEN36
+from attn_core.shapes import AttentionShape
 from attn_sim.occupancy import Occupancy, Waves, blocks_per_sm, waves
 
 VLLM_NUM_THREADS = 128
@@ -103,42 +105,43 @@ def evaluate(spec: DeviceSpec, design: KernelDesign) -> DesignOnDevice:
     return DesignOnDevice(design, occ, w, spec.shared_mem_per_block)
 
 
-@dataclass(frozen=True)
-class Shape:
-    """An attention layer's decode shape."""
-
-    num_heads: int = 24
-    num_kv_heads: int = 4
-    head_size: int = 256
-    block_size: int = 16
-    dtype_bytes: int = 2  # fp16 query and cache
-
-    @property
-    def group(self) -> int:
-        return self.num_heads // self.num_kv_heads
+# The layer shape is attn-core's AttentionShape (one class for engine-patch, the simulator and
+# the HIL suites); the designs read its compute element size for queries and outputs and its
+# cache element size for K/V.
+QWEN36 = ATTN_QWEN36
 
 
-QWEN36 = Shape()
+def shape_json(shape: AttentionShape) -> dict:
+    """The shape as report.json has always written it (``dtype_bytes``: the cache element)."""
+    return {
+        "num_heads": shape.num_heads,
+        "num_kv_heads": shape.num_kv_heads,
+        "head_size": shape.head_size,
+        "block_size": shape.block_size,
+        "dtype_bytes": shape.cache_element_size,
+    }
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _kv_bytes(shape: Shape, num_seqs: int, ctx: int, readers: int) -> int:
-    return 2 * num_seqs * readers * ctx * shape.head_size * shape.dtype_bytes
+def _kv_bytes(shape: AttentionShape, num_seqs: int, ctx: int, readers: int) -> int:
+    return 2 * num_seqs * readers * ctx * shape.head_size * shape.cache_element_size
 
 
-def _attn_flops(shape: Shape, num_seqs: int, ctx: int) -> int:
+def _attn_flops(shape: AttentionShape, num_seqs: int, ctx: int) -> int:
     return 4 * num_seqs * shape.num_heads * ctx * shape.head_size  # q.k and p.v, 2 each
 
 
-def _vllm_static(shape: Shape, warp_size: int) -> int:
+def _vllm_static(shape: AttentionShape, warp_size: int) -> int:
     num_warps = max(VLLM_NUM_THREADS // warp_size, 1)
-    return shape.head_size * shape.dtype_bytes + 2 * num_warps * FP32
+    return shape.head_size * shape.element_size + 2 * num_warps * FP32
 
 
-def vllm_v1(spec: DeviceSpec, shape: Shape, num_seqs: int, max_seq_len: int) -> KernelDesign:
+def vllm_v1(
+    spec: DeviceSpec, shape: AttentionShape, num_seqs: int, max_seq_len: int
+) -> KernelDesign:
     """vLLM 0.6.3 ``paged_attention_v1``: the whole padded sequence's logits in shared memory."""
     num_warps = max(VLLM_NUM_THREADS // spec.warp_size, 1)
     padded = _ceil(max_seq_len, shape.block_size) * shape.block_size
@@ -151,18 +154,20 @@ def vllm_v1(spec: DeviceSpec, shape: Shape, num_seqs: int, max_seq_len: int) -> 
         dynamic_smem=dynamic,
         registers=REGISTERS_ATTENTION,
         kv_bytes_read=_kv_bytes(shape, num_seqs, max_seq_len, shape.num_heads),
-        other_bytes=2 * num_seqs * shape.num_heads * shape.head_size * shape.dtype_bytes,
+        other_bytes=2 * num_seqs * shape.num_heads * shape.head_size * shape.element_size,
         flops=_attn_flops(shape, num_seqs, max_seq_len),
         source="vLLM 0.6.3 paged_attention_v1_launcher",
     )
 
 
-def vllm_v2(spec: DeviceSpec, shape: Shape, num_seqs: int, max_seq_len: int) -> list:
+def vllm_v2(spec: DeviceSpec, shape: AttentionShape, num_seqs: int, max_seq_len: int) -> list:
     """vLLM 0.6.3 ``paged_attention_v2``: 512-token partitions per query head, then a reduce."""
     num_warps = max(VLLM_NUM_THREADS // spec.warp_size, 1)
     parts = _ceil(max_seq_len, VLLM_PARTITION_SIZE)
-    partials = num_seqs * shape.num_heads * parts * (shape.head_size * shape.dtype_bytes + 2 * FP32)
-    out = num_seqs * shape.num_heads * shape.head_size * shape.dtype_bytes
+    partials = (
+        num_seqs * shape.num_heads * parts * (shape.head_size * shape.element_size + 2 * FP32)
+    )
+    out = num_seqs * shape.num_heads * shape.head_size * shape.element_size
     return [
         KernelDesign(
             name="vllm_v2_partition",
@@ -190,17 +195,17 @@ def vllm_v2(spec: DeviceSpec, shape: Shape, num_seqs: int, max_seq_len: int) -> 
     ]
 
 
-def gqa_tile_smem(shape: Shape, tile_tokens: int) -> int:
+def gqa_tile_smem(shape: AttentionShape, tile_tokens: int) -> int:
     """K and V tiles ``[tile_tokens, head_size]``, the group's query, fp32 scores of one tile."""
-    kv = 2 * tile_tokens * shape.head_size * shape.dtype_bytes
-    query = shape.group * shape.head_size * shape.dtype_bytes
+    kv = 2 * tile_tokens * shape.head_size * shape.cache_element_size
+    query = shape.group * shape.head_size * shape.element_size
     scores = shape.group * tile_tokens * FP32
     return kv + query + scores
 
 
 def gqa_partitioned(
     spec: DeviceSpec,
-    shape: Shape,
+    shape: AttentionShape,
     num_seqs: int,
     max_seq_len: int,
     *,
@@ -211,7 +216,7 @@ def gqa_partitioned(
     """Grid on KV heads: one block reads a partition's K/V once for the whole query group."""
     parts = _ceil(max_seq_len, partition_size)
     partials = num_seqs * shape.num_heads * parts * (shape.head_size + 2) * FP32
-    out = num_seqs * shape.num_heads * shape.head_size * shape.dtype_bytes
+    out = num_seqs * shape.num_heads * shape.head_size * shape.element_size
     return [
         KernelDesign(
             name="gqa_partition",
@@ -241,7 +246,7 @@ def gqa_partitioned(
 
 def gqa_single_pass(
     spec: DeviceSpec,
-    shape: Shape,
+    shape: AttentionShape,
     num_seqs: int,
     max_seq_len: int,
     *,
@@ -266,7 +271,7 @@ def gqa_single_pass(
     )
     parts = part.grid[2]
     merge_state = shape.group * 2 * FP32 + FP32  # running (max, sum) per head + flag word
-    out = num_seqs * shape.num_heads * shape.head_size * shape.dtype_bytes
+    out = num_seqs * shape.num_heads * shape.head_size * shape.element_size
     return [
         KernelDesign(
             name="gqa_single_pass",
@@ -325,7 +330,7 @@ def plan_designs(plan) -> list:
     return out_designs
 
 
-def design_families(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> dict:
+def design_families(spec: DeviceSpec, shape: AttentionShape, num_seqs: int, ctx: int) -> dict:
     """The reference designs the report compares, keyed by family name."""
     return {
         "vllm_v1": [vllm_v1(spec, shape, num_seqs, ctx)],

@@ -27,7 +27,6 @@ from typing import Any, Optional
 from attn_core.shapes import AttentionShape
 from attn_sim import schema as s
 from attn_sim.config import DECODE_TIERS, MAX_BATCH, MAX_CONTEXT
-from attn_sim.designs import Shape
 from attn_sim.workloads import DTYPES, Case
 
 TIME_KEYS = (
@@ -144,7 +143,7 @@ def _case_of(rec: dict, context_key: str) -> Case:
         path=path,
         num_seqs=_value(rec, _batch, "num_seqs", "batch", default=1),
         context=context,
-        shape=Shape(*numbers),
+        shape=AttentionShape(*numbers),
         dtype=dtype,
         query_len=query_len,
         tier=tier,

@@ -18,53 +18,39 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import torch
-
 from attn_core.capabilities import profile_capabilities
 from attn_core.device_spec import DeviceSpec
 from attn_core.native.split import NativeSplit
 from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
 from attn_core.settings import DecodeOverrides
-from attn_core.shapes import AttentionShape
-from attn_sim.designs import FP32, KernelDesign, Shape, evaluate
-
-_DTYPES = {1: torch.float32, 2: torch.float16, 4: torch.float32}
+from attn_sim.designs import FP32, AttentionShape, KernelDesign, evaluate
 
 
-def attention_shape(shape: Shape) -> AttentionShape:
-    """The simulator's layer shape as attn-core's (fp16 for 2-byte elements)."""
-    return AttentionShape(
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_size=shape.head_size,
-        block_size=shape.block_size,
-        dtype=_DTYPES.get(shape.dtype_bytes, torch.float16),
-    )
-
-
-def native_plan(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> DecodePlan:
+def native_plan(spec: DeviceSpec, shape: AttentionShape, num_seqs: int, ctx: int) -> DecodePlan:
     """attn-core's plan for the native backend on ``spec`` (its capabilities as that device's
     torch would report them, the native kernel assumed built and verified there)."""
-    attn = attention_shape(shape)
+    attn = shape
     caps = dataclasses.replace(profile_capabilities(spec, attn.dtype), native_decode=True)
     overrides = DecodeOverrides(backend="native")
     return plan_decode(attn, DecodeLengths(num_seqs, ctx), spec, caps, overrides)
 
 
-def native_split_for(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> NativeSplit:
+def native_split_for(
+    spec: DeviceSpec, shape: AttentionShape, num_seqs: int, ctx: int
+) -> NativeSplit:
     split = native_plan(spec, shape, num_seqs, ctx).native
     assert split is not None  # a native plan always carries its split
     return split
 
 
-def native_designs(spec: DeviceSpec, shape: Shape, num_seqs: int, ctx: int) -> list:
+def native_designs(spec: DeviceSpec, shape: AttentionShape, num_seqs: int, ctx: int) -> list:
     """The partition launch and, with more than one partition, the merge launch."""
     split = native_split_for(spec, shape, num_seqs, ctx)
     heads = num_seqs * shape.num_heads
-    kv = 2 * num_seqs * shape.num_kv_heads * ctx * shape.head_size * shape.dtype_bytes
+    kv = 2 * num_seqs * shape.num_kv_heads * ctx * shape.head_size * shape.cache_element_size
     table = num_seqs * shape.num_kv_heads * split.head_groups * -(-ctx // shape.block_size) * 4
-    query = split.partition_blocks * split.slots * shape.head_size * shape.dtype_bytes
-    out = heads * shape.head_size * shape.dtype_bytes
+    query = split.partition_blocks * split.slots * shape.head_size * shape.element_size
+    out = heads * shape.head_size * shape.element_size
     partials = heads * split.num_partitions * (shape.head_size + 1) * FP32
     flops = 4 * heads * ctx * shape.head_size + 8 * heads * ctx  # FMAs x 2, then exp/max/sum
     partition = KernelDesign(
@@ -119,7 +105,7 @@ HEADLINE_BATCHES = (1, 8, 64)
 
 
 def native_rows(
-    spec: DeviceSpec, shape: Shape, torch_graph_ms: Callable[[int, int], float]
+    spec: DeviceSpec, shape: AttentionShape, torch_graph_ms: Callable[[int, int], float]
 ) -> list[dict]:
     """Per-layer decode: the HBM floor, the native kernel (modelled) and the torch path
     (``torch_graph_ms(batch, context)``, traced), at 32K / 100K / 256K x batch 1 / 8 / 64."""

@@ -17,7 +17,6 @@ Writes ``report.md`` (:mod:`attn_sim.report_text`), ``report.json`` and ``report
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -29,12 +28,12 @@ from attn_core.shapes import AttentionShape
 from attn_sim.cost import design_cost
 from attn_sim.designs import (
     QWEN36,
-    Shape,
     design_families,
     evaluate,
     from_steps,
     gqa_partitioned,
     plan_designs,
+    shape_json,
     vllm_v1,
     vllm_v2,
 )
@@ -75,7 +74,7 @@ def assumptions(spec: DeviceSpec) -> list[dict]:
     ]
 
 
-def design_rows(spec: DeviceSpec, shape: Shape = QWEN36, num_seqs: int = 1) -> list[dict]:
+def design_rows(spec: DeviceSpec, shape: AttentionShape = QWEN36, num_seqs: int = 1) -> list[dict]:
     rows = []
     for ctx in DESIGN_CONTEXTS:
         families = design_families(spec, shape, num_seqs, ctx)
@@ -122,7 +121,7 @@ def longest_fitting_context(spec: DeviceSpec, build, bs: int, limit: int = 1 << 
     return lo * bs
 
 
-def budget_rows(spec: DeviceSpec, shape: Shape = QWEN36) -> list[dict]:
+def budget_rows(spec: DeviceSpec, shape: AttentionShape = QWEN36) -> list[dict]:
     """Per design family: the longest context at batch 1 whose launches fit the budget."""
     builders = {
         "vllm_v1": lambda sp, c: [vllm_v1(sp, shape, 1, c)],
@@ -144,7 +143,7 @@ def budget_rows(spec: DeviceSpec, shape: Shape = QWEN36) -> list[dict]:
     return rows
 
 
-def traced_cases(shape: Shape = QWEN36) -> list[Case]:
+def traced_cases(shape: AttentionShape = QWEN36) -> list[Case]:
     cases = [Case("decode", b, c, shape) for c in DECODE_CONTEXTS for b in DECODE_BATCHES]
     cases += [Case("prefill", b, c, shape, query_len=PREFILL_CHUNK) for b, c in PREFILL_CASES]
     return cases
@@ -214,7 +213,7 @@ def prefill_row(r: CaseResult, case: Case, spec: DeviceSpec) -> dict:
     }
 
 
-def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
+def build(spec: DeviceSpec, shape: AttentionShape = QWEN36) -> dict:
     start = time.perf_counter()
     cases = traced_cases(shape)
     results = [simulate(spec, c) for c in cases]
@@ -230,7 +229,7 @@ def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
     ]
     return {
         "profile": spec.name,
-        "shape": dataclasses.asdict(shape),
+        "shape": shape_json(shape),
         "assumptions": assumptions(spec),
         "bmm_out_dtype": sim_capabilities(spec, torch.float16).bmm_writes_fp32,
         "memory_bytes": spec.memory_bytes,
@@ -248,7 +247,7 @@ def build(spec: DeviceSpec, shape: Shape = QWEN36) -> dict:
     }
 
 
-def parse_shape(text: str) -> Shape:
+def parse_shape(text: str) -> AttentionShape:
     """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size]), checked as
     :class:`attn_core.shapes.AttentionShape` checks a shape (fp16): a ``ValueError`` naming the
     part that is wrong."""
@@ -265,7 +264,7 @@ def parse_shape(text: str) -> Shape:
         AttentionShape(*numbers)
     except ValueError as err:
         raise ValueError(f"shape {text!r}: {err}") from None
-    return Shape(*numbers)
+    return AttentionShape(*numbers)
 
 
 def write(report: dict, out_dir: Path) -> list[Path]:

@@ -29,7 +29,7 @@ import torch
 from attn_core.capabilities import Capabilities, profile_capabilities
 from attn_core.device_spec import DeviceSpec
 from attn_core.settings import DecodeOverrides, PrefillOverrides
-from attn_sim.designs import Shape
+from attn_core.shapes import QWEN36, AttentionShape
 from attn_sim.tracer import Trace, trace
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -46,7 +46,7 @@ class Case:
     path: str  # "decode" | "prefill"
     num_seqs: int
     context: int
-    shape: Shape = Shape()
+    shape: AttentionShape = QWEN36
     dtype: str = "float16"
     query_len: int = 1
     tier: Optional[str] = None  # decode: force this plan tier (what a measurement ran)
