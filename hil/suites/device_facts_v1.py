@@ -119,9 +119,13 @@ def run_probe(args: list, timeout_s: float, python: str = sys.executable) -> dic
         return {"outcome": "hang", "detail": f"no answer in {timeout_s:g} s (HANG; killed)",
                 "seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    answer = None
     if proc.returncode == 0 and lines:
-        answer = json.loads(lines[-1])
-    else:
+        try:
+            answer = json.loads(lines[-1])
+        except ValueError:
+            pass
+    if not isinstance(answer, dict) or "outcome" not in answer:
         tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
         answer = {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}"}
     answer["seconds"] = round(time.monotonic() - t0, 2)
