@@ -121,48 +121,11 @@ def v1_guess() -> int:
 
 
 def run_v1(sizes: Sizes, notes: dict) -> dict:
-    from device_facts_v1 import run_probe, v1_reach
+    from device_facts_v1 import v1_facts
 
     if importlib.util.find_spec("vllm") is None:
         return all_absent("v1", "vLLM is not installed here: no compiled paged_attention_v1")
-    guess = v1_guess()
-    r = v1_reach(guess, sizes.v1_cap, sizes.probe_timeout_s)
-    probes = r["probes"]
-    facts = {"native_v1_probes": measured(probes, "", "one subprocess per probe, "
-                                          f"timeout {sizes.probe_timeout_s:g} s")}  # fmt: skip
-    if r["stopped"] == "absent":
-        facts["native_v1_max_seq_len"] = absent("tokens", probes[-1]["detail"])
-    elif r["reach"] is None:
-        facts["native_v1_max_seq_len"] = absent(
-            "tokens", f"HANG at context {probes[-1]['context']}"
-        )
-    else:
-        fail = next((p for p in probes if p["context"] == r["first_failure"]), None)
-        method = (
-            "bisection on multiples of 16 from the profile's prediction "
-            f"({guess}): vllm _custom_ops.paged_attention_v1 at 24 q / 4 kv heads, head 256, "
-            "block 16, fp16, seq_len = max_seq_len, matched against attn-core"
-        )
-        if fail is not None:
-            method += f"; {fail['context']} {fail['outcome']}: {fail['detail']}"
-        if r["stopped"]:
-            method += f"; stopped: {r['stopped']}"
-            if r["stopped"] == "hang":
-                method += f" (HANG at context {probes[-1]['context']})"
-        facts["native_v1_max_seq_len"] = measured(r["reach"], "tokens", method)
-    if r["stopped"] == "hang":
-        facts["v2_probe"] = absent("", "not probed: a V1 probe hung (the device may be wedged)")
-        return facts
-    v2 = run_probe(["v2"], sizes.probe_timeout_s)
-    if v2["outcome"] == "absent":
-        facts["v2_probe"] = absent("", v2["detail"])
-    else:
-        ok = v2["outcome"] == "ok"
-        value = {"available": ok, "error": None if ok else f"{v2['outcome']}: {v2['detail']}"}
-        facts["v2_probe"] = measured(value, "", "vllm _custom_ops.paged_attention_v2 on lengths "
-                                     "1/600/1500 (8 q / 2 kv heads, head 256, block 16, fp16) "
-                                     "against the float64 reference, in a subprocess")  # fmt: skip
-    return facts
+    return v1_facts(v1_guess(), sizes.v1_cap, sizes.probe_timeout_s)
 
 
 def run_tiers(sizes: Sizes, notes: dict) -> dict:
