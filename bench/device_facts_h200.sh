@@ -26,7 +26,10 @@ RUN_ID=facts-$(date -u +%Y%m%dT%H%M%SZ)
 QUICK=()
 if [ "${1:-}" = "--quick" ]; then QUICK=(--quick); fi
 if [ "${BUILD_NATIVE:-0}" = "1" ]; then
-  "$PY" -m attn_core.native build || echo "native build failed or no toolkit: native rows will say why"
+  # the arch must be the one attn-core loads for this device (sm_90): a build for the default
+  # arch list lands under another cache key and the suite would not find it
+  "$PY" -m attn_core.native build --arch "${NATIVE_ARCH:-sm_90}" \
+    || echo "native build failed or no toolkit: the native_decode fact will say why"
 fi
 
 start=$(date +%s)

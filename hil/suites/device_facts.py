@@ -1,7 +1,7 @@
 """device-facts suite: measure the target's profile facts, each with its method.
 
 Usage: python device_facts.py --out DIR [--junit FILE] [--quick] [--device cuda|cpu]
-                              [--target NAME] [--sections driver,rates,v1,tiers]
+                              [--target NAME] [--sections driver,rates,tiers,v1]
 
 Writes OUT/device_facts.json (``bi100-attn/device-facts/1``, what ``python -m attn_sim
 profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one case per section:
@@ -10,15 +10,17 @@ profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one ca
   per SM and per block, threads / blocks per SM, L2, memory (device_facts_driver.py);
 - ``rates``: streaming-read and copy bandwidth, fp16 / bf16 / fp32 matmul, eager launch
   overhead, CUDA-graph launch gap (device_facts_rates.py);
-- ``v1``: vLLM's compiled ``paged_attention_v1`` reach at Qwen3.6's shape by bisection, one
-  subprocess per probe, and the V2 probe (device_facts_v1.py);
 - ``tiers``: attn-core's one_pass / partitioned tiers and the native kernel (where built and
-  verified) at batch x context around the tier threshold (device_facts_tiers.py).
+  verified) at batch x context around the tier threshold (device_facts_tiers.py);
+- ``v1``: vLLM's compiled ``paged_attention_v1`` reach at Qwen3.6's shape by bisection, one
+  subprocess per probe, and the V2 probe (device_facts_v1.py). Last, because a probe that
+  hangs may wedge the device; the other sections are written by then.
 
 Off CUDA (CI's CPU container) every GPU-only fact is written absent with the reason. Sizes are
 :data:`FULL` and :data:`QUICK` (``--quick`` / ``HIL_QUICK=1``); the full suite takes well under
-90 s on an H200. Exit 0 when the file is written and no section raised; 1 when one raised (its
-facts are absent with the error, the rest stand).
+90 s on an H200. The file is rewritten after each section (a suite the watchdog kills still
+leaves what it measured). Exit 0 when it is written and no section raised; 1 when one raised
+(its facts are absent with the error, the rest stand).
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from xml.sax.saxutils import escape, quoteattr
 import torch
 from device_facts_record import absent, document, is_absent, measured
 
-SECTIONS = ("driver", "rates", "v1", "tiers")
+# v1 last: its probes are the only step that may wedge the device (a HANG)
+SECTIONS = ("driver", "rates", "tiers", "v1")
 FACTS_FILE = "device_facts.json"
 
 
@@ -118,45 +121,11 @@ def v1_guess() -> int:
 
 
 def run_v1(sizes: Sizes, notes: dict) -> dict:
-    from device_facts_v1 import run_probe, v1_reach
+    from device_facts_v1 import v1_facts
 
     if importlib.util.find_spec("vllm") is None:
         return all_absent("v1", "vLLM is not installed here: no compiled paged_attention_v1")
-    guess = v1_guess()
-    r = v1_reach(guess, sizes.v1_cap, sizes.probe_timeout_s)
-    probes = r["probes"]
-    facts = {"native_v1_probes": measured(probes, "", "one subprocess per probe, "
-                                          f"timeout {sizes.probe_timeout_s:g} s")}  # fmt: skip
-    if r["stopped"] == "absent":
-        facts["native_v1_max_seq_len"] = absent("tokens", probes[-1]["detail"])
-    elif r["reach"] is None:
-        facts["native_v1_max_seq_len"] = absent(
-            "tokens", f"HANG at context {probes[-1]['context']}"
-        )
-    else:
-        fail = next((p for p in probes if p["context"] == r["first_failure"]), None)
-        method = (
-            "bisection on multiples of 16 from the profile's prediction "
-            f"({guess}): vllm _custom_ops.paged_attention_v1 at 24 q / 4 kv heads, head 256, "
-            "block 16, fp16, seq_len = max_seq_len, matched against attn-core"
-        )
-        if fail is not None:
-            method += f"; {fail['context']} {fail['outcome']}: {fail['detail']}"
-        if r["stopped"]:
-            method += f"; stopped: {r['stopped']}"
-            if r["stopped"] == "hang":
-                method += f" (HANG at context {probes[-1]['context']})"
-        facts["native_v1_max_seq_len"] = measured(r["reach"], "tokens", method)
-    v2 = run_probe(["v2"], sizes.probe_timeout_s)
-    if v2["outcome"] == "absent":
-        facts["v2_probe"] = absent("", v2["detail"])
-    else:
-        ok = v2["outcome"] == "ok"
-        value = {"available": ok, "error": None if ok else f"{v2['outcome']}: {v2['detail']}"}
-        facts["v2_probe"] = measured(value, "", "vllm _custom_ops.paged_attention_v2 on lengths "
-                                     "1/600/1500 (8 q / 2 kv heads, head 256, block 16, fp16) "
-                                     "against the float64 reference, in a subprocess")  # fmt: skip
-    return facts
+    return v1_facts(v1_guess(), sizes.v1_cap, sizes.probe_timeout_s)
 
 
 def run_tiers(sizes: Sizes, notes: dict) -> dict:
@@ -223,6 +192,28 @@ def junit_xml(results: dict) -> str:
 
 
 # ---------------------------------------------------------------- main
+def write_facts(args, device, cuda, sizes, facts, notes, results, t_start) -> dict:
+    doc = document(
+        target=args.target,
+        device_name=torch.cuda.get_device_name() if device == "cuda" and cuda else "cpu",
+        torch_version=torch.__version__,
+        quick=args.quick,
+        facts=facts,
+        sizes=dataclasses.asdict(sizes),
+        sections={k: {"status": v["status"], "seconds": v["seconds"]} for k, v in results.items()},
+        platform={
+            "torch_cuda": torch.version.cuda,
+            "corex": getattr(torch.version, "corex", None),
+            **notes,
+        },  # fmt: skip
+        suite_seconds=round(time.monotonic() - t_start, 2),
+    )
+    tmp = args.out / (FACTS_FILE + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(args.out / FACTS_FILE)  # never a half-written file
+    return doc
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("results"))
@@ -281,29 +272,15 @@ def main(argv=None) -> int:
                 results[section] = {"status": "error", "why": why, "trace": trace}
             torch.cuda.empty_cache()
         results[section]["seconds"] = round(time.monotonic() - t0, 2)
-    doc = document(
-        target=args.target,
-        device_name=torch.cuda.get_device_name() if device == "cuda" and cuda else "cpu",
-        torch_version=torch.__version__,
-        quick=args.quick,
-        facts=facts,
-        sizes=dataclasses.asdict(sizes),
-        sections={k: {"status": v["status"], "seconds": v["seconds"]} for k, v in results.items()},
-        platform={
-            "torch_cuda": torch.version.cuda,
-            "corex": getattr(torch.version, "corex", None),
-            **notes,
-        },  # fmt: skip
-        suite_seconds=round(time.monotonic() - t_start, 2),
-    )
-    path = args.out / FACTS_FILE
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+        # after every section, so a suite the watchdog kills later still leaves what it measured
+        write_facts(args, device, cuda, sizes, facts, notes, results, t_start)
+    doc = write_facts(args, device, cuda, sizes, facts, notes, results, t_start)
     text = table(facts)
     print(text, flush=True)
     (args.out / "device_facts_table.md").write_text(text + "\n")
     if args.junit:
         args.junit.write_text(junit_xml(results))
-    print(f"[device-facts] wrote {path} in {doc['suite_seconds']} s", flush=True)
+    print(f"[device-facts] wrote {args.out / FACTS_FILE} in {doc['suite_seconds']} s", flush=True)
     return 1 if any(r["status"] == "error" for r in results.values()) else 0
 
 

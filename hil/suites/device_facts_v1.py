@@ -1,8 +1,8 @@
 """The platform's native V1 decode reach, and whether its V2 works.
 
-Parent side (:func:`v1_reach`, :func:`v2_probe`): each probe is a subprocess of this file
-(``python device_facts_v1.py v1 CONTEXT`` / ``v2``) under a per-probe timeout, in its own
-process group (killed whole). A probe's outcome is one of
+Parent side (:func:`v1_facts`, :func:`v1_reach`, :func:`run_probe`): each probe is a
+subprocess of this file (``python device_facts_v1.py v1 CONTEXT`` / ``v2``) under a per-probe
+timeout, in its own process group (killed whole). A probe's outcome is one of
 
 - ``ok``: vLLM's compiled ``paged_attention_v1`` ran at that context and matched attn-core;
 - ``refused``: it raised (a refusal is data: the kernel's shared-memory limit, say);
@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 from typing import Optional
+
+from device_facts_record import absent, measured
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 REL_TOL = 1e-2  # fp16 output against attn-core's fp32-accumulated result: ~1e-3 expected
@@ -119,9 +121,13 @@ def run_probe(args: list, timeout_s: float, python: str = sys.executable) -> dic
         return {"outcome": "hang", "detail": f"no answer in {timeout_s:g} s (HANG; killed)",
                 "seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    answer = None
     if proc.returncode == 0 and lines:
-        answer = json.loads(lines[-1])
-    else:
+        try:
+            answer = json.loads(lines[-1])
+        except ValueError:
+            pass
+    if not isinstance(answer, dict) or "outcome" not in answer:
         tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
         answer = {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}"}
     answer["seconds"] = round(time.monotonic() - t0, 2)
@@ -173,6 +179,48 @@ def v1_reach(guess: int, cap: int, timeout_s: float, probe=None) -> dict:
             return done(lo, hi, "hang")
         lo, hi = (mid, hi) if result else (lo, mid)
     return done(lo, hi)
+
+
+def v1_facts(guess: int, cap: int, timeout_s: float) -> dict:
+    """The ``native_v1_max_seq_len``, ``native_v1_probes`` and ``v2_probe`` facts, probing
+    in subprocesses from ``guess`` (the profile's prediction) up to ``cap`` tokens."""
+    r = v1_reach(guess, cap, timeout_s)
+    probes = r["probes"]
+    facts = {"native_v1_probes": measured(probes, "", "one subprocess per probe, "
+                                          f"timeout {timeout_s:g} s")}  # fmt: skip
+    if r["stopped"] == "absent":
+        facts["native_v1_max_seq_len"] = absent("tokens", probes[-1]["detail"])
+    elif r["reach"] is None:
+        facts["native_v1_max_seq_len"] = absent(
+            "tokens", f"HANG at context {probes[-1]['context']}"
+        )
+    else:
+        fail = next((p for p in probes if p["context"] == r["first_failure"]), None)
+        method = (
+            "bisection on multiples of 16 from the profile's prediction "
+            f"({guess}): vllm _custom_ops.paged_attention_v1 at 24 q / 4 kv heads, head 256, "
+            "block 16, fp16, seq_len = max_seq_len, matched against attn-core"
+        )
+        if fail is not None:
+            method += f"; {fail['context']} {fail['outcome']}: {fail['detail']}"
+        if r["stopped"]:
+            method += f"; stopped: {r['stopped']}"
+            if r["stopped"] == "hang":
+                method += f" (HANG at context {probes[-1]['context']})"
+        facts["native_v1_max_seq_len"] = measured(r["reach"], "tokens", method)
+    if r["stopped"] == "hang":
+        facts["v2_probe"] = absent("", "not probed: a V1 probe hung (the device may be wedged)")
+        return facts
+    v2 = run_probe(["v2"], timeout_s)
+    if v2["outcome"] == "absent":
+        facts["v2_probe"] = absent("", v2["detail"])
+    else:
+        ok = v2["outcome"] == "ok"
+        value = {"available": ok, "error": None if ok else f"{v2['outcome']}: {v2['detail']}"}
+        facts["v2_probe"] = measured(value, "", "vllm _custom_ops.paged_attention_v2 on lengths "
+                                     "1/600/1500 (8 q / 2 kv heads, head 256, block 16, fp16) "
+                                     "against the float64 reference, in a subprocess")  # fmt: skip
+    return facts
 
 
 def main(argv: list) -> int:

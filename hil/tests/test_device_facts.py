@@ -93,13 +93,11 @@ def test_registered_suite_runs_with_the_local_executor(make_ctx):
 def test_sections_argument_names_the_bad_value(capsys):
     with pytest.raises(SystemExit):
         device_facts.parse_args(["--sections", "driver,bogus"])
-    assert "--sections must name some of driver, rates, v1, tiers" in capsys.readouterr().err
+    assert "--sections must name some of driver, rates, tiers, v1" in capsys.readouterr().err
 
 
 def test_a_section_that_raises_fails_the_suite_but_its_facts_say_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+    fake_cuda(monkeypatch)
 
     def boom(sizes, notes):
         raise RuntimeError("device fell over")
@@ -110,6 +108,86 @@ def test_a_section_that_raises_fails_the_suite_but_its_facts_say_why(tmp_path, m
     assert rc == 1
     facts = read_facts(tmp_path / device_facts.FACTS_FILE)
     assert "rates section raised RuntimeError: device fell over" in facts.facts["fp16_flops"].absent
+
+
+def fake_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+
+
+def test_the_file_is_written_after_each_section(tmp_path, monkeypatch):
+    fake_cuda(monkeypatch)
+    seen = {}
+
+    def driver_section(sizes, notes):
+        return {"sm_count": {"value": 16, "unit": "SMs", "method": "fake"}}
+
+    def tiers_section(sizes, notes):  # what a watchdog kill here would leave behind
+        seen.update(json.loads((tmp_path / device_facts.FACTS_FILE).read_text())["facts"])
+        return {}
+
+    monkeypatch.setitem(device_facts.RUNNERS, "driver", driver_section)
+    monkeypatch.setitem(device_facts.RUNNERS, "tiers", tiers_section)
+    args = ["--out", str(tmp_path), "--device", "cuda", "--sections", "driver,tiers"]
+    assert device_facts.main(args) == 0
+    assert seen == {"sm_count": {"value": 16, "unit": "SMs", "method": "fake"}}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def fake_v1(monkeypatch, reach: dict):
+    monkeypatch.setattr(device_facts.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(v1, "v1_reach", lambda guess, cap, timeout: reach)
+    monkeypatch.setattr(device_facts, "v1_guess", lambda: 8048)
+
+
+def test_v1_section_records_the_reach_the_first_failure_and_v2(monkeypatch):
+    probes = [
+        {"context": 16, "outcome": "ok", "detail": "relative error 1e-4"},
+        {"context": 8048, "outcome": "ok", "detail": "relative error 1e-4"},
+        {"context": 8064, "outcome": "wrong", "detail": "output not finite (not written?)"},
+    ]
+    fake_v1(monkeypatch, {"reach": 8048, "first_failure": 8064, "stopped": None, "probes": probes})
+    monkeypatch.setattr(
+        v1, "run_probe", lambda args, t: {"outcome": "refused", "detail": "NotImplementedError"}
+    )
+    facts = device_facts.run_v1(device_facts.QUICK, {})
+    reach = facts["native_v1_max_seq_len"]
+    assert reach["value"] == 8048 and reach["unit"] == "tokens"
+    assert "(8048)" in reach["method"] and "8064 wrong: output not finite" in reach["method"]
+    assert facts["native_v1_probes"]["value"] == probes
+    assert facts["v2_probe"]["value"] == {
+        "available": False,
+        "error": "refused: NotImplementedError",
+    }
+
+
+def test_v1_hang_is_recorded_and_v2_is_not_probed(monkeypatch):
+    probes = [
+        {"context": 16, "outcome": "ok", "detail": "fine"},
+        {"context": 8048, "outcome": "hang", "detail": "no answer in 60 s (HANG; killed)"},
+    ]
+    fake_v1(monkeypatch, {"reach": 16, "first_failure": None, "stopped": "hang", "probes": probes})
+
+    def no_probe(*a):
+        raise AssertionError("V2 must not be probed after a V1 hang")
+
+    monkeypatch.setattr(v1, "run_probe", no_probe)
+    facts = device_facts.run_v1(device_facts.QUICK, {})
+    assert "HANG at context 8048" in facts["native_v1_max_seq_len"]["method"]
+    assert "hung" in facts["v2_probe"]["absent"]
+
+
+def test_v1_absent_op_is_absent_with_the_probes_reason(monkeypatch):
+    probes = [{"context": 16, "outcome": "absent", "detail": "torch.ops._C.paged_attention_v1 "
+               "is not registered"}]  # fmt: skip
+    fake_v1(
+        monkeypatch, {"reach": None, "first_failure": None, "stopped": "absent", "probes": probes}
+    )
+    monkeypatch.setattr(v1, "run_probe", lambda args, t: probes[0])
+    facts = device_facts.run_v1(device_facts.QUICK, {})
+    assert "is not registered" in facts["native_v1_max_seq_len"]["absent"]
+    assert "is not registered" in facts["v2_probe"]["absent"]
 
 
 # ---------------------------------------------------------------- driver facts (faked)
