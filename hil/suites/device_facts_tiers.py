@@ -6,20 +6,16 @@ all at ``context`` tokens, block tables a random permutation. Each variant is ti
 (CUDA events around one call, median) and replayed from a CUDA graph (device time, how vLLM
 runs decode); a capture that fails leaves ``graph_s`` null with the reason. Rows are the
 ``decode_tiers`` fact ``attn_sim.facts`` reads: ``{"shape", "tier", "graph_s", "eager_s"}``
-plus the plan's partitions and the tier the unforced plan picks.
-
-How a tier is forced is isolated in :func:`forced_tier` (today: the ``ATTN_CORE_DECODE_TIER``
-environment override, which attn-core reads per call); the planner API is being refactored.
+plus the plan's partitions and ``plan_picks``, the tier attn-core's torch path picks unforced
+(the rule being fitted; on a GPU the default backend is the native kernel, timed in rows of its
+own). Tiers are forced through explicit plans (``DecodeOverrides``), never the environment.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import statistics
 import time
-from typing import Optional
 
 import torch
 
@@ -27,36 +23,19 @@ HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 TIERS = ("one_pass", "partitioned")
 
 
-@contextlib.contextmanager
-def forced_tier(tier: Optional[str]):
-    """attn-core plans ``tier`` inside the block (None: the plan decides)."""
-    key = "ATTN_CORE_DECODE_TIER"
-    old = os.environ.get(key)
-    if tier is None:
-        os.environ.pop(key, None)
-    else:
-        os.environ[key] = tier
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-
-
-def plan_info(batch: int, context: int, device: torch.device) -> dict:
-    """The plan attn-core makes under the current environment (empty if the API moved)."""
+def plan_for(batch: int, context: int, device: torch.device, **overrides):
+    """attn-core's plan for ``batch`` x ``context`` under ``DecodeOverrides(**overrides)``."""
     import attn_core
 
-    try:
-        plan = attn_core.decode_plan_for(
-            attn_core.AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, torch.float16),
-            attn_core.DecodeLengths(batch, context, -(-context // BLOCK)),
-            device,
-        )
-    except (TypeError, AttributeError):  # a refactored planner: the timings still stand
-        return {}
+    return attn_core.decode_plan_for(
+        attn_core.AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, torch.float16),
+        attn_core.DecodeLengths(batch, context, -(-context // BLOCK)),
+        device,
+        overrides=attn_core.DecodeOverrides(**overrides),
+    )
+
+
+def plan_info(plan) -> dict:
     return {"tier": plan.tier, "partition_size": plan.partition_size,
             "num_partitions": plan.num_partitions}  # fmt: skip
 
@@ -138,16 +117,16 @@ def time_graph(fn, device: torch.device, repeats: int) -> tuple:
     return t, None
 
 
-def attn_core_call(c: Case, out: torch.Tensor):
-    """One decode step with a workspace of its own, so a graph captured over it never shares
-    scratch buffers with the next variant's eager calls."""
+def attn_core_call(c: Case, out: torch.Tensor, plan):
+    """One decode step on ``plan`` with a workspace of its own, so a graph captured over it
+    never shares scratch buffers with the next variant's eager calls."""
     import attn_core
     from attn_core.workspace import Workspace
 
     ws = Workspace()
     return lambda: attn_core.paged_decode(
         c.query, c.key_cache, c.value_cache, c.block_tables, c.seq_lens, c.context, out=out,
-        workspace=ws,
+        workspace=ws, plan=plan,
     )  # fmt: skip
 
 
@@ -206,23 +185,20 @@ def measure_tiers(batches, contexts, repeats: int, device: torch.device, native=
         for context in contexts:
             c = pool.case(context)
             out = torch.empty_like(c.query)
-            with forced_tier(None):
-                picks = plan_info(batch, context, device).get("tier")
-            split = {}
+            picks = plan_for(batch, context, device, backend="torch").tier
             for tier in TIERS:
-                with forced_tier(tier):
-                    info = plan_info(batch, context, device)
-                    if tier == "partitioned":
-                        split = info
-                    extra = {k: v for k, v in info.items() if k != "tier"}
-                    if info.get("tier", tier) != tier:  # the override did not take
-                        extra["planned_tier"] = info["tier"]
-                    rows.append(_row(batch, context, tier, attn_core_call(c, out), device,
-                                     repeats, plan_picks=picks, **extra))  # fmt: skip
+                plan = plan_for(batch, context, device, tier=tier)
+                info = plan_info(plan)
+                extra = {k: v for k, v in info.items() if k != "tier"}
+                if plan.tier != tier:  # the override did not take
+                    extra["planned_tier"] = plan.tier
+                rows.append(_row(batch, context, tier, attn_core_call(c, out, plan), device,
+                                 repeats, plan_picks=picks, **extra))  # fmt: skip
             if native is not None:
                 whole = -(-context // BLOCK) * BLOCK
+                native_plan = plan_for(batch, context, device, backend="native")
                 for tier, ps in (("native_one_pass", whole),
-                                 ("native_partitioned", split.get("partition_size"))):  # fmt: skip
+                                 ("native_partitioned", native_plan.partition_size)):  # fmt: skip
                     if ps:
                         fn = native_call(native, c, out, ps)
                         rows.append(_row(batch, context, tier, fn, device, repeats,
