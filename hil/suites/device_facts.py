@@ -141,8 +141,8 @@ def run_tiers(sizes: Sizes, notes: dict) -> dict:
     timed = [r for r in rows if r.get("eager_s") is not None or r.get("graph_s") is not None]
     failed = [r for r in rows if r not in timed]
     method = (
-        "attn_core.paged_decode with ATTN_CORE_DECODE_TIER forced (and the native kernel's "
-        "launch_decode, one partition and the plan's partitioning), 24 q / 4 kv heads, head 256, "
+        "attn_core.paged_decode on plans with DecodeOverrides(tier=...) (and the native kernel's "
+        "launch_decode, one partition and its plan's partitioning), 24 q / 4 kv heads, head 256, "
         f"block 16, fp16, eager (CUDA events) and CUDA-graph replay, median of {sizes.tier_repeats}"
     )
     facts = {
