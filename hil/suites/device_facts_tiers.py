@@ -18,6 +18,7 @@ import statistics
 import time
 
 import torch
+from device_facts_rates import event_median_s
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 TIERS = ("one_pass", "partitioned")
@@ -72,24 +73,16 @@ class Caches:
 
 
 def time_eager(fn, device: torch.device, repeats: int) -> float:
+    """Median seconds of one call: CUDA events on a GPU, the host clock elsewhere."""
+    if device.type == "cuda":
+        return event_median_s(fn, repeats, warmup=2)
     for _ in range(2):
         fn()
-    if device.type != "cuda":
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-    torch.cuda.synchronize(device)
     times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        t0 = time.perf_counter()
         fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 

@@ -63,8 +63,7 @@ from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec
 from attn_core.lse_merge import merge_lse
 from attn_core.native.decode_step import run_native_decode
-from attn_core.native.library import load_native
-from attn_core.native.readiness import with_native_capability
+from attn_core.native.readiness import native_ready, with_native_capability
 from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
 from attn_core.settings import current_overrides
 from attn_core.shapes import AttentionShape
@@ -369,12 +368,14 @@ def _execute_native(
     out: torch.Tensor,
 ) -> None:
     """The plan's native launches (:mod:`attn_core.native`), partials from ``ws``."""
-    settings = current_overrides().native
-    lib, status = load_native(settings, query.device, plan.group)
+    lib, why = native_ready(
+        current_overrides().native, query.device, query.dtype, layout.kv_cache_dtype,
+        layout.head_size, layout.block_size, plan.group,
+    )  # fmt: skip
     if lib is None or plan.native is None:
         raise ValueError(
-            f"plan.backend is 'native' but the native kernel is not available here: "
-            f"{status.detail if lib is None else 'the plan has no native split'}"
+            "plan.backend is 'native' but the native kernel cannot serve this call: "
+            f"{why or 'the plan has no native split'}"
         )
     run_native_decode(
         lib,

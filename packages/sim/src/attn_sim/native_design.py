@@ -17,22 +17,23 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Optional
 
 from attn_core.capabilities import profile_capabilities
 from attn_core.device_spec import DeviceSpec
 from attn_core.native.split import NativeSplit
 from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
 from attn_core.settings import DecodeOverrides
-from attn_sim.designs import FP32, AttentionShape, KernelDesign, evaluate
+from attn_core.shapes import AttentionShape
+from attn_sim.designs import FP32, KernelDesign, evaluate
 
 
 def native_plan(spec: DeviceSpec, shape: AttentionShape, num_seqs: int, ctx: int) -> DecodePlan:
     """attn-core's plan for the native backend on ``spec`` (its capabilities as that device's
     torch would report them, the native kernel assumed built and verified there)."""
-    attn = shape
-    caps = dataclasses.replace(profile_capabilities(spec, attn.dtype), native_decode=True)
+    caps = dataclasses.replace(profile_capabilities(spec, shape.dtype), native_decode=True)
     overrides = DecodeOverrides(backend="native")
-    return plan_decode(attn, DecodeLengths(num_seqs, ctx), spec, caps, overrides)
+    return plan_decode(shape, DecodeLengths(num_seqs, ctx), spec, caps, overrides)
 
 
 def native_split_for(
@@ -43,9 +44,16 @@ def native_split_for(
     return split
 
 
-def native_designs(spec: DeviceSpec, shape: AttentionShape, num_seqs: int, ctx: int) -> list:
-    """The partition launch and, with more than one partition, the merge launch."""
-    split = native_split_for(spec, shape, num_seqs, ctx)
+def native_designs(
+    spec: DeviceSpec,
+    shape: AttentionShape,
+    num_seqs: int,
+    ctx: int,
+    split: Optional[NativeSplit] = None,
+) -> list:
+    """The partition launch and, with more than one partition, the merge launch (``split``:
+    the plan's, when the caller already has it)."""
+    split = split or native_split_for(spec, shape, num_seqs, ctx)
     heads = num_seqs * shape.num_heads
     kv = 2 * num_seqs * shape.num_kv_heads * ctx * shape.head_size * shape.cache_element_size
     table = num_seqs * shape.num_kv_heads * split.head_groups * -(-ctx // shape.block_size) * 4
@@ -117,7 +125,7 @@ def native_rows(
             except ValueError as exc:  # the kernel cannot be resident on this profile
                 rows.append({"batch": batch, "context": ctx, "fits": False, "why": str(exc)})
                 continue
-            designs = native_designs(spec, shape, batch, ctx)
+            designs = native_designs(spec, shape, batch, ctx, split)
             kv = designs[0].kv_bytes_read
             floor_ms = kv / spec.hbm_bandwidth * 1e3
             native_ms = native_step_s(spec, designs) * 1e3

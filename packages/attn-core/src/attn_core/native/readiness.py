@@ -32,19 +32,30 @@ def native_ready(
     block_size: int,
     group: int,
 ) -> tuple[Optional[NativeLibrary], str]:
-    """``(library, "")`` when the kernel may serve this configuration, else ``(None, why)``."""
+    """``(library, "")`` when the kernel may serve this configuration, else ``(None, why)``.
+
+    A ready answer is kept for the process (every decode call asks: one dict lookup, no driver
+    query, no lock); a "not ready" one is asked again, since a capture may have deferred it.
+    """
+    key = (settings, str(device), dtype, kv_cache_dtype, head_size, block_size, group)
+    ready = _READY.get(key)
+    if ready is not None:
+        return ready, ""
     lib, status = load_native(settings, device, group)
     if lib is None:
         return None, f"not available ({status.detail})"
-    key = (str(device), dtype, kv_cache_dtype, head_size, block_size, group)
-    verdict = verdicts().get(key)
+    verdict = verdicts().get(key[1:])
     if verdict is None:
         if is_capturing(device):
             return None, "not yet verified on this device, and a CUDA graph is being captured"
         verdict = verify_native(lib, device, dtype, kv_cache_dtype, head_size, block_size, group)
     if not verdict.ok:
         return None, f"not verified: it did not match the float64 reference ({verdict.detail})"
+    _READY[key] = lib
     return lib, ""
+
+
+_READY: dict[tuple, NativeLibrary] = {}
 
 
 def with_native_capability(

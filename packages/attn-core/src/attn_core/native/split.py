@@ -30,7 +30,8 @@ from attn_core.shapes import AttentionShape
 TOKEN_TILE = THREADS  # tokens per tile of the score phase; partitions are multiples of it
 PARTIAL_BYTES = 4  # part_out / part_lse are fp32
 
-_QUERY_KIND_NAMES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32"}
+# kernel_facts.json's element kinds: the query dtype's torch name; fp8 caches by format
+# (AttentionShape has already refused any dtype, head size or block size the kernel lacks)
 _FP8_NAMES = {"fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
@@ -76,35 +77,6 @@ class NativeSplit:
         return num_seqs * num_heads * self.num_partitions * (head_size + 1) * PARTIAL_BYTES
 
 
-def cache_kind_name(dtype_name: str, kv_cache_dtype: str = "auto") -> str:
-    """The element kind the kernel reads from the cache, as ``kernel_facts.json`` names it."""
-    if kv_cache_dtype == "auto":
-        return _QUERY_KIND_NAMES[dtype_name]
-    try:
-        return _FP8_NAMES[kv_cache_dtype]
-    except KeyError:
-        raise ValueError(
-            f"kv_cache_dtype must be 'auto' or one of {sorted(_FP8_NAMES)}, got {kv_cache_dtype!r}"
-        ) from None
-
-
-def unsupported_reason(shape: AttentionShape) -> Optional[str]:
-    """Why the native kernel cannot serve ``shape`` (None if it can)."""
-    kv_cache_dtype = shape.kv_cache_dtype
-    dtype_name = str(shape.dtype).replace("torch.", "")
-    if dtype_name not in _QUERY_KIND_NAMES:
-        return f"dtype {dtype_name} has no native kernel"
-    if shape.head_size > abi.HEAD_BUCKETS[-1] or shape.head_size % 8:
-        return f"head_size {shape.head_size} is not a multiple of 8 up to {abi.HEAD_BUCKETS[-1]}"
-    if shape.num_heads % shape.num_kv_heads:
-        return f"num_heads {shape.num_heads} is not a multiple of num_kv_heads {shape.num_kv_heads}"
-    if shape.block_size % 8 or shape.block_size > 32:
-        return f"block_size {shape.block_size} is not 8, 16 or 32"
-    if kv_cache_dtype != "auto" and kv_cache_dtype not in _FP8_NAMES:
-        return f"kv_cache_dtype {kv_cache_dtype!r} has no native kernel"
-    return None
-
-
 def native_split(
     shape: AttentionShape,
     num_seqs: int,
@@ -115,20 +87,17 @@ def native_split(
     """The split of one step; ``num_partitions`` forces the partition count (a tuning knob).
 
     Raises:
-        ValueError: the shape has no native kernel, a length is below 1, or the kernel cannot
-            be resident on ``spec`` (registers or shared memory over the device's limits).
+        ValueError: a length is below 1, or the kernel cannot be resident on ``spec``
+            (registers or shared memory over the device's limits).
     """
-    why = unsupported_reason(shape)
-    if why:
-        raise ValueError(f"native decode: {why}")
     for name, value in (("num_seqs", num_seqs), ("max_seq_len", max_seq_len)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     group = shape.num_heads // shape.num_kv_heads
     slots = abi.group_slots(group)
     head_groups = -(-group // slots)
-    query = _QUERY_KIND_NAMES[str(shape.dtype).replace("torch.", "")]
-    cache = cache_kind_name(query, shape.kv_cache_dtype)
+    query = str(shape.dtype).replace("torch.", "")
+    cache = query if shape.kv_cache_dtype == "auto" else _FP8_NAMES[shape.kv_cache_dtype]
     bucket = abi.head_bucket(shape.head_size)
     partition = lookup("partition", query, cache, bucket, slots)
     merge = lookup("merge", query, query, 0, 0)
