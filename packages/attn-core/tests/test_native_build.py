@@ -14,7 +14,7 @@ import pytest
 
 from attn_core.native import abi, build, facts
 from attn_core.native.__main__ import main as native_main
-from attn_core.native.toolchain import Toolchain, find_toolchain
+from attn_core.native.toolchain import Toolchain, find_toolchain, parse_archs
 
 CSRC = build.CSRC
 
@@ -91,6 +91,9 @@ def test_build_key_follows_sources_and_flags(tmp_path: Path) -> None:
     other = Toolchain("nvcc", "/x/nvcc", "/x", ("sm_80",), "V13.0")
     assert build.build_key(tc) != build.build_key(other)
     assert build.build_key(tc) == build.build_key(tc)
+    # the same compiler installed elsewhere builds the same library (a carried cache is found)
+    moved = Toolchain("nvcc", "/usr/local/cuda/bin/nvcc", "/usr/local/cuda", ("sm_90",), "V13.0")
+    assert build.build_key(moved) == build.build_key(tc)
 
 
 def test_no_toolchain_is_a_reason_not_an_error(tmp_path: Path, monkeypatch) -> None:
@@ -121,9 +124,23 @@ def test_one_library_builds_and_records_its_kernels(tmp_path: Path) -> None:
     assert build.build_library(toolchain, tmp_path, 1, defines=("ATTN_TUNING_ONLY",))[1] == 0.0
 
 
+@pytest.mark.parametrize("arch", ["../x", "sm90", "sm_90,bogus", "ivcore"])
+def test_bad_targets_are_usage_errors_naming_the_option(arch: str, capsys) -> None:
+    assert native_main(["build", "--arch", arch]) == 2  # refused before any compiler runs
+    assert "--arch must list targets" in capsys.readouterr().err
+
+
+def test_good_targets_parse() -> None:
+    assert parse_archs("--arch", " sm_90, sm_90a,compute_80,ivcore11 ") == (
+        "sm_90", "sm_90a", "compute_80", "ivcore11",
+    )  # fmt: skip
+
+
 def test_cli_usage_and_cpu_status(capsys) -> None:
     assert native_main(["bogus"]) == 2
     assert native_main(["status", "--groups", "0"]) == 2
+    assert native_main(["status", "--groups", "abc"]) == 2
+    assert "--groups must list positive integers, got 'abc'" in capsys.readouterr().err
     import torch
 
     if not torch.cuda.is_available():

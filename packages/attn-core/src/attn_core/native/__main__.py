@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
-from attn_core.native.toolchain import find_toolchain
+from attn_core.native.toolchain import find_toolchain, parse_archs
 from attn_core.settings import current_overrides
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
@@ -68,7 +68,10 @@ def _status(groups: tuple[int, ...]) -> int:
 
 def _build(archs: Optional[str]) -> int:
     settings = current_overrides().native
-    wanted = tuple(a.strip() for a in (archs or settings.arch or "").split(",") if a.strip())
+    if archs is not None:
+        wanted = parse_archs("--arch", archs)
+    else:
+        wanted = parse_archs("ATTN_CORE_NATIVE_ARCH", settings.arch or "")
     toolchain, why = find_toolchain(settings.cuda_home, wanted or None)
     if toolchain is None:
         print(f"native kernel not built: {why}")
@@ -129,10 +132,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             return _build(args.arch)
         if args.command == "facts":
             return _facts(args.write)
-        groups = tuple(int(g) for g in args.groups.split(",") if g.strip())
-        if not groups or min(groups) < 1:
+        parts = [g.strip() for g in args.groups.split(",") if g.strip()]
+        if not parts or not all(g.isdigit() and int(g) >= 1 for g in parts):
             raise ValueError(f"--groups must list positive integers, got {args.groups!r}")
-        return _status(groups)
+        return _status(tuple(int(g) for g in parts))
     except ValueError as exc:  # a bad ATTN_CORE_* / CUDA_HOME value
         print(f"error: {exc}", file=sys.stderr)
         return USAGE
