@@ -140,7 +140,7 @@ def load(args) -> Config:
     repo = repo_root()
     path = args.config or Path(os.environ.get("HIL_CONFIG") or repo / "hil" / "targets.toml")
     try:
-        return load_config(path, repo / "hil" / "suites" / "suites.toml")
+        return load_config(path, repo / "hil" / "suites" / "suites.toml", repo=repo)
     except OSError as exc:  # missing, a directory, unreadable: name the file and the option
         raise UsageError(
             f"config file {exc.filename or path} (--config / $HIL_CONFIG) cannot be read: "
@@ -170,7 +170,12 @@ def pick(config: Config, args) -> tuple:
     bad = [s for s in suites if s not in config.suites]
     if bad or not suites:
         raise UsageError(f"--suite must name suites from {list(config.suites)}, got {suites}")
-    return [config.targets[n] for n in names], [config.suites[s] for s in suites]
+    targets = [config.targets[n] for n in names]
+    if args.executor == "docker":  # the image inputs the config names must exist here
+        for t in targets:
+            if t.unusable:
+                raise UsageError(f"target {t.name} cannot be built here: {t.unusable}")
+    return targets, [config.suites[s] for s in suites]
 
 
 def check_run_id(run_id: str) -> str:
@@ -210,7 +215,11 @@ def list_targets(config: Config, store: QuarantineStore) -> str:
                 t.device,
                 ", ".join(t.devices + t.gpus) or "-",
                 t.base_image,
-                wrap(f"QUARANTINED: {q['reason']}" if q else "ok"),
+                wrap(
+                    f"QUARANTINED: {q['reason']}"
+                    if q
+                    else (f"docker runs refused: {t.unusable}" if t.unusable else "ok")
+                ),
                 wrap(t.description),
             ]
         )
@@ -263,6 +272,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # (StateError names the file and the repair command); OSError: a file that cannot be read.
     try:
         run_id = check_run_id(args.run_id or time.strftime("%Y%m%d-%H%M%S"))
+        if args.wheels and not Path(args.wheels).is_dir():
+            raise UsageError(
+                f"--wheels (default $HIL_WHEELS) {args.wheels} is not a directory; expected a "
+                "directory of wheels"
+            )
         config = load(args)
         if args.list_targets:
             print(list_targets(config, store))
