@@ -12,6 +12,7 @@ Exit status: 0 all suites passed, 1 test failures only, 2 hang, infrastructure e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -19,8 +20,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
-
-from tabulate import tabulate
 
 from hil.config import EXECUTORS, Config, load_config
 from hil.logs import Console
@@ -42,6 +41,27 @@ commands:
 exit status: 0 every suite passed; 1 test failures only; 2 a hang, an infrastructure error,
 a refused (quarantined) target, or a bad command line, config or state file.
 """
+
+
+# what this interpreter must have besides the standard library (hil/pyproject.toml), by the
+# import name and the pip requirement; docker only for the docker executor's runs
+REQUIRED = {"tabulate": "tabulate>=0.9"}
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    REQUIRED["tomli"] = "tomli>=1.1"
+DOCKER_REQUIRED = {"docker": "docker>=7"}
+
+
+def missing_packages(required: dict) -> str:
+    """A message naming the packages of ``required`` this interpreter cannot import, or ""."""
+    missing = [req for name, req in required.items() if importlib.util.find_spec(name) is None]
+    if not missing:
+        return ""
+    reqs = " ".join(f"'{r}'" for r in missing)
+    return (
+        f"this Python ({sys.executable}) lacks the package(s) {', '.join(missing)}, which the "
+        f"HIL runner needs; install them with `{sys.executable} -m pip install {reqs}` "
+        "(or `pip install ./hil`)"
+    )
 
 
 class UsageError(ValueError):
@@ -204,6 +224,8 @@ def prepare_out(out_root: Path, run_id: str) -> Path:
 
 
 def list_targets(config: Config, store: QuarantineStore) -> str:
+    from tabulate import tabulate
+
     quarantined = store.all()
     rows = []
     for t in config.targets.values():
@@ -264,6 +286,10 @@ def dry_run(targets, suites, args, store) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    missing = missing_packages(REQUIRED)
+    if missing:
+        print(f"hil: {missing}", file=sys.stderr)
+        return EXIT_HANG_OR_INFRA
     if argv and argv[0] == "reset-target":
         return reset_target(argv[1:])
     args = build_parser().parse_args(argv)
@@ -285,6 +311,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.dry_run:
             print(dry_run(targets, suites, args, store))
             return EXIT_OK
+        missing = missing_packages(DOCKER_REQUIRED if args.executor == "docker" else {})
+        if missing:
+            raise UsageError(f"--executor docker: {missing}")
         store.check_writable()
         store.all()  # a corrupt state file stops the run here, not in every worker
         out = prepare_out(args.out, run_id)

@@ -31,11 +31,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 from hil.config_values import (
     check_name,
     check_variable_name,
@@ -431,6 +426,11 @@ def parse_config(
 
 def load_toml(path: Path) -> dict:
     """The file's TOML; OSError / ConfigError (bad TOML) naming the path."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10; the CLI checks that tomli is there first
+        import tomli as tomllib
+
     with open(path, "rb") as f:
         try:
             return tomllib.load(f)
