@@ -74,3 +74,14 @@ def test_a_docker_run_without_the_docker_sdk_names_it(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "docker" in proc.stderr and "pip install" in proc.stderr, proc.stderr
     assert not (tmp_path / "o" / "r").exists()
+
+
+@pytest.mark.parametrize("argv0, name", [("/usr/local/bin/hil", "hil"), ("x.py", "python -m hil")])
+@pytest.mark.parametrize("argv", [["--help"], ["reset-target", "--help"]])
+def test_usage_line_uses_the_name_it_was_started_by(monkeypatch, capsys, argv0, name, argv):
+    from hil import cli
+
+    monkeypatch.setattr(sys, "argv", [argv0])
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    assert capsys.readouterr().out.startswith(f"usage: {name} "), argv0

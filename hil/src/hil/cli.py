@@ -64,6 +64,14 @@ def missing_packages(required: dict) -> str:
     )
 
 
+SCRIPT = "hil"  # the console script (hil/pyproject.toml)
+
+
+def prog() -> str:
+    """The name this process was started by: the console script's, else ``python -m hil``."""
+    return SCRIPT if Path(sys.argv[0]).name == SCRIPT else "python -m hil"
+
+
 class UsageError(ValueError):
     """A bad argument: reported as ``hil: ...``, exit 2."""
 
@@ -80,7 +88,7 @@ def repo_root() -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m hil",
+        prog=prog(),
         description=__doc__.splitlines()[0],
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -119,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def reset_target(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m hil reset-target",
+        prog=f"{prog()} reset-target",
         description="Lift a target's quarantine, every quarantine, or repair a corrupt state file.",
     )
     what = p.add_mutually_exclusive_group(required=True)

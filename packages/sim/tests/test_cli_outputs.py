@@ -117,3 +117,12 @@ def test_report_prints_a_summary_and_where_the_full_report_is(tmp_path, monkeypa
     assert len(r.out.splitlines()) < len(full.splitlines()) / 2
     r = run("report", "--out", "rep", "--full")
     assert r.code == 0 and full.strip() in r.out
+
+
+@pytest.mark.parametrize("argv0, name", [("/usr/bin/attn-sim", "attn-sim"), ("x.py", "python -m")])
+def test_usage_line_uses_the_name_it_was_started_by(monkeypatch, argv0, name):
+    monkeypatch.setattr("sys.argv", [argv0])
+    r = run("--help")
+    assert r.code == 0 and r.out.startswith(f"usage: {name}"), r.out[:80]
+    r = run("report", "--out", "")
+    assert r.err.startswith(f"usage: {name}"), r.err[:80]

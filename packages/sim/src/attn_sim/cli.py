@@ -19,6 +19,14 @@ from attn_core.device_spec import DEVICE_SPECS
 from attn_sim import cli_args, config
 
 PROG = "python -m attn_sim"
+SCRIPT = "attn-sim"  # the console script (packages/sim/pyproject.toml)
+
+
+def prog() -> str:
+    """The name this process was started by: the console script's, else ``python -m``'s."""
+    return SCRIPT if Path(sys.argv[0]).name == SCRIPT else PROG
+
+
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -182,7 +190,7 @@ def _path(text: str) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=prog(),
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 done, 1 a gate failed (gates), 2 bad usage or input",
     )
@@ -298,10 +306,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         return args.func(args)
     except ValueError as err:
-        print(f"{PROG} {args.command}: error: {err}", file=sys.stderr)
+        print(f"{prog()} {args.command}: error: {err}", file=sys.stderr)
     except OSError as err:  # a write that failed after the checks (disk full, path vanished)
         where = err.filename or "an output"
         print(
-            f"{PROG} {args.command}: error: cannot write {where}: {err.strerror}", file=sys.stderr
+            f"{prog()} {args.command}: error: cannot write {where}: {err.strerror}",
+            file=sys.stderr,
         )
     return EXIT_BAD_INPUT
