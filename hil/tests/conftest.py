@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hil_helpers import DEFAULT_SOCKET, LIGHT_WHEELS, REPO, light_target
+from hil_helpers import DEFAULT_SOCKET, ENGINE_COMMAND, LIGHT_WHEELS, REPO, light_target
 
 from hil.logs import Console
 from hil.quarantine import QuarantineStore
@@ -23,7 +23,7 @@ from hil.runner import RunContext
 
 
 def _unavailable(why: str):
-    msg = f"{why}; run `bash .ci/docker-engine.sh` and export the DOCKER_HOST it prints"
+    msg = f"{why}; run `{ENGINE_COMMAND}` and export the DOCKER_HOST it prints"
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and the HIL docker tests cannot run: {msg}")
     pytest.skip(msg)

@@ -85,3 +85,15 @@ def test_usage_line_uses_the_name_it_was_started_by(monkeypatch, capsys, argv0, 
     with pytest.raises(SystemExit):
         cli.main(argv)
     assert capsys.readouterr().out.startswith(f"usage: {name} "), argv0
+
+
+def test_skip_hint_and_readme_give_the_same_engine_command():
+    from hil_helpers import ENGINE_COMMAND
+
+    conftest = (REPO / "hil" / "tests" / "conftest.py").read_text()
+    assert "ENGINE_COMMAND" in conftest.split("def _unavailable", 1)[1].split("\n\n")[0]
+    for readme in (REPO / "README.md", REPO / "hil" / "README.md"):
+        text = readme.read_text()
+        assert ENGINE_COMMAND in text, readme
+        runs = [line for line in text.splitlines() if "bash .ci/docker-engine.sh" in line]
+        assert all(ENGINE_COMMAND in line for line in runs), (readme, runs)
