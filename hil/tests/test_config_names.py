@@ -261,3 +261,22 @@ def test_shipped_target_descriptions_name_no_person():
             t.name,
             t.description,
         )
+
+
+@pytest.mark.parametrize("rel", ["../../etc", "/etc", "hil/../../x", "", "no/such/dir"])
+def test_suite_payload_paths_stay_in_the_repository_and_exist(tmp_path, rel):
+    text = (
+        '[targets.t]\nendpoint = "unix:///x.sock"\n'
+        f"[suites.s]\npayload = [{toml_key(rel)}]\n"
+        '[[suites.s.steps]]\nname = "a"\ncommand = ["true"]\n'
+    )
+    refused(tmp_path, text, "suites.s.payload[0]")
+
+
+def test_suite_payload_inside_the_repository_is_accepted(tmp_path):
+    text = (
+        '[targets.t]\nendpoint = "unix:///x.sock"\n'
+        '[suites.s]\npayload = ["hil/tests/faults"]\n'
+        '[[suites.s.steps]]\nname = "a"\ncommand = ["true"]\n'
+    )
+    assert load(tmp_path, text).suites["s"].payload == ("hil/tests/faults",)

@@ -273,7 +273,25 @@ def parse_step(raw: Any, where: str, environ) -> Step:
     return step
 
 
-def parse_suite(name: str, raw: Any, environ) -> Suite:
+def _payload(paths: tuple, where: str, repo: Path) -> tuple:
+    """Repository-relative paths copied into the container: inside the repository (no
+    absolute path, no ".."), and present when the config loads."""
+    for i, rel in enumerate(paths):
+        parts = Path(rel).parts
+        if not rel.strip() or Path(rel).is_absolute() or ".." in parts:
+            raise ConfigError(
+                f"{where}.payload[{i}] must be a path inside the repository (relative, no "
+                f"'..'), got {rel!r}"
+            )
+        if not (repo / rel).exists():
+            raise ConfigError(
+                f"{where}.payload[{i}] names {rel}, which does not exist under the repository "
+                f"{repo}"
+            )
+    return paths
+
+
+def parse_suite(name: str, raw: Any, environ, repo: Optional[Path] = None) -> Suite:
     where = f"suites.{name}"
     check_name(name, f"suites.{name!r}: the suite name")
     raw = _table(raw, where)
@@ -291,7 +309,7 @@ def parse_suite(name: str, raw: Any, environ) -> Suite:
         steps=steps,
         timeout_s=timeout,
         description=_typed(raw, "description", str, where, ""),
-        payload=_str_list(raw, "payload", where, environ),
+        payload=_payload(_str_list(raw, "payload", where, environ), where, repo or default_repo()),
     )
 
 
@@ -408,7 +426,7 @@ def parse_config(
         _reject_unknown(data, {"targets", "suites"}, "config")
         suites_raw = dict(_table(builtin_suites or {}, "suites"))
         suites_raw.update(_table(data.get("suites", {}), "suites"))
-        suites = {name: parse_suite(name, raw, environ) for name, raw in suites_raw.items()}
+        suites = {name: parse_suite(name, raw, environ, repo) for name, raw in suites_raw.items()}
         targets = {
             name: parse_target(name, raw, environ, suites, repo)
             for name, raw in _table(data.get("targets", {}), "targets").items()
@@ -451,7 +469,7 @@ def load_config(
             _reject_unknown(raw, {"suites"}, "config")
             builtin = dict(_table(raw.get("suites", {}), "suites"))
             for name, suite in builtin.items():  # errors here name suites.toml, not the config
-                parse_suite(name, suite, os.environ if environ is None else environ)
+                parse_suite(name, suite, os.environ if environ is None else environ, repo)
         except ValueError as exc:
             raise ConfigError(f"{suites_path}: {exc}") from None
     return parse_config(load_toml(path), builtin, environ, path, repo)
