@@ -280,3 +280,17 @@ def test_suite_payload_inside_the_repository_is_accepted(tmp_path):
         '[[suites.s.steps]]\nname = "a"\ncommand = ["true"]\n'
     )
     assert load(tmp_path, text).suites["s"].payload == ("hil/tests/faults",)
+
+
+@SETTINGS
+@given(name=st.text(alphabet=string.ascii_letters + string.digits + "._-/\\ .:$~", max_size=12))
+def test_a_target_name_loads_exactly_when_it_is_one_safe_path_component(tmp_path_factory, name):
+    from hil.config_values import is_safe_name
+
+    tmp = tmp_path_factory.mktemp("n")
+    text = f'[targets.{toml_key(name)}]\nendpoint = "unix:///x.sock"\n'
+    if is_safe_name(name):
+        assert set(load(tmp, text).targets) == {name}
+        assert ".." not in name and "/" not in name and not name.startswith((".", "-"))
+    else:
+        refused(tmp, text, "targets.")
