@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hil_helpers import DEFAULT_SOCKET, LIGHT_WHEELS, REPO, light_target
+from hil_helpers import DEFAULT_SOCKET, ENGINE_COMMAND, LIGHT_WHEELS, REPO, light_target
 
 from hil.logs import Console
 from hil.quarantine import QuarantineStore
@@ -23,7 +23,7 @@ from hil.runner import RunContext
 
 
 def _unavailable(why: str):
-    msg = f"{why}; run `bash .ci/docker-engine.sh` and export the DOCKER_HOST it prints"
+    msg = f"{why}; run `{ENGINE_COMMAND}` and export the DOCKER_HOST it prints"
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and the HIL docker tests cannot run: {msg}")
     pytest.skip(msg)
@@ -101,3 +101,13 @@ def make_ctx(tmp_path):
         return RunContext(**fields)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def wheels_where_the_engine_script_left_none(monkeypatch, tmp_path_factory):
+    """The shipped cpu-local target reads its wheels from ``$HIL_WHEELS`` or the engine script's
+    /var/cache/hil/wheels, and a Docker run or plan of a target whose wheels directory is missing
+    is refused. On a machine without that directory (a laptop), the CLI tests that plan or fake
+    runs of cpu-local get an empty one; where the engine script ran, nothing changes."""
+    if not os.environ.get("HIL_WHEELS") and not Path("/var/cache/hil/wheels").is_dir():
+        monkeypatch.setenv("HIL_WHEELS", str(tmp_path_factory.mktemp("no-wheels")))

@@ -13,6 +13,9 @@ from hil.config import Step, Suite, Target
 REPO = Path(__file__).resolve().parents[2]
 FAULTS = "hil/tests/faults"
 DEFAULT_SOCKET = "unix:///run/hil-docker.sock"
+# how a laptop starts the engine the docker tests need; the README says the same (it runs as
+# root: dockerd, debootstrap, apt)
+ENGINE_COMMAND = "sudo bash .ci/docker-engine.sh"
 LIGHT_WHEELS = ("pytest-", "pytest_timeout-", "pluggy-", "iniconfig-", "packaging-", "pygments-")
 
 

@@ -67,7 +67,7 @@ def test_target_errors_name_the_field(fields, message):
         ({"steps": []}, "suites.s.steps must list at least one step, got none"),
         ({"steps": [{"name": "a"}]}, r"suites.s.steps\[0\] must have exactly one of"),
         ({"steps": [{"name": "a", "pytest": ["x"], "command": ["y"]}]}, "exactly one of"),
-        ({"steps": [{"pytest": ["x"]}]}, r"suites.s.steps\[0\].name must be a non-empty"),
+        ({"steps": [{"pytest": ["x"]}]}, r"suites.s.steps\[0\].name must be one path component"),
         (
             {"steps": [{"name": "a", "pytest": ["x"]}, {"name": "a", "command": ["y"]}]},
             "names must be unique",

@@ -12,6 +12,7 @@ Exit status: 0 all suites passed, 1 test failures only, 2 hang, infrastructure e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
@@ -19,8 +20,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
-
-from tabulate import tabulate
 
 from hil.config import EXECUTORS, Config, load_config
 from hil.logs import Console
@@ -44,6 +43,35 @@ a refused (quarantined) target, or a bad command line, config or state file.
 """
 
 
+# what this interpreter must have besides the standard library (hil/pyproject.toml), by the
+# import name and the pip requirement; docker only for the docker executor's runs
+REQUIRED = {"tabulate": "tabulate>=0.9"}
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    REQUIRED["tomli"] = "tomli>=1.1"
+DOCKER_REQUIRED = {"docker": "docker>=7"}
+
+
+def missing_packages(required: dict) -> str:
+    """A message naming the packages of ``required`` this interpreter cannot import, or ""."""
+    missing = [req for name, req in required.items() if importlib.util.find_spec(name) is None]
+    if not missing:
+        return ""
+    reqs = " ".join(f"'{r}'" for r in missing)
+    return (
+        f"this Python ({sys.executable}) lacks the package(s) {', '.join(missing)}, which the "
+        f"HIL runner needs; install them with `{sys.executable} -m pip install {reqs}` "
+        "(or `pip install ./hil`)"
+    )
+
+
+SCRIPT = "hil"  # the console script (hil/pyproject.toml)
+
+
+def prog() -> str:
+    """The name this process was started by: the console script's, else ``python -m hil``."""
+    return SCRIPT if Path(sys.argv[0]).name == SCRIPT else "python -m hil"
+
+
 class UsageError(ValueError):
     """A bad argument: reported as ``hil: ...``, exit 2."""
 
@@ -60,7 +88,7 @@ def repo_root() -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m hil",
+        prog=prog(),
         description=__doc__.splitlines()[0],
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -99,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def reset_target(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m hil reset-target",
+        prog=f"{prog()} reset-target",
         description="Lift a target's quarantine, every quarantine, or repair a corrupt state file.",
     )
     what = p.add_mutually_exclusive_group(required=True)
@@ -140,7 +168,7 @@ def load(args) -> Config:
     repo = repo_root()
     path = args.config or Path(os.environ.get("HIL_CONFIG") or repo / "hil" / "targets.toml")
     try:
-        return load_config(path, repo / "hil" / "suites" / "suites.toml")
+        return load_config(path, repo / "hil" / "suites" / "suites.toml", repo=repo)
     except OSError as exc:  # missing, a directory, unreadable: name the file and the option
         raise UsageError(
             f"config file {exc.filename or path} (--config / $HIL_CONFIG) cannot be read: "
@@ -170,7 +198,12 @@ def pick(config: Config, args) -> tuple:
     bad = [s for s in suites if s not in config.suites]
     if bad or not suites:
         raise UsageError(f"--suite must name suites from {list(config.suites)}, got {suites}")
-    return [config.targets[n] for n in names], [config.suites[s] for s in suites]
+    targets = [config.targets[n] for n in names]
+    if args.executor == "docker":  # the image inputs the config names must exist here
+        for t in targets:
+            if t.unusable:
+                raise UsageError(f"target {t.name} cannot be built here: {t.unusable}")
+    return targets, [config.suites[s] for s in suites]
 
 
 def check_run_id(run_id: str) -> str:
@@ -199,6 +232,8 @@ def prepare_out(out_root: Path, run_id: str) -> Path:
 
 
 def list_targets(config: Config, store: QuarantineStore) -> str:
+    from tabulate import tabulate
+
     quarantined = store.all()
     rows = []
     for t in config.targets.values():
@@ -210,7 +245,11 @@ def list_targets(config: Config, store: QuarantineStore) -> str:
                 t.device,
                 ", ".join(t.devices + t.gpus) or "-",
                 t.base_image,
-                wrap(f"QUARANTINED: {q['reason']}" if q else "ok"),
+                wrap(
+                    f"QUARANTINED: {q['reason']}"
+                    if q
+                    else (f"docker runs refused: {t.unusable}" if t.unusable else "ok")
+                ),
                 wrap(t.description),
             ]
         )
@@ -255,6 +294,10 @@ def dry_run(targets, suites, args, store) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    missing = missing_packages(REQUIRED)
+    if missing:
+        print(f"hil: {missing}", file=sys.stderr)
+        return EXIT_HANG_OR_INFRA
     if argv and argv[0] == "reset-target":
         return reset_target(argv[1:])
     args = build_parser().parse_args(argv)
@@ -263,6 +306,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # (StateError names the file and the repair command); OSError: a file that cannot be read.
     try:
         run_id = check_run_id(args.run_id or time.strftime("%Y%m%d-%H%M%S"))
+        if args.wheels and not Path(args.wheels).is_dir():
+            raise UsageError(
+                f"--wheels (default $HIL_WHEELS) {args.wheels} is not a directory; expected a "
+                "directory of wheels"
+            )
         config = load(args)
         if args.list_targets:
             print(list_targets(config, store))
@@ -271,6 +319,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.dry_run:
             print(dry_run(targets, suites, args, store))
             return EXIT_OK
+        missing = missing_packages(DOCKER_REQUIRED if args.executor == "docker" else {})
+        if missing:
+            raise UsageError(f"--executor docker: {missing}")
         store.check_writable()
         store.all()  # a corrupt state file stops the run here, not in every worker
         out = prepare_out(args.out, run_id)

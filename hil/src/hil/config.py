@@ -3,10 +3,21 @@
 A target is one Docker host with its devices (``[targets.NAME]``); a suite is a named list of
 steps (``[suites.NAME]``) run inside one container. The built-in suites live in
 ``hil/suites/suites.toml``; a targets file may add suites of its own (the fault-injection tests
-do). Strings may use ``${VAR}`` / ``${VAR:-default}``, expanded from the environment at load time.
-Every field error is a ConfigError (a ValueError) naming the file, the dotted key, what was
-expected and what was found; everything is checked at load time, so a bad value never reaches a
-container (a negative probe timeout would kill a healthy target's probe and quarantine it).
+do). Strings may use ``${VAR}`` / ``${VAR:-default}`` (defaults may nest), expanded from the
+environment at load time. Every field error is a ConfigError (a ValueError) naming the file, the
+dotted key, what was expected and what was found; everything is checked at load time, so a bad
+value never reaches a container (a negative probe timeout would kill a healthy target's probe
+and quarantine it):
+
+- target, suite and step names become paths (``<out>/<target>/<suite>/<step>.xml``): each must
+  be one safe path component;
+- every key of a map is checked: ``suite_timeouts`` against the suites, ``build_args`` against
+  the Dockerfile's ``ARG`` lines, ``environment`` and ``build_args`` names are variable names;
+  ``build_args.PACKAGES`` names only the repository's packages;
+- files and directories the config names are checked when it loads: a missing Dockerfile is an
+  error; a wheels directory that is missing here is recorded in :attr:`Target.unusable` (the
+  config is shared with laptops that lack the lab's directories), and a Docker run or plan of
+  that target is refused with it before anything starts.
 """
 
 from __future__ import annotations
@@ -15,19 +26,23 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from hil.config_values import (
+    check_name,
+    check_variable_name,
+    dockerfile_args,
+    expand,
+)
 
 EXECUTORS = ("docker", "local")
 DEVICE_KINDS = ("cpu", "cuda")
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# the packages an image can install (build argument PACKAGES): directories under packages/
+IMAGE_PACKAGES = ("attn-core", "engine-patch", "sim")
+DEFAULT_DOCKERFILE = "hil/docker/Dockerfile"
 # a subset of what docker-py's parse_bytes accepts: bytes, or a number with b, k, m, g (kb...)
 MEMORY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?([kmgKMG][bB]?|[bB])?")
 
@@ -36,18 +51,9 @@ class ConfigError(ValueError):
     """A bad config value; ``str()`` names the file (when known) and the dotted key."""
 
 
-def expand(text: str, environ: Mapping[str, str]) -> str:
-    """``${VAR}`` and ``${VAR:-default}``; an unset variable without default is an error."""
-
-    def sub(m: re.Match) -> str:
-        name, default = m.group(1), m.group(2)
-        if name in environ and environ[name] != "":
-            return environ[name]
-        if default is not None:
-            return default
-        raise ValueError(f"environment variable {name} is not set (needed by {text!r})")
-
-    return _VAR.sub(sub, text)
+def default_repo() -> Path:
+    """The checkout this module lives in (hil/src/hil/config.py)."""
+    return Path(__file__).resolve().parents[3]
 
 
 def _expand(text: str, environ: Mapping[str, str], key: str) -> str:
@@ -74,6 +80,9 @@ class Step:
     timeout_s: Optional[float] = None  # per-test for pytest steps, whole step for commands
     cwd: str = ""
 
+    def __post_init__(self):
+        check_name(self.name, "step name")  # the step's JUnit file is <name>.xml
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -82,6 +91,9 @@ class Suite:
     timeout_s: float
     description: str = ""
     payload: tuple[str, ...] = ()  # repo-relative paths copied in besides the suite runner
+
+    def __post_init__(self):
+        check_name(self.name, "suite name")  # artifacts go to <out>/<target>/<suite>/
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,12 @@ class Target:
     build_args: Mapping[str, str] = field(default_factory=dict)  # extra image build arguments
     dockerfile: str = ""  # repo-relative or absolute; default hil/docker/Dockerfile
     description: str = ""
+    # why the docker executor cannot build this target's image here (a wheels directory that
+    # does not exist on this machine), naming the file and key; "" when it can
+    unusable: str = ""
+
+    def __post_init__(self):
+        check_name(self.name, "target name")  # artifacts go to <out>/<target>/
 
     def suite_timeout(self, suite: Suite) -> float:
         return float(self.suite_timeouts.get(suite.name, suite.timeout_s))
@@ -151,14 +169,60 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _str_table(table: Mapping[str, Any], key: str, where: str, environ) -> dict:
-    """A table of string values (environment, build_args), expanded."""
+    """A table of string values named by variable names (environment, build_args), expanded."""
     raw = _typed(table, key, dict, where, {})
     out = {}
     for k, v in raw.items():
         if not isinstance(v, str):
             raise ConfigError(f"{where}.{key}.{k} must be a string, got {type(v).__name__} ({v!r})")
+        check_variable_name(k, f"{where}.{key} key {k!r}")
         out[str(k)] = _expand(v, environ, f"{where}.{key}.{k}")
     return out
+
+
+def _reject_unknown_map_keys(values: Mapping[str, Any], known, where: str, what: str) -> None:
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{where} names unknown {what} {', '.join(map(repr, unknown))}; known: {sorted(known)}"
+        )
+
+
+def _packages(value: str, where: str) -> None:
+    """build_args.PACKAGES: names from IMAGE_PACKAGES, each once (they become paths under
+    packages/ in the image's build context)."""
+    names = value.split()
+    bad = [n for n in names if n not in IMAGE_PACKAGES]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if bad or repeated:
+        raise ConfigError(
+            f"{where} must name packages from {list(IMAGE_PACKAGES)} separated by spaces, each "
+            f"once, got {value!r}"
+        )
+
+
+def _dockerfile(raw, where: str, environ, repo: Path) -> tuple:
+    """(the dockerfile setting, the build arguments it declares); the file must exist."""
+    setting = _opt_str(raw, "dockerfile", where, environ) or ""
+    path = Path(setting or DEFAULT_DOCKERFILE)
+    path = path if path.is_absolute() else repo / path
+    try:
+        return setting, dockerfile_args(path)
+    except OSError as exc:
+        raise ConfigError(
+            f"{where}.dockerfile names {path}, which cannot be read ({exc.strerror or exc}); "
+            f"expected a Dockerfile, absolute or relative to the repository {repo}"
+        ) from None
+
+
+def _wheels_problem(wheels: str, where: str) -> str:
+    if not wheels or Path(wheels).is_dir():
+        return ""
+    state = "is not a directory" if Path(wheels).exists() else "does not exist"
+    return (
+        f"{where}.wheels names {wheels}, which {state} on this machine; expected a directory of "
+        "wheels for the image (set the variable it reads, or an empty string for none)"
+    )
 
 
 def _memory(table: Mapping[str, Any], key: str, where: str, environ) -> Optional[str]:
@@ -194,8 +258,7 @@ def parse_step(raw: Any, where: str, environ) -> Step:
     known = {"name", "pytest", "markers", "command", "junit", "timeout_s", "cwd"}
     _reject_unknown(raw, known, where)
     name = _typed(raw, "name", str, where, None)
-    if not name:
-        raise ConfigError(f"{where}.name must be a non-empty string, got {raw.get('name')!r}")
+    check_name(name, f"{where}.name")
     step = Step(
         name=name,
         pytest=_str_list(raw, "pytest", where, environ),
@@ -210,8 +273,27 @@ def parse_step(raw: Any, where: str, environ) -> Step:
     return step
 
 
-def parse_suite(name: str, raw: Any, environ) -> Suite:
+def _payload(paths: tuple, where: str, repo: Path) -> tuple:
+    """Repository-relative paths copied into the container: inside the repository (no
+    absolute path, no ".."), and present when the config loads."""
+    for i, rel in enumerate(paths):
+        parts = Path(rel).parts
+        if not rel.strip() or Path(rel).is_absolute() or ".." in parts:
+            raise ConfigError(
+                f"{where}.payload[{i}] must be a path inside the repository (relative, no "
+                f"'..'), got {rel!r}"
+            )
+        if not (repo / rel).exists():
+            raise ConfigError(
+                f"{where}.payload[{i}] names {rel}, which does not exist under the repository "
+                f"{repo}"
+            )
+    return paths
+
+
+def parse_suite(name: str, raw: Any, environ, repo: Optional[Path] = None) -> Suite:
     where = f"suites.{name}"
+    check_name(name, f"suites.{name!r}: the suite name")
     raw = _table(raw, where)
     _reject_unknown(raw, {"description", "timeout_s", "steps", "payload"}, where)
     steps_raw = _typed(raw, "steps", list, where, [])
@@ -227,7 +309,7 @@ def parse_suite(name: str, raw: Any, environ) -> Suite:
         steps=steps,
         timeout_s=timeout,
         description=_typed(raw, "description", str, where, ""),
-        payload=_str_list(raw, "payload", where, environ),
+        payload=_payload(_str_list(raw, "payload", where, environ), where, repo or default_repo()),
     )
 
 
@@ -256,8 +338,17 @@ _TARGET_KEYS = {
 }
 
 
-def parse_target(name: str, raw: Any, environ) -> Target:
+def parse_target(
+    name: str,
+    raw: Any,
+    environ,
+    suite_names: Optional[Iterable[str]] = None,
+    repo: Optional[Path] = None,
+) -> Target:
+    """One target; ``suite_names`` are what ``suite_timeouts`` may name (default: any), ``repo``
+    what a relative ``dockerfile`` is relative to."""
     where = f"targets.{name}"
+    check_name(name, f"targets.{name!r}: the target name")
     raw = _table(raw, where)
     _reject_unknown(raw, _TARGET_KEYS, where)
     endpoint = _expand(_typed(raw, "endpoint", str, where, "env"), environ, f"{where}.endpoint")
@@ -273,6 +364,14 @@ def parse_target(name: str, raw: Any, environ) -> Target:
         suite: _seconds(timeouts_raw, suite, f"{where}.suite_timeouts", None)
         for suite in timeouts_raw
     }
+    if suite_names is not None:
+        _reject_unknown_map_keys(suite_timeouts, suite_names, f"{where}.suite_timeouts", "suites")
+    dockerfile, build_arg_names = _dockerfile(raw, where, environ, repo or default_repo())
+    build_args = _str_table(raw, "build_args", where, environ)
+    _reject_unknown_map_keys(build_args, build_arg_names, f"{where}.build_args", "build arguments")
+    if "PACKAGES" in build_args:
+        _packages(build_args["PACKAGES"], f"{where}.build_args.PACKAGES")
+    wheels = _opt_str(raw, "wheels", where, environ) or ""
     target = Target(
         name=name,
         endpoint=endpoint,
@@ -286,16 +385,17 @@ def parse_target(name: str, raw: Any, environ) -> Target:
         mem_limit=_memory(raw, "mem_limit", where, environ),
         shm_size=_memory(raw, "shm_size", where, environ),
         python=_typed(raw, "python", str, where, "python3"),
-        wheels=_opt_str(raw, "wheels", where, environ) or "",
+        wheels=wheels,
         suite_timeouts=suite_timeouts,
         test_timeout_s=_seconds(raw, "test_timeout_s", where, 600.0),
         probe_timeout_s=_seconds(raw, "probe_timeout_s", where, 120.0),
         build_timeout_s=_seconds(raw, "build_timeout_s", where, 1800.0),
         probe=_str_list(raw, "probe", where, environ),
         use_ssh_client=_typed(raw, "use_ssh_client", bool, where, False),
-        build_args=_str_table(raw, "build_args", where, environ),
-        dockerfile=_opt_str(raw, "dockerfile", where, environ) or "",
+        build_args=build_args,
+        dockerfile=dockerfile,
         description=_typed(raw, "description", str, where, ""),
+        unusable=_wheels_problem(wheels, where),
     )
     for m in target.mounts:
         if len(m.split(":")) not in (2, 3):
@@ -314,6 +414,7 @@ def parse_config(
     builtin_suites: Optional[Mapping[str, Any]] = None,
     environ: Optional[Mapping[str, str]] = None,
     path: Optional[Path] = None,
+    repo: Optional[Path] = None,
 ) -> Config:
     """Targets from ``data["targets"]``; suites from the built-ins plus ``data["suites"]``.
 
@@ -325,20 +426,29 @@ def parse_config(
         _reject_unknown(data, {"targets", "suites"}, "config")
         suites_raw = dict(_table(builtin_suites or {}, "suites"))
         suites_raw.update(_table(data.get("suites", {}), "suites"))
-        suites = {name: parse_suite(name, raw, environ) for name, raw in suites_raw.items()}
+        suites = {name: parse_suite(name, raw, environ, repo) for name, raw in suites_raw.items()}
         targets = {
-            name: parse_target(name, raw, environ)
+            name: parse_target(name, raw, environ, suites, repo)
             for name, raw in _table(data.get("targets", {}), "targets").items()
         }
         if not targets:
             raise ConfigError("config must define at least one [targets.NAME] table, got none")
     except ValueError as exc:  # every error gets the file's path in front of its key
         raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
+    if path:
+        for name, t in targets.items():
+            if t.unusable:
+                targets[name] = replace(t, unusable=f"{path}: {t.unusable}")
     return Config(targets=targets, suites=suites, path=path)
 
 
 def load_toml(path: Path) -> dict:
     """The file's TOML; OSError / ConfigError (bad TOML) naming the path."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10; the CLI checks that tomli is there first
+        import tomli as tomllib
+
     with open(path, "rb") as f:
         try:
             return tomllib.load(f)
@@ -347,7 +457,10 @@ def load_toml(path: Path) -> dict:
 
 
 def load_config(
-    path: Path, suites_path: Optional[Path], environ: Optional[Mapping[str, str]] = None
+    path: Path,
+    suites_path: Optional[Path],
+    environ: Optional[Mapping[str, str]] = None,
+    repo: Optional[Path] = None,
 ) -> Config:
     builtin = {}
     if suites_path:
@@ -356,7 +469,7 @@ def load_config(
             _reject_unknown(raw, {"suites"}, "config")
             builtin = dict(_table(raw.get("suites", {}), "suites"))
             for name, suite in builtin.items():  # errors here name suites.toml, not the config
-                parse_suite(name, suite, os.environ if environ is None else environ)
+                parse_suite(name, suite, os.environ if environ is None else environ, repo)
         except ValueError as exc:
             raise ConfigError(f"{suites_path}: {exc}") from None
-    return parse_config(load_toml(path), builtin, environ, path)
+    return parse_config(load_toml(path), builtin, environ, path, repo)

@@ -14,10 +14,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from hil.config import IMAGE_PACKAGES
 from hil.payload import SKIP_NAMES
 
 IMAGE_REPO = "bi100-hil"
-PACKAGES = ("attn-core", "engine-patch", "sim")
+PACKAGES = IMAGE_PACKAGES
 _build_locks: dict = {}
 _locks_guard = threading.Lock()
 
@@ -27,8 +28,15 @@ class BuildFailed(RuntimeError):
 
 
 def packages_of(build_args: Mapping[str, str]) -> tuple[str, ...]:
-    """The packages the image installs (build argument PACKAGES, default all three)."""
-    return tuple(build_args.get("PACKAGES", " ".join(PACKAGES)).split())
+    """The packages the image installs (build argument PACKAGES, default all three); a name
+    that is not one of them is a ValueError (it would become a path under packages/)."""
+    names = tuple(build_args.get("PACKAGES", " ".join(PACKAGES)).split())
+    unknown = [n for n in names if n not in PACKAGES]
+    if unknown:
+        raise ValueError(
+            f"build argument PACKAGES must name packages from {PACKAGES}, got {unknown}"
+        )
+    return names
 
 
 def context_files(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from hil.config import Step, Suite, Target
+from hil.config_values import is_safe_name
 from hil.junit import count_reports
 from hil.logs import Console
 from hil.quarantine import QuarantineStore, refusal
@@ -41,6 +42,18 @@ class RunContext:
     on_result: Optional[Callable[[SuiteResult], None]] = None
     extra_env: dict = field(default_factory=dict)
     cancel: threading.Event = field(default_factory=threading.Event)  # set on Ctrl-C
+
+
+def artifact_dir(out: Path, *parts: str) -> Path:
+    """``out/part/...``; ValueError unless every part is one safe path component, so a name
+    from a config (or from code that built a Target by hand) never puts files outside --out."""
+    bad = [p for p in parts if not is_safe_name(p)]
+    if bad:
+        raise ValueError(
+            f"artifact path {out}/{'/'.join(parts)} would be outside {out} or not one path "
+            f"component per level: {bad}"
+        )
+    return out.joinpath(*parts)
 
 
 def probe_suite(target: Target) -> Suite:
@@ -79,7 +92,7 @@ def make_executor(target: Target, ctx: RunContext, suites: Sequence[Suite] = ())
     archives = {s.name: container_payload(ctx.repo, s, target) for s in suites}
     archives["probe"] = container_payload(ctx.repo, probe_suite(target), target)
 
-    build_log = ctx.out / target.name / "build.log"
+    build_log = artifact_dir(ctx.out, target.name, "build.log")
     build_log.parent.mkdir(parents=True, exist_ok=True)
 
     def say(text: str) -> None:
@@ -147,7 +160,7 @@ def write_result(result: SuiteResult) -> None:
 
 
 def run_one(executor, target, suite, ctx, label) -> SuiteResult:
-    art = ctx.out / target.name / label
+    art = artifact_dir(ctx.out, target.name, label)
     timeout = target.probe_timeout_s if suite.name == "probe" else target.suite_timeout(suite)
     name = container_name(ctx, target, label)
     try:
@@ -190,7 +203,7 @@ def not_run(target: Target, suites: Sequence[Suite], why: str, ctx: RunContext) 
             Counts(),
             0.0,
             why,
-            str(ctx.out / target.name / suite.name),
+            str(artifact_dir(ctx.out, target.name, suite.name)),
         )
         write_result(result)
         if ctx.on_result:
@@ -214,7 +227,7 @@ def run_target(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list
                 Counts(),
                 0.0,
                 error,
-                str(ctx.out / target.name / s.name),
+                str(artifact_dir(ctx.out, target.name, s.name)),
             )
             for s in suites
         ]
@@ -256,7 +269,7 @@ def run_target_safely(target: Target, suites: Sequence[Suite], ctx: RunContext) 
                 Counts(),
                 0.0,
                 why,
-                str(ctx.out / target.name / s.name),
+                str(artifact_dir(ctx.out, target.name, s.name)),
             )
             for s in suites
         ]

@@ -7,8 +7,6 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from tabulate import tabulate
-
 from hil.status import SuiteResult, exit_code
 
 HEADERS = [
@@ -55,6 +53,8 @@ def rows(results: Sequence[SuiteResult]) -> list:
 
 
 def render(results: Sequence[SuiteResult]) -> str:
+    from tabulate import tabulate  # checked by the CLI first, so a missing one is named
+
     return tabulate(rows(results), headers=HEADERS, tablefmt="github")
 
 

@@ -119,11 +119,15 @@ def test_nothing_measured_warns(tmp_path):
     assert r.code == 0 and "warning: no profile field was measured" in r.out
 
 
-def test_a_value_in_another_unit_is_warned_about(tmp_path):
+def test_a_value_in_another_unit_is_warned_about_or_refused(tmp_path):
     data = sample()
-    data["facts"]["hbm_bandwidth"]["value"] = 4100.0  # GB/s where bytes/s is the unit
+    data["facts"]["hbm_bandwidth"]["value"] = 4.1e10  # possible, but 117x below the base's
     r = run("profile-from", write(tmp_path, data), "--base", "h200", "--out", str(tmp_path / "p"))
-    assert r.code == 0 and "warning: hbm_bandwidth 4100" in r.out
+    assert r.code == 0 and "warning: hbm_bandwidth 4.1e+10" in r.out
+    data["facts"]["hbm_bandwidth"]["value"] = 4100.0  # GB/s where bytes/s is the unit
+    r = run("profile-from", write(tmp_path, data), "--base", "h200", "--out", str(tmp_path / "q"))
+    assert r.code == 2 and "hbm_bandwidth must be within" in r.err and "bytes/s" in r.err
+    assert not (tmp_path / "q").exists()
 
 
 def _set(data: dict, path: str, value) -> dict:

@@ -78,9 +78,30 @@ def test_plot_has_time_memory_waves_and_shared_memory_panels(built):
     assert labels == [label for _, label, _ in report_plot.PANELS]
     mem_ax, smem_ax = fig.axes[1], fig.axes[3]
     limit_lines = [ln.get_ydata()[0] for ln in mem_ax.lines if ln.get_color() == "red"]
-    assert limit_lines == [pytest.approx(BI.memory_bytes / 1e9)]
+    assert limit_lines == [BI.memory_bytes]
     budget_lines = [ln.get_ydata()[0] for ln in smem_ax.lines if ln.get_color() == "red"]
     assert budget_lines == [BI.shared_mem_per_block]
     waves_ax = fig.axes[2]
     plotted = {max(ln.get_ydata()) for ln in waves_ax.lines}
     assert max(r["max_waves"] for r in built["results"]) in plotted
+
+
+def test_plot_shows_the_native_kernel_and_the_torch_path_and_flags_memory(built):
+    """Issue 18: the time panel draws what runs (native and torch decode where both exist),
+    every panel has a legend, cases beyond device memory are drawn apart, and memory is in
+    bytes like the assumptions table's memory_bytes."""
+    fig = report_plot.figure(built)
+    time_ax, mem_ax = fig.axes[0], fig.axes[1]
+    names = [ln.get_label() for ln in time_ax.lines]
+    native = [r for r in built["native"] if "native_ms" in r]
+    assert native and any("native" in n for n in names) and any("torch" in n for n in names)
+    native_line = next(ln for ln in time_ax.lines if ln.get_label().startswith("decode native"))
+    assert set(native_line.get_ydata()) <= {r["native_ms"] for r in native}
+    assert all(ax.get_legend() is not None for ax in fig.axes)
+    assert "bytes" in mem_ax.get_ylabel()
+    limit = [ln.get_ydata()[0] for ln in mem_ax.lines if ln.get_color() == "red"]
+    assert limit == [BI.memory_bytes]
+    assert built["over_device_memory"]  # the fixture has a case beyond memory ...
+    crosses = [c for c in mem_ax.collections if c.get_label() == "beyond device memory"]
+    assert crosses and len(crosses[0].get_offsets()) >= 1  # ... drawn apart
+    assert "native" in fig._suptitle.get_text()

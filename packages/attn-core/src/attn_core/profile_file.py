@@ -96,10 +96,105 @@ def profile_from_json(data: Any, source: str = "<profile>") -> DeviceSpec:
         raise ValueError(f"profile file {source}: name must be a string, got {name!r}")
     prov = {str(k): str(v) for k, v in provenance.items()}
     if base is not None:
-        return dataclasses.replace(
+        spec = dataclasses.replace(
             base, name=name, provenance={**base.provenance, **prov}, **values
         )
-    return DeviceSpec(name=name, provenance=prov, **values)
+    else:
+        spec = DeviceSpec(name=name, provenance=prov, **values)
+    problem = physical_problem(spec)
+    if problem:
+        raise ValueError(f"profile file {source}: {problem}")
+    return spec
+
+
+KiB, MiB, GiB, TiB = 1024, 1024**2, 1024**3, 1024**4
+# Physical ranges, wide enough for every GPU of the last decade and the next (an H200 has
+# 132 SMs, 228 KiB shared memory per SM, 4.8 TB/s, 989 TFLOP/s fp16), narrow enough that a
+# value in the wrong unit (GB/s for B/s, ms for s) or a typo (10^30 SMs) is refused.
+PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
+    "sm_count": (1, 4096),
+    "warp_size": (16, 128),
+    "max_threads_per_block": (64, 4096),
+    "max_threads_per_sm": (64, 16384),
+    "max_blocks_per_sm": (1, 256),
+    "registers_per_sm": (1024, 4 * MiB),
+    "max_registers_per_thread": (16, 1024),
+    "register_alloc_unit": (1, 4096),
+    "shared_mem_per_sm": (1 * KiB, 64 * MiB),
+    "shared_mem_per_block": (1 * KiB, 64 * MiB),
+    "shared_mem_alloc_unit": (1, 64 * KiB),
+    "shared_mem_reserved_per_block": (0, 64 * KiB),
+    "memory_bytes": (256 * MiB, 64 * TiB),
+    "hbm_bandwidth": (1e9, 1e15),  # bytes/s
+    "fp16_flops": (1e9, 1e17),
+    "fp32_flops": (1e9, 1e17),
+    "launch_overhead_s": (0.0, 0.1),
+    "l2_bytes": (1 * KiB, 4 * GiB),
+    "register_sub_partitions": (1, 16),
+    "max_registers_per_block": (1024, 4 * MiB),
+    "launch_gap_s": (0.0, 0.1),
+}
+
+
+def physical_problem(spec: DeviceSpec) -> str:
+    """Why ``spec`` cannot describe a GPU (a field outside its physical range, or two fields in
+    an impossible relation), naming the field(s) and values; "" when it can."""
+    for name, (low, high) in PHYSICAL_RANGES.items():
+        value = getattr(spec, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+            return f"{name} must be within [{low:g}, {high:g}] {_unit(name)}, got {value!r}"
+    w = spec.warp_size
+    relations = (
+        (w & (w - 1) == 0, f"warp_size must be a power of two, got {w}"),
+        _le(spec, "warp_size", "max_threads_per_block"),
+        _le(spec, "max_threads_per_block", "max_threads_per_sm"),
+        (
+            spec.max_threads_per_block % w == 0,
+            f"max_threads_per_block must be a multiple of warp_size {w}, "
+            f"got {spec.max_threads_per_block}",
+        ),
+        (
+            spec.max_threads_per_sm % w == 0,
+            f"max_threads_per_sm must be a multiple of warp_size {w}, "
+            f"got {spec.max_threads_per_sm}",
+        ),
+        _le(spec, "shared_mem_per_block", "shared_mem_per_sm"),
+        _le(spec, "shared_mem_alloc_unit", "shared_mem_per_block"),
+        _le(spec, "shared_mem_reserved_per_block", "shared_mem_per_block"),
+        _le(spec, "max_registers_per_block", "registers_per_sm"),
+        _le(spec, "register_alloc_unit", "registers_per_sm"),
+        (
+            spec.max_registers_per_thread * w <= spec.registers_per_sm,
+            f"max_registers_per_thread {spec.max_registers_per_thread} x warp_size {w} must "
+            f"fit registers_per_sm {spec.registers_per_sm}",
+        ),
+        (
+            spec.register_sub_partitions <= spec.max_threads_per_sm // w,
+            f"register_sub_partitions {spec.register_sub_partitions} must be <= the warps per "
+            f"SM (max_threads_per_sm // warp_size = {spec.max_threads_per_sm // w})",
+        ),
+        _le(spec, "l2_bytes", "memory_bytes"),
+    )
+    return next((why for ok, why in relations if not ok), "")
+
+
+def _unit(name: str) -> str:
+    if name.endswith("_s"):
+        return "seconds"
+    if name == "hbm_bandwidth":
+        return "bytes/s"
+    if name.endswith("_flops"):
+        return "FLOP/s"
+    if name.endswith(("_bytes", "_per_sm", "_per_block", "_unit")) and "mem" in name:
+        return "bytes"
+    if name == "l2_bytes" or name == "memory_bytes":
+        return "bytes"
+    return "(a count)"
+
+
+def _le(spec: DeviceSpec, small: str, large: str) -> tuple[bool, str]:
+    a, b = getattr(spec, small), getattr(spec, large)
+    return a <= b, f"{small} must be <= {large}, got {small} {a} > {large} {b}"
 
 
 def profile_to_json(spec: DeviceSpec, base: Optional[str] = None) -> dict:

@@ -19,8 +19,15 @@ from attn_core.shapes import AttentionShape
 from engine_patch import native_v2, routing, triton_guard
 from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
 from engine_patch.native_decode import native_decode_report
+from engine_patch.platform import detect_platform
 from engine_patch.qwen3_5_moe import vllm_architecture_support
-from engine_patch.registration import implementation_of, is_active, register, vllm_importable
+from engine_patch.registration import (
+    _vllm_version,
+    implementation_of,
+    is_active,
+    register,
+    vllm_importable,
+)
 from engine_patch.selftest import run_self_test
 from engine_patch.state import STATE
 
@@ -141,19 +148,21 @@ def collect(
         register()  # no vLLM: still register the config type and detect the platform
     present = vllm_importable()
     active = is_active()
+    # with the plugin filtered out (VLLM_PLUGINS), register() never ran: what is installed and
+    # where this runs are still facts worth showing, so they are looked up here
+    version = STATE.vllm_version or (_vllm_version() if present else None)
+    platform = STATE.platform if STATE.platform is not None else detect_platform()
     report: dict[str, Any] = {
         "vllm": {
             "present": present,
-            "version": STATE.vllm_version,
+            "version": version,
             "flavour": STATE.flavour,
             "error": load_error or STATE.vllm_error,
         },
-        "platform": None
-        if STATE.platform is None
-        else {
-            "label": STATE.platform.label,
-            "iluvatar": STATE.platform.is_iluvatar,
-            "reasons": list(STATE.platform.reasons),
+        "platform": {
+            "label": platform.label,
+            "iluvatar": platform.is_iluvatar,
+            "reasons": list(platform.reasons),
         },
         "patch_active": active,
         "register_calls": STATE.register_calls,
@@ -222,7 +231,8 @@ def render(report: dict[str, Any]) -> str:
     vllm = report["vllm"]
     platform = report["platform"] or {}
     if vllm["present"]:
-        vllm_text = f"{vllm['version']} ({vllm['flavour']})"
+        flavour = f" ({vllm['flavour']})" if vllm["flavour"] else ""
+        vllm_text = f"{vllm['version']}{flavour}"
     elif vllm["error"]:
         vllm_text = "installed but not importable (see errors)"
     else:  # the normal state off the lab machine, not an error

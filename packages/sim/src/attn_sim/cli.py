@@ -19,6 +19,14 @@ from attn_core.device_spec import DEVICE_SPECS
 from attn_sim import cli_args, config
 
 PROG = "python -m attn_sim"
+SCRIPT = "attn-sim"  # the console script (packages/sim/pyproject.toml)
+
+
+def prog() -> str:
+    """The name this process was started by: the console script's, else ``python -m``'s."""
+    return SCRIPT if Path(sys.argv[0]).name == SCRIPT else PROG
+
+
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -28,7 +36,13 @@ def _report(args) -> int:
     out = cli_args.writable_dir(args.out, "--out")
     built = report.build(args.profile, args.shape)
     paths = report.write(built, out)
-    print(report.markdown(built))
+    text = report.markdown(built)
+    print(text if args.full else report.headline(text))
+    if not args.full:
+        print(
+            f"(the headline table; the full report, {len(text.splitlines())} lines: "
+            f"{out / 'report.md'}, or --full)"
+        )
     print(f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s")
     return EXIT_OK
 
@@ -113,6 +127,7 @@ def _update_baseline(args) -> int:
 def _calibrate(args) -> int:
     from attn_sim import calibrate
 
+    cli_args.readable_file(args.measurements, "measurements file")  # inputs before outputs
     out = cli_args.writable_dir(args.out, "--out")
     result = calibrate.run(args.profile, Path(args.measurements), out, args.variant)
     rows = calibrate.compact_rows(result["rows"])
@@ -169,9 +184,13 @@ def _profile_from(args) -> int:
     return profile_from.main(args.facts, args.base, args.name, args.out)
 
 
+def _path(text: str) -> Path:
+    return Path(cli_args.path_text(text))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG,
+        prog=prog(),
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 done, 1 a gate failed (gates), 2 bad usage or input",
     )
@@ -181,7 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile", type=cli_args.profile, default="bi-v100", help="built-in name or JSON file"
     )
-    p.add_argument("--out", default="sim-report", help="directory (created)")
+    p.add_argument(
+        "--out", type=cli_args.path_text, default="sim-report", help="directory (created)"
+    )
+    p.add_argument(
+        "--full", action="store_true", help="print the whole report, not the headline table"
+    )
     p.add_argument(
         "--shape",
         type=cli_args.shape,
@@ -201,16 +225,23 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="comma-separated names or files; default: the gates file's list",
         )
-        p.add_argument("--gates", type=Path, default=None, help="thresholds file (TOML)")
-        p.add_argument("--baseline", type=Path, default=None, help="baseline file (JSON)")
+        p.add_argument("--gates", type=_path, default=None, help="thresholds file (TOML)")
+        p.add_argument("--baseline", type=_path, default=None, help="baseline file (JSON)")
         if name == "gates":
             p.add_argument("--out", default="sim-report", help="directory; '' writes nothing")
         p.set_defaults(func=func)
 
     p = sub.add_parser("calibrate", help="fit bandwidth, rates, launch overhead to measurements")
-    p.add_argument("measurements", help="decode bench / HIL long-context JSON")
+    p.add_argument(
+        "measurements", type=cli_args.path_text, help="decode bench / HIL long-context JSON"
+    )
     p.add_argument("--profile", type=cli_args.profile, default="h200")
-    p.add_argument("--out", default="sim-report/calibration", help="directory (created)")
+    p.add_argument(
+        "--out",
+        type=cli_args.path_text,
+        default="sim-report/calibration",
+        help="directory (created)",
+    )
     p.add_argument(
         "--variant",
         default=None,
@@ -226,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="plan constants minimising predicted time")
     p.add_argument("--profile", type=cli_args.profiles, default="bi-v100,bi-v100-smem48k,h200")
-    p.add_argument("--out", default="sim-report", help="directory (created)")
+    p.add_argument(
+        "--out", type=cli_args.path_text, default="sim-report", help="directory (created)"
+    )
     p.set_defaults(func=_sweep)
 
     p = sub.add_parser("occupancy", help="blocks per SM of one kernel on a profile")
@@ -244,12 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "profile-from", help="a profile JSON from a device-facts file (HIL device-facts suite)"
     )
-    p.add_argument("facts", help="device-facts JSON (schema bi100-attn/device-facts/1)")
+    p.add_argument(
+        "facts",
+        type=cli_args.path_text,
+        help="device-facts JSON (schema bi100-attn/device-facts/1)",
+    )
     p.add_argument("--base", choices=sorted(DEVICE_SPECS), default="bi-v100")
     p.add_argument(
         "--name", default=None, help="profile name, '<base>+...' (default <base>+<target>)"
     )
-    p.add_argument("--out", default=None, help="profile file (default sim-report/<name>.json)")
+    p.add_argument(
+        "--out",
+        type=cli_args.path_text,
+        default=None,
+        help="profile file (default sim-report/<name>.json)",
+    )
     p.set_defaults(func=_profile_from)
     return parser
 
@@ -264,10 +306,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         return args.func(args)
     except ValueError as err:
-        print(f"{PROG} {args.command}: error: {err}", file=sys.stderr)
+        print(f"{prog()} {args.command}: error: {err}", file=sys.stderr)
     except OSError as err:  # a write that failed after the checks (disk full, path vanished)
         where = err.filename or "an output"
         print(
-            f"{PROG} {args.command}: error: cannot write {where}: {err.strerror}", file=sys.stderr
+            f"{prog()} {args.command}: error: cannot write {where}: {err.strerror}",
+            file=sys.stderr,
         )
     return EXIT_BAD_INPUT

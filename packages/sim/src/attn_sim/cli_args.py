@@ -81,9 +81,31 @@ def shape(text: str) -> AttentionShape:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
+def path_text(text: str) -> str:
+    """A path argument: refused when empty or blank (``Path("")`` is the working directory, so
+    ``--out ''`` would write the report there)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"must name a path, got {text!r} (an empty path would mean the working directory)"
+        )
+    return text
+
+
+def readable_file(path: str, arg: str) -> Path:
+    """``path`` as an existing regular file; a ``ValueError`` naming ``arg`` and the path
+    otherwise. Called before any output is created."""
+    p = Path(path)
+    if not p.is_file():
+        why = "is a directory" if p.is_dir() else "does not exist"
+        raise ValueError(f"{arg} {path}: {why}, expected a file")
+    return p
+
+
 def writable_dir(path: str, arg: str) -> Path:
     """``path`` as a directory this process can write into (created if missing); a
     ``ValueError`` naming ``arg`` and the path otherwise."""
+    if not str(path).strip():
+        raise ValueError(f"{arg} must name a directory, got {path!r} (not the working directory)")
     p = Path(path)
     try:
         p.mkdir(parents=True, exist_ok=True)
@@ -99,6 +121,8 @@ def writable_dir(path: str, arg: str) -> Path:
 
 def writable_file(path: str, arg: str) -> Path:
     """``path`` as a file this process can (over)write, its directory created if missing."""
+    if not str(path).strip():
+        raise ValueError(f"{arg} must name a file, got {path!r}")
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{arg} {path}: is a directory, not a file")

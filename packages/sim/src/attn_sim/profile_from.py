@@ -148,10 +148,11 @@ def main(facts_path: str, base: str, name: Optional[str], out: Optional[str]) ->
     facts = read_facts(Path(facts_path))
     base_spec = DEVICE_SPECS[base]
     name = profile_name(base, name, facts)
-    target = cli_args.writable_file(out or f"sim-report/{name}.json", "--out")
     spec, rows = build(base_spec, facts, name)
     data = profile_json(spec, base)
-    profile_from_json(data, source=str(target))  # the checks --profile FILE makes, before writing
+    # the checks --profile FILE makes (physical ranges and relations), before any output
+    profile_from_json(data, source=f"{facts_path} (as profile {name})")
+    target = cli_args.writable_file(out or f"sim-report/{name}.json", "--out")
     target.write_text(json.dumps(data, indent=1) + "\n")
     if load_profile(str(target)) != spec:  # what --profile FILE will see
         raise RuntimeError(f"{target} does not read back as the profile written (a bug)")

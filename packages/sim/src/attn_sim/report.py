@@ -39,7 +39,7 @@ from attn_sim.designs import (
 )
 from attn_sim.native_design import native_rows
 from attn_sim.report_plot import plot
-from attn_sim.report_text import markdown, shape_text  # noqa: F401 (the CLI's entry points)
+from attn_sim.report_text import headline, markdown, shape_text  # noqa: F401 (the CLI's)
 from attn_sim.simulate import CaseResult, simulate
 from attn_sim.workloads import Case, plan_for, sim_capabilities
 

@@ -97,6 +97,16 @@ def _section(title: str, rows: list[dict], *notes: Optional[str]) -> list[str]:
     return out
 
 
+def headline(text: str) -> str:
+    """The start of a :func:`markdown` report up to its second section: the title, the
+    assumptions line and the first table (decode: native kernel vs torch path vs the floor),
+    which is what a terminal shows; the rest stays in report.md."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    end = starts[1] if len(starts) > 1 else len(lines)
+    return "\n".join(lines[:end]).rstrip()
+
+
 def markdown(report: dict) -> str:
     spec_line = {a["constant"]: a["value"] for a in report["assumptions"]}
     memory = report["memory_bytes"]

@@ -1,15 +1,19 @@
-"""``python -m attn_core.native {status,build}``: the native kernel's state on this machine.
+"""``python -m attn_core.native {status,build,facts}``: the native kernel on this machine.
 
 - ``status``: where the library comes from (prebuilt, cached build, built now) or why there is
   none, and each kernel's registers, shared memory and occupancy as the driver reports them.
 - ``build [--arch sm_90,...]``: build every head-slot library now, in parallel, without a GPU
-  (the lab image's build step).
-- ``facts [--write]``: each kernel's registers, shared memory and spills from the build logs;
-  ``--write`` records them in ``kernel_facts.json`` for the simulator.
+  (the lab image's build step); without ``--arch``, ``ATTN_CORE_NATIVE_ARCH`` or every target
+  the compiler supports.
+- ``facts [--write]``: build as ``build`` does, then each kernel's registers, shared memory and
+  spills from that build's logs; ``--write`` records them in ``kernel_facts.json``.
 
-Exit codes: 0 fine; 1 a compiler was found but the build (or loading) failed; 2 bad usage;
-3 no compiler (or no GPU for ``status``): the torch path runs, which is not an error unless
-the caller requires the kernel (``|| [ $? -eq 3 ]`` accepts it in a Dockerfile).
+Builds go to ``ATTN_CORE_NATIVE_CACHE`` (default ``~/.cache/attn_core``)/<build key>.
+
+Exit codes: 0 fine; 1 a compiler was found but the build (or loading) failed; 2 bad usage (an
+argument or ATTN_CORE_* variable, named); 3 no compiler (or no GPU for ``status``): the torch
+path runs, which is not an error unless the caller requires the kernel (``|| [ $? -eq 3 ]``
+accepts it in a Dockerfile).
 """
 
 from __future__ import annotations
@@ -66,26 +70,47 @@ def _status(groups: tuple[int, ...]) -> int:
     return OK
 
 
-def _build(archs: Optional[str]) -> int:
+def _cache_dir(settings) -> Path:
+    """The build cache, created; ValueError naming ATTN_CORE_NATIVE_CACHE (or the default)
+    when it is not, and cannot become, a directory: a usage error, found before any compiler
+    runs."""
+    if settings.cache_dir:
+        cache, origin = Path(settings.cache_dir), "ATTN_CORE_NATIVE_CACHE"
+    else:
+        cache, origin = default_cache_dir(), "the default cache (set ATTN_CORE_NATIVE_CACHE)"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ValueError(f"{origin} {cache} is a file, expected a directory") from None
+    except OSError as exc:
+        raise ValueError(f"{origin} {cache} cannot be created ({exc.strerror or exc})") from None
+    return cache
+
+
+def _build(archs: Optional[str]) -> tuple:
+    """(exit code, the toolchain, the directory built into); the last two None unless a
+    compiler was found."""
     settings = current_overrides().native
     if archs is not None:
         wanted = parse_archs("--arch", archs)
+        if not wanted:  # an empty --arch would silently mean every target (a 19-minute build)
+            raise ValueError(f"--arch must name targets such as sm_90 or ivcore10, got {archs!r}")
     else:
         wanted = parse_archs("ATTN_CORE_NATIVE_ARCH", settings.arch or "")
+    cache = _cache_dir(settings)
     toolchain, why = find_toolchain(settings.cuda_home, wanted or None)
     if toolchain is None:
         print(f"native kernel not built: {why}")
-        return UNAVAILABLE
-    cache = Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()
+        return UNAVAILABLE, None, None
     out_dir = cache / build_key(toolchain)
     try:
         seconds = build_all(toolchain, out_dir)
     except (BuildError, OSError) as exc:
         print(f"native kernel build FAILED: {exc}", file=sys.stderr)
-        return FAILED
+        return FAILED, toolchain, out_dir
     print(f"native kernels: {out_dir} ({toolchain.kind} {','.join(toolchain.archs)}, "
           f"{seconds:.1f} s)")  # fmt: skip
-    return OK
+    return OK, toolchain, out_dir
 
 
 def _facts(write: bool) -> int:
@@ -94,17 +119,16 @@ def _facts(write: bool) -> int:
     from attn_core.native import facts
     from attn_core.native.build import SLOTS, library_name, log_path, source_digest
 
-    code = _build(None)
+    code, toolchain, out_dir = _build(None)
     if code != OK:
         return code
-    settings = current_overrides().native
-    toolchain, _ = find_toolchain(settings.cuda_home, (settings.arch or "sm_90",))
-    assert toolchain is not None  # _build found it
-    out_dir = (Path(settings.cache_dir) if settings.cache_dir else default_cache_dir()) / build_key(
-        toolchain
-    )
     logs = [log_path(out_dir / library_name(n)) for n in SLOTS]
-    records = [r for log in logs for r in facts.parse_ptxas(log.read_text())]
+    try:  # the logs of the build just made, under its own key
+        texts = [log.read_text() for log in logs]
+    except OSError as exc:
+        print(f"native kernel facts: the build left no log {exc.filename}", file=sys.stderr)
+        return FAILED
+    records = [r for text in texts for r in facts.parse_ptxas(text)]
     print(tabulate([r.__dict__ for r in records], headers="keys", tablefmt="github"))
     if write:
         compiler = f"{toolchain.kind} {toolchain.version}"
@@ -129,7 +153,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return int(exc.code or 0)
     try:
         if args.command == "build":
-            return _build(args.arch)
+            return _build(args.arch)[0]
         if args.command == "facts":
             return _facts(args.write)
         parts = [g.strip() for g in args.groups.split(",") if g.strip()]
