@@ -119,9 +119,10 @@ def eager_ms(fn: Callable[[], object], reps: int = 30) -> float:
 
 
 def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tensor]:
-    from attn_core.native.launch import launch_decode, partials_shape
+    from attn_core.native.launch import launch_decode
+    from attn_core.native.split import partials_shapes
 
-    o_shape, l_shape = partials_shape(c.batch, HEADS, parts, HEAD)
+    o_shape, l_shape = partials_shapes(c.batch, HEADS, parts, HEAD)
     part_out = torch.empty(o_shape, device="cuda") if parts > 1 else None
     part_lse = torch.empty(l_shape, device="cuda") if parts > 1 else None
 

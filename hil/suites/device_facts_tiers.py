@@ -141,10 +141,11 @@ def native_library(device: torch.device) -> tuple:
 
 
 def native_call(lib, c: Case, out: torch.Tensor, partition_size: int):
-    from attn_core.native.launch import launch_decode, partials_shape
+    from attn_core.native.launch import launch_decode
+    from attn_core.native.split import partials_shapes
 
     parts = -(-c.context // partition_size)
-    o_shape, l_shape = partials_shape(c.query.shape[0], HEADS, parts, HEAD)
+    o_shape, l_shape = partials_shapes(c.query.shape[0], HEADS, parts, HEAD)
     dev = c.query.device
     part_out = torch.empty(o_shape, device=dev) if parts > 1 else None
     part_lse = torch.empty(l_shape, device=dev) if parts > 1 else None

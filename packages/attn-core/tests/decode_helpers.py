@@ -15,7 +15,7 @@ from attn_core import (
     decode_plan_for,
     paged_decode,
 )
-from attn_core.testing import PagedCase, reference_decode
+from attn_core.reference import PagedCase, reference_decode
 from attn_core.workspace import Workspace
 
 

@@ -14,7 +14,7 @@ from decode_helpers import plan_of, run_decode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_core import paged_decode, probe_capabilities
-from attn_core.testing import make_paged_case
+from attn_core.reference import make_paged_case
 from attn_core.workspace import Workspace
 
 # Ops that read device values on the host or produce data-dependent shapes.

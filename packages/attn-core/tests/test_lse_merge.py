@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.decode import MASKED_SCORE
+from attn_core.decode_torch import MASKED_SCORE
 from attn_core.lse_merge import merge_lse
 
 

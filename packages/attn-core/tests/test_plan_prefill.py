@@ -84,7 +84,7 @@ def test_forced_fused_backend_that_cannot_run_raises() -> None:
     """Forcing a fused backend where it is unavailable fails loudly, never falls back."""
     from prefill_helpers import run_prefill
 
-    from attn_core.prefill_case import make_prefill_case
+    from attn_core.reference import make_prefill_case
 
     case = make_prefill_case(((10, 5),), 4, 2, 64, 16, torch.float16)
     for name in ("sdpa", "vendor_flash"):

@@ -25,7 +25,7 @@ from attn_core import (
 )
 from attn_core.prefill import _run_unverified, verify_prefill_backend
 from attn_core.prefill_backends import FusedBackend
-from attn_core.prefill_case import make_prefill_case
+from attn_core.reference import make_prefill_case
 
 MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
 

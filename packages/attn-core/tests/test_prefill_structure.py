@@ -10,7 +10,7 @@ from plan_helpers import prefill_plan
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_core import paged_prefix_prefill
-from attn_core.prefill_case import make_prefill_case
+from attn_core.reference import make_prefill_case
 
 
 class _Ops(TorchDispatchMode):

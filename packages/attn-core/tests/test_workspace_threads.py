@@ -11,7 +11,7 @@ from bad_input_helpers import decode_args, prefill_args
 from decode_helpers import reference
 
 from attn_core import paged_decode, paged_prefix_prefill
-from attn_core.testing import make_paged_case
+from attn_core.reference import make_paged_case
 from attn_core.workspace import Workspace, check_workspace
 
 

@@ -40,7 +40,10 @@ class Capabilities:
         half_matmul: bmm runs in this dtype at all (torch 2.1's CPU has no fp16 bmm; decode
             then runs its matmuls in fp32).
         fused_prefill: fused prefill backends available here, in order of preference.
-        native_decode: the native decode kernel is built and verified here (wired later).
+        native_decode: the native decode kernel is built and verified here (set by the
+            resolver, :mod:`attn_core.resolve`, from :mod:`attn_core.native.readiness`).
+        native_decode_why: why not, in words ("needs a CUDA device, got cpu", "not built:
+            ..."); empty when ``native_decode``.
     """
 
     device_type: str = "cuda"
@@ -48,6 +51,7 @@ class Capabilities:
     half_matmul: bool = True
     fused_prefill: tuple[str, ...] = ()
     native_decode: bool = False
+    native_decode_why: str = ""
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.fused_prefill if name not in FUSED_ORDER]
@@ -155,9 +159,6 @@ def _sdpa_unavailable(device: torch.device, dtype: torch.dtype) -> Optional[str]
     if not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention"):
         return f"torch {torch.__version__} has no flash attention op"
     return None
-
-
-VENDOR_MODULE = "flash_attn"
 
 
 def _vendor_unavailable(device: torch.device, dtype: torch.dtype) -> Optional[str]:

@@ -1,9 +1,11 @@
 """Launch plan for paged decode: which tier, how many partitions, how much workspace.
 
 The plan is the single source of truth for decode's launch decisions; :mod:`attn_core.decode`
-executes it and the simulator charges its ``steps`` against a :class:`DeviceSpec`.
+executes it and the simulator charges its ``steps`` against a :class:`DeviceSpec`. A plan is
+per backend: :class:`DecodePlan` for the torch path (this module), :class:`~attn_core.
+plan_native.NativeDecodePlan` for the native kernel; :func:`plan_decode` picks one.
 
-Tiers (``tier``):
+Tiers (``tier``, :data:`attn_core.settings.DECODE_TIERS`):
 
 - ``single_tile``: the whole (padded) context fits one partition whose logits fit the block's
   shared memory; direct softmax . V, no partition machinery. One step.
@@ -33,30 +35,24 @@ Inputs are explicit (:func:`plan_decode` is a pure function): the shape
 profile, its :class:`~attn_core.capabilities.Capabilities` and the
 :class:`~attn_core.settings.DecodeOverrides` (tier, partition size, single-tile limit,
 subscription, streaming, score rounding, gather width; ``ATTN_CORE_DECODE_*`` in the
-environment, read by :mod:`attn_core.settings` only). :func:`decode_plan_for` resolves the last
-three from a device and the environment, for callers at the API boundary.
+environment, read by :mod:`attn_core.settings` only). Nothing here probes a device or loads a
+kernel: :func:`attn_core.resolve.decode_plan_for` resolves the last three from a device and the
+settings, for callers at the API boundary.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
-from attn_core.capabilities import Capabilities, probe_capabilities
-from attn_core.device_detect import detect_device_spec
+from attn_core.capabilities import Capabilities
 from attn_core.device_spec import DeviceSpec, occupancy_limits
-from attn_core.native.readiness import with_native_capability
-from attn_core.native.split import NativeSplit, native_split
-from attn_core.plan_native import choose_backend, native_steps
+from attn_core.plan_native import NativeDecodePlan, choose_backend, plan_native_decode
 from attn_core.plan_types import KernelStep
-from attn_core.settings import DecodeOverrides, current_overrides
+from attn_core.settings import DecodeOverrides
 from attn_core.shapes import AttentionShape
-
-TIERS = ("single_tile", "one_pass", "partitioned")
-GATHER_BYTES = (8, 16)
 
 # Even-share oversubscription: 2 waves' worth of blocks lets the tail wave of uneven partitions
 # overlap the next (CUB uses a subscription factor for the same reason). Swept in the simulator
@@ -96,10 +92,10 @@ ONE_PASS_MIN_SOFTMAX_FILL = 0.5
 
 @dataclass(frozen=True)
 class DecodePlan:
-    """What one decode step will do.
+    """What one decode step of the torch path will do.
 
     Attributes:
-        tier: one of :data:`TIERS`.
+        tier: one of :data:`attn_core.settings.DECODE_TIERS`.
         num_seqs, num_heads, num_kv_heads, head_size, block_size: problem sizes.
         group: query heads per KV head (``num_heads // num_kv_heads``).
         context_tokens: tokens the step covers, ``min(max_seq_len, table capacity)``.
@@ -121,10 +117,8 @@ class DecodePlan:
         steps: launches as a device would run them; grids are
             ``(num_seqs, num_kv_heads, num_partitions)``.
         device_spec: the profile the plan was made for.
-        backend: ``"torch"`` (the portable path) or ``"native"`` (the CUDA C++ kernel,
-            :mod:`attn_core.native`; ``steps`` are then its launches, no torch op runs).
-        native: the native kernel's split (grid, partitions, partials) when ``backend`` is
-            ``"native"``.
+        backend_reason: why the torch path was chosen (an override, the native kernel not
+            built or not verified here, ...).
     """
 
     tier: str
@@ -150,8 +144,9 @@ class DecodePlan:
     workspace_bytes: int
     steps: tuple[KernelStep, ...]
     device_spec: DeviceSpec
-    backend: str = "torch"
-    native: Optional[NativeSplit] = None
+    backend_reason: str = ""
+
+    backend = "torch"
 
     @property
     def kv_bytes(self) -> int:
@@ -231,6 +226,9 @@ def _even_share(
     return ps, wanted
 
 
+AnyDecodePlan = Union["DecodePlan", NativeDecodePlan]
+
+
 @dataclass(frozen=True)
 class DecodeLengths:
     """The lengths one decode step is planned for.
@@ -286,76 +284,30 @@ def plan_decode(
     spec: DeviceSpec,
     caps: Capabilities,
     overrides: Optional[DecodeOverrides] = None,
-) -> DecodePlan:
+) -> AnyDecodePlan:
     """Plan one decode step: a pure function of its arguments (no environment, no kernels).
 
     Args:
         shape: heads, head size, block size, compute and cache dtypes.
         lengths: batch size, ``max_seq_len`` and the block table's width.
         spec: the device profile whose grids, shared memory and occupancy the plan sizes for.
-        caps: what the device's torch can do for ``shape.dtype`` (fp32 bmm output, half bmm).
+        caps: what the device can do for ``shape.dtype`` (fp32 bmm output, half bmm, whether
+            the native kernel is built and verified here).
         overrides: decisions forced from outside; None fields let the plan decide.
+    Returns:
+        a :class:`DecodePlan` (torch path) or a :class:`~attn_core.plan_native.NativeDecodePlan`,
+        its ``backend_reason`` saying why (:func:`attn_core.plan_native.choose_backend`).
     """
     overrides = overrides or DecodeOverrides()
-    if choose_backend(caps, overrides) == "native":
-        return _native_plan(shape, lengths, spec)
+    backend, why = choose_backend(caps, overrides)
+    if backend == "native":
+        context = lengths.max_seq_len
+        if lengths.max_blocks_per_seq is not None:
+            context = min(context, lengths.max_blocks_per_seq * shape.block_size)
+        return plan_native_decode(shape, lengths.num_seqs, context, spec, why)
     inputs = _resolve(shape, lengths, spec, caps, overrides)
     tier, ps = _choose_tier(inputs, spec)
-    return _size(inputs, spec, tier, ps)
-
-
-def _native_plan(shape: AttentionShape, lengths: DecodeLengths, spec: DeviceSpec) -> DecodePlan:
-    """One native step: the partition kernel over the split, the merge kernel if split."""
-    context = lengths.max_seq_len
-    if lengths.max_blocks_per_seq is not None:
-        context = min(context, lengths.max_blocks_per_seq * shape.block_size)
-    split = native_split(shape, lengths.num_seqs, context, spec)
-    chunk = split.num_partitions * split.partition_size
-    return DecodePlan(
-        tier="partitioned" if split.merged else "one_pass",
-        num_seqs=lengths.num_seqs,
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_size=shape.head_size,
-        block_size=shape.block_size,
-        group=shape.group,
-        context_tokens=context,
-        partition_size=split.partition_size,
-        num_partitions=split.num_partitions,
-        chunk_tokens=chunk,
-        num_chunks=1,
-        streaming=False,
-        gather_bytes=16,
-        matmul_dtype=torch.float32,  # the kernel accumulates in fp32 on CUDA cores
-        score_input_dtype=torch.float32,
-        compute_dtype=shape.dtype,
-        cache_element_size=shape.cache_element_size,
-        scores_fp32_from_bmm=False,
-        scores_in_compute_dtype=False,
-        workspace_bytes=split.workspace_bytes(lengths.num_seqs, shape.num_heads, shape.head_size),
-        steps=native_steps(split, lengths.num_seqs, shape.num_heads),
-        device_spec=spec,
-        backend="native",
-        native=split,
-    )
-
-
-def decode_plan_for(
-    shape: AttentionShape,
-    lengths: DecodeLengths,
-    device: torch.device,
-    device_spec: Optional[DeviceSpec] = None,
-    overrides: Optional[DecodeOverrides] = None,
-) -> DecodePlan:
-    """:func:`plan_decode` for ``device``: the profile (``device_spec`` or detected /
-    ``ATTN_CORE_DEVICE``), probed capabilities and ``overrides`` (default: the environment's)."""
-    spec = device_spec if device_spec is not None else detect_device_spec(device)
-    settings = current_overrides()
-    if overrides is not None:
-        settings = dataclasses.replace(settings, decode=overrides)
-    caps = probe_capabilities(torch.device(device), shape.dtype)
-    caps = with_native_capability(caps, settings, torch.device(device), shape)
-    return plan_decode(shape, lengths, spec, caps, settings.decode)
+    return _size(inputs, spec, tier, ps, why)
 
 
 def _resolve(
@@ -423,7 +375,7 @@ def _choose_tier(inputs: _Inputs, spec: DeviceSpec) -> tuple[str, int]:
     return "partitioned", ps
 
 
-def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int) -> DecodePlan:
+def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int, why: str) -> DecodePlan:
     """Partitions, chunks, launches and workspace of the chosen tier."""
     s = inputs.shape
     if tier == "partitioned":
@@ -467,6 +419,7 @@ def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int) -> DecodePlan:
         workspace_bytes=workspace,
         steps=steps,
         device_spec=spec,
+        backend_reason=why,
     )
 
 

@@ -11,19 +11,18 @@ from typing import Optional
 
 import torch
 
+from attn_core import resolve
 from attn_core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
-from attn_core.capabilities import probe_capabilities
 from attn_core.checks import check_positive, check_positive_finite, check_tensor, resolve_scale
-from attn_core.device_detect import detect_device_spec
 from attn_core.device_spec import DeviceSpec
-from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
+from attn_core.plan_prefill import PrefillLengths, PrefillPlan
 from attn_core.prefill_fused import run_fused_prefill
 from attn_core.prefill_problem import Problem, SeqSpan
 from attn_core.prefill_torch import run_torch_prefill
-from attn_core.prefill_verify import ensure_verified, verified_capabilities
-from attn_core.settings import PrefillOverrides, current_overrides
+from attn_core.prefill_verify import ensure_verified
+from attn_core.reference import PrefillCase
+from attn_core.settings import PrefillOverrides
 from attn_core.shapes import AttentionShape
-from attn_core.testing import PrefillCase
 from attn_core.workspace import Workspace, check_workspace
 
 _LEN_DTYPES = (torch.int32, torch.int64)
@@ -50,6 +49,7 @@ def paged_prefix_prefill(
     out: Optional[torch.Tensor] = None,
     plan: Optional[PrefillPlan] = None,
     workspace: Optional[Workspace] = None,
+    backend: Optional[str] = None,
 ) -> torch.Tensor:
     """Attention of a packed chunk of new tokens over each sequence's paged context and itself.
 
@@ -79,6 +79,9 @@ def paged_prefix_prefill(
         workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
             then allocate only the gathered context); None allocates them per call. One
             thread's only: another thread using it raises ``RuntimeError``.
+        backend: ``"torch"``, ``"sdpa"`` or ``"vendor_flash"`` (wins over
+            ``ATTN_CORE_PREFILL_BACKEND``); a forced fused backend that is unavailable or did
+            not match the reference raises instead of falling back.
 
     Host syncs: one. ``query_start_loc``, ``seq_lens`` and ``context_lens`` are read to the
     host together once per call; per-sequence slicing and tile counts need them. Nothing else
@@ -123,6 +126,7 @@ def paged_prefix_prefill(
             query.device,
             alibi=alibi_slopes is not None,
             sliding_window=problem.window,
+            backend=backend,
         )
     _check_plan(plan, query, problem, max_query_len)
     # Checked once per process; a failed check raises here. Meta tensors (the simulator's
@@ -142,20 +146,15 @@ def prefill_plan_for(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    backend: Optional[str] = None,
 ) -> PrefillPlan:
-    """:func:`plan_prefill` for ``device``: the profile (``device_spec`` or detected /
-    ``ATTN_CORE_DEVICE``), the probed capabilities with fused backends narrowed to those that
-    matched the reference (checked once per process, :mod:`attn_core.prefill_verify`), and
-    ``overrides`` (default: the environment's)."""
-    device = torch.device(device)
-    spec = device_spec if device_spec is not None else detect_device_spec(device)
-    caps = probe_capabilities(device, shape.dtype)
-    overrides = overrides if overrides is not None else current_overrides().prefill
-    if caps.fused_prefill and overrides.backend is None and not alibi and not sliding_window:
-        caps = verified_capabilities(caps, device, shape.dtype, shape.head_size, _run_unverified)
-    return plan_prefill(
-        shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window
-    )
+    """:func:`attn_core.resolve.prefill_plan_for` with this module's check runner: the profile,
+    the probed capabilities with fused backends narrowed to those that matched the reference
+    (once per process), and ``overrides`` (default: the settings'), ``backend`` winning."""
+    return resolve.prefill_plan_for(
+        shape, lengths, device, device_spec, overrides, alibi=alibi,
+        sliding_window=sliding_window, backend=backend, run=_run_unverified,
+    )  # fmt: skip
 
 
 def verify_prefill_backend(

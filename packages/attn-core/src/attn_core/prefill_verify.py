@@ -22,9 +22,9 @@ import torch
 from attn_core.capabilities import Capabilities, fused_unavailable_reason
 from attn_core.device_spec import DEFAULT_DEVICE, get_device_spec
 from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
+from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 from attn_core.settings import PrefillOverrides
 from attn_core.shapes import AttentionShape
-from attn_core.testing import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 Runner = Callable[[PrefillCase, PrefillPlan], torch.Tensor]
 

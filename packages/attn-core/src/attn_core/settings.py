@@ -1,9 +1,14 @@
 """attn-core's environment, read in one place and turned into typed, validated objects.
 
-Nothing else in attn-core reads ``os.environ``. The public entry points call
-:func:`current_overrides` once per call (cached on the raw values, so a steady decode step pays a
-dozen dict lookups); planners, the simulator, the benchmarks and tests never read the
-environment: they pass an :class:`Overrides` (or its parts) explicitly.
+Nothing else in attn-core reads ``os.environ``, and this module reads it only when a snapshot
+is taken: on first use, then on an explicit :func:`reload`. A changed ``ATTN_CORE_*`` variable
+therefore takes effect at the next :func:`reload` (engine-patch's CLI and plugin registration
+call it when they start), never in the middle of a run. Each snapshot has a generation number;
+resolved plans (:mod:`attn_core.resolve`) are cached per generation, so a reload re-resolves
+them and a steady decode step reads no environment at all. Planners, the simulator, the
+benchmarks and tests never read the environment: they pass an :class:`Overrides` (or its parts),
+or ``backend=`` / ``overrides=`` arguments, explicitly. Precedence everywhere: an explicit
+argument, then the environment's snapshot, then the default.
 
 Every variable is one row of :data:`ENV_VARS`; attn-core's README has the same table (a test keeps
 the two in step). Booleans use :func:`parse_bool`, the one boolean parser of the repository
@@ -287,6 +292,27 @@ def _parse(raw: tuple[Optional[str], ...]) -> Overrides:
     )
 
 
+_SNAPSHOT: list = []  # [(generation, Overrides)]: replaced whole, so readers need no lock
+
+
+def reload() -> Overrides:
+    """Read the environment again (the one time it is read after the first use) and start a new
+    settings generation: plans resolved under the old one are resolved again on their next use."""
+    generation = _SNAPSHOT[0][0] + 1 if _SNAPSHOT else 1
+    snapshot = (generation, Overrides.from_env())
+    _SNAPSHOT[:] = [snapshot]
+    return snapshot[1]
+
+
 def current_overrides() -> Overrides:
-    """:meth:`Overrides.from_env` on this process's environment, cached on the raw values."""
-    return _parse(_raw(os.environ))
+    """The settings snapshot (the environment as of the first use or the last :func:`reload`)."""
+    if not _SNAPSHOT:
+        return reload()
+    return _SNAPSHOT[0][1]
+
+
+def generation() -> int:
+    """The snapshot's generation: a part of every resolved plan's cache key."""
+    if not _SNAPSHOT:
+        reload()
+    return int(_SNAPSHOT[0][0])

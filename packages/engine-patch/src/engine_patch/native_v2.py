@@ -14,7 +14,7 @@ from typing import Optional, Union
 
 import torch
 
-from attn_core.testing import make_paged_case, reference_decode
+from attn_core.reference import make_paged_case, reference_decode
 from engine_patch.native import NativeOp
 from engine_patch.ops import head_mapping
 from engine_patch.signatures import VENDOR

@@ -1,6 +1,6 @@
 """Random chunked-prefill problems: a paged context per sequence plus a packed chunk of new tokens.
 
-Built on :func:`attn_core.testing.make_paged_case` (permuted blocks, poisoned unused blocks), so
+Built on :func:`attn_core.reference.make_paged_case` (permuted blocks, poisoned unused blocks), so
 the fused backends' one-time check, the tests and the bench all use the same inputs. The cache
 holds blocks for ``context + new`` tokens per sequence, as in vLLM, where the chunk's K/V are
 written before attention runs; prefill reads only the context part from the cache.
@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from attn_core.testing.paged_inputs import make_paged_case
+from attn_core.reference.paged_case import make_paged_case
 
 _T = torch.Tensor
 # Fixed length, so a type checker knows ``scale`` and the keywords are not among them.
@@ -68,7 +68,7 @@ class PrefillCase:
         }
 
     def reference_kwargs(self) -> dict:
-        """Keyword arguments of :func:`attn_core.testing.reference_prefix_prefill`."""
+        """Keyword arguments of :func:`attn_core.reference.reference_prefix_prefill`."""
         return {
             "query": self.query,
             "key": self.key,
