@@ -16,10 +16,28 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "attn_core"
 
-# The planners decide launches from explicit inputs; they must not reach an executor.
-PLANNERS = ("attn_core.plan_decode", "attn_core.plan_prefill")
+# The planners decide launches from explicit inputs; they must not reach an executor, nor any
+# module that builds, loads or verifies a kernel (that is the resolver's impure step).
+PLANNERS = (
+    "attn_core.plan_decode",
+    "attn_core.plan_native",
+    "attn_core.plan_prefill",
+    "attn_core.native.split",
+)
+KERNEL_STEPS = {
+    "attn_core.native.build",
+    "attn_core.native.toolchain",
+    "attn_core.native.library",
+    "attn_core.native.verify",
+    "attn_core.native.readiness",
+    "attn_core.native.launch",
+    "attn_core.verify_once",
+    "attn_core.resolve",
+}
 EXECUTORS = {
     "attn_core.decode",
+    "attn_core.decode_torch",
+    "attn_core.native.decode_step",
     "attn_core.prefill",
     "attn_core.prefill_torch",
     "attn_core.prefill_fused",
@@ -118,3 +136,14 @@ def test_the_cycle_finder_finds_one() -> None:
 @pytest.mark.parametrize("planner", PLANNERS)
 def test_planners_import_no_execution_code(planner: str) -> None:
     assert not reachable(graph(), planner) & EXECUTORS
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_planners_build_load_and_verify_nothing(planner: str) -> None:
+    assert not reachable(graph(), planner) & KERNEL_STEPS
+
+
+def test_the_reference_imports_nothing_it_checks() -> None:
+    edges = graph()
+    inside = {m for m in reachable(edges, "attn_core.reference")}
+    assert all(m.startswith("attn_core.reference") for m in inside), inside

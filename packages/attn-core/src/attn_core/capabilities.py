@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from attn_core.device_spec import DeviceSpec
+from attn_core.iluvatar import is_iluvatar
 
 # Fused prefill backends in order of preference: the vendor's kernel where it exists (Iluvatar),
 # else torch's flash SDPA (NVIDIA). The kernels themselves are attn_core.prefill_backends'.
@@ -138,15 +139,6 @@ def fused_unavailable_reason(name: str, device: torch.device, dtype: torch.dtype
     if name == "vendor_flash":
         return _vendor_unavailable(device, dtype)
     raise ValueError(f"fused prefill backend must be one of {FUSED_ORDER}, got {name!r}")
-
-
-def is_iluvatar(device: torch.device) -> bool:
-    """Whether ``device`` is an Iluvatar CoreX GPU (which exposes itself as ``cuda``)."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return False
-    if getattr(torch.version, "corex", None):
-        return True
-    return "iluvatar" in torch.cuda.get_device_name(device).lower()
 
 
 def _sdpa_unavailable(device: torch.device, dtype: torch.dtype) -> Optional[str]:

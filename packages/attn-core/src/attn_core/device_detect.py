@@ -17,6 +17,7 @@ import torch
 
 from attn_core.device_spec import DEFAULT_DEVICE, DeviceSpec, get_device_spec
 from attn_core.driver_profile import driver_spec
+from attn_core.iluvatar import is_iluvatar
 from attn_core.profile_file import is_profile_path, load_profile_file
 from attn_core.settings import current_overrides
 
@@ -47,20 +48,19 @@ def spec_named(name_or_path: str) -> DeviceSpec:
     return get_device_spec(name_or_path)
 
 
-# Device names (lower case) -> built-in profile. Iluvatar's driver names the BI-V100
-# "Iluvatar BI-V100"; CoreX's torch also carries torch.version.corex.
-_NAMED = (("h200", "h200"), ("h100", "h200"), ("a100", "a100"), ("iluvatar", "bi-v100"),
-          ("bi-v100", "bi-v100"), ("bi100", "bi-v100"))  # fmt: skip
+# Device names (lower case) -> built-in profile; Iluvatar devices (attn_core.iluvatar) get
+# bi-v100.
+_NAMED = (("h200", "h200"), ("h100", "h200"), ("a100", "a100"))
 
 
 @functools.lru_cache(maxsize=16)
 def _matched(device: Optional[torch.device]) -> DeviceSpec:
     if device is None or device.type != "cuda" or not torch.cuda.is_available():
         return get_device_spec(DEFAULT_DEVICE)  # planning for the default device, off-GPU
+    if is_iluvatar(device):
+        return get_device_spec("bi-v100")
     name = torch.cuda.get_device_name(device).lower()
     for key, profile in _NAMED:
         if key in name:
             return get_device_spec(profile)
-    if getattr(torch.version, "corex", None):
-        return get_device_spec("bi-v100")
     return driver_spec(device)

@@ -8,17 +8,18 @@ fused backend goes through :func:`ensure_verified`, which raises instead of fall
 
 The check runs the backend through the caller's ``run(case, plan)`` (the prefill entry point
 without verification), so this module imports no entry point and the import graph stays
-acyclic.
+acyclic. Verdicts live in the verify-once registry (:mod:`attn_core.verify_once`, kind
+``fused_prefill``, config ``(backend, dtype, head_size)``), with every other kernel's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable
 
 import torch
 
+from attn_core import verify_once
 from attn_core.capabilities import Capabilities, fused_unavailable_reason
 from attn_core.device_spec import DEFAULT_DEVICE, get_device_spec
 from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
@@ -28,8 +29,7 @@ from attn_core.shapes import AttentionShape
 
 Runner = Callable[[PrefillCase, PrefillPlan], torch.Tensor]
 
-_VERDICTS: dict[tuple, tuple[bool, str]] = {}
-_LOCK = threading.Lock()
+KIND = "fused_prefill"
 # Max |error| against the float64 reference a fused kernel may show on the check case: a few
 # output ulps at these magnitudes (outputs are averages of N(0, 1) values, |out| < 1).
 _CHECK_ATOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
@@ -61,11 +61,13 @@ def ensure_verified(
 def _verify(
     name: str, device: torch.device, dtype: torch.dtype, head_size: int, run: Runner
 ) -> tuple[bool, str]:
-    key = (name, str(device), dtype, head_size)
-    with _LOCK:
-        if key not in _VERDICTS:
-            _VERDICTS[key] = _run_check(name, device, dtype, head_size, run)
-        return _VERDICTS[key]
+    verdict = verify_once.verdict(KIND, device, (name, dtype, head_size), run)
+    return verdict.ok, verdict.detail
+
+
+def _check(device: torch.device, config: tuple, run: Runner) -> verify_once.Verdict:
+    name, dtype, head_size = config
+    return verify_once.Verdict(*_run_check(name, device, dtype, head_size, run))
 
 
 def _run_check(
@@ -96,3 +98,6 @@ def _run_check(
     err = float((got.double().cpu() - want).abs().max())
     ok = bool(err <= _CHECK_ATOL.get(dtype, 1e-3))
     return ok, f"max abs error {err:.2e} (tolerance {_CHECK_ATOL.get(dtype, 1e-3):.0e})"
+
+
+verify_once.register(KIND, _check)

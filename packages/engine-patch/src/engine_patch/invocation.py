@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import torch
 
+import attn_core.settings
 from attn_core import detect_device_spec
 from attn_core.settings import Overrides
 from attn_core.shapes import QWEN36, AttentionShape, dtype_from_name
@@ -65,10 +66,11 @@ def from_args(args: argparse.Namespace) -> Invocation:
 
 
 def check_environment() -> Overrides:
-    """Every ``ENGINE_PATCH_*`` and ``ATTN_CORE_*`` variable parsed (their errors name them)."""
+    """Every ``ENGINE_PATCH_*`` and ``ATTN_CORE_*`` variable parsed (their errors name them);
+    attn-core's settings snapshot is taken again here, as the command starts."""
     try:
         settings.check_environment()
-        return Overrides.from_env()
+        return attn_core.settings.reload()
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
 
@@ -98,7 +100,7 @@ def check_device_profile(device: torch.device, overrides: Overrides) -> None:
     if overrides.device is None:
         return
     try:
-        detect_device_spec(device)
+        detect_device_spec(device, overrides.device)
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"ATTN_CORE_DEVICE={overrides.device!r}: {exc}") from None
 

@@ -1,7 +1,8 @@
 """``python -m attn_core.native {status,build}``: the native kernel's state on this machine.
 
 - ``status``: where the library comes from (prebuilt, cached build, built now) or why there is
-  none, and each kernel's registers, shared memory and occupancy as the driver reports them.
+  none, each kernel's registers, shared memory and occupancy as the driver reports them, and
+  the verify-once registry's verdicts (fp16, head 256, block 16 checked for each group).
 - ``build [--arch sm_90,...]``: build every head-slot library now, in parallel, without a GPU
   (the lab image's build step).
 - ``facts [--write]``: each kernel's registers, shared memory and spills from the build logs;
@@ -63,6 +64,15 @@ def _status(groups: tuple[int, ...]) -> int:
     head = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
             "blocks/SM")  # fmt: skip
     print(tabulate(rows, headers=head, tablefmt="github"))
+    from attn_core import verify_once
+    from attn_core.native.verify import verify_native
+
+    for group in groups:  # Qwen3.6's head size in fp16: the configuration decode would check
+        lib, _ = load_native(settings, torch.device("cuda"), group)
+        if lib is not None:
+            verify_native(lib, torch.device("cuda"), torch.float16, "auto", 256, 16, group)
+    print("checked against the float64 reference (verify-once registry):")
+    print("\n".join(verify_once.status_lines()) or "  none")
     return OK
 
 
