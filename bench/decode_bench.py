@@ -40,11 +40,11 @@ from attn_core import (  # noqa: E402
     decode_plan_for,
     paged_decode,  # noqa: E402
 )
-from attn_core.cache_layout import validate_caches  # noqa: E402
-from attn_core.decode_gather import block_ids, gather_keys, gather_values  # noqa: E402
+from attn_core.core.cache_layout import validate_caches  # noqa: E402
+from attn_core.core.settings import DecodeOverrides  # noqa: E402
+from attn_core.core.workspace import Workspace  # noqa: E402
+from attn_core.decode.gather import block_ids, gather_keys, gather_values  # noqa: E402
 from attn_core.reference import reference_decode  # noqa: E402
-from attn_core.settings import DecodeOverrides  # noqa: E402
-from attn_core.workspace import Workspace  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 # the target shapes first, so a run cut short still answers the targets

@@ -43,7 +43,7 @@ from suite_vars import (
     parse_dtype,
 )
 
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
 
 FULL_CONTEXTS = (32 * 1024, 64 * 1024, 100_000, 128 * 1024, 256 * 1024)
 QUICK_CONTEXTS = (257, 1000)

@@ -53,9 +53,9 @@ _SPELLINGS = [None, "", "  ", "bogus", "2", "tru", "y", "nO", "\tyes\n", "ON ", 
 
 @pytest.mark.parametrize("default", (False, True, None))
 def test_same_grammar_as_attn_core(default):
-    """The local copy (hil needs no torch) and attn_core.settings.parse_bool: the same words,
+    """The local copy (hil needs no torch) and attn_core.core.settings.parse_bool: the same words,
     the same value or the same error message for every spelling and default."""
-    settings = pytest.importorskip("attn_core.settings")
+    settings = pytest.importorskip("attn_core.core.settings")
     assert suite_vars.TRUE_WORDS == settings.TRUE_WORDS
     assert suite_vars.FALSE_WORDS == settings.FALSE_WORDS
     for raw in _SPELLINGS:

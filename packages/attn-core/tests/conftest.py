@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from attn_core import settings
+from attn_core.core import settings
 
 # Per-dtype tolerances against the float64 reference. fp16: probabilities are rounded to fp16
 # before P.V (as in vLLM) and the output once more; the worst error seen over this suite's

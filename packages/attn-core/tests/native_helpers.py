@@ -13,11 +13,11 @@ from typing import Optional
 import pytest
 import torch
 
+from attn_core.core.settings import NativeSettings
 from attn_core.native.launch import launch_decode
 from attn_core.native.library import NativeLibrary, load_native
 from attn_core.native.split import partials_shapes
 from attn_core.reference import PagedCase, make_paged_case, poison_tails, reference_decode
-from attn_core.settings import NativeSettings
 
 
 def native_library(group: int) -> NativeLibrary:

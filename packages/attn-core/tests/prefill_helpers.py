@@ -9,7 +9,7 @@ import torch
 from conftest import poisoned_like
 
 from attn_core import paged_prefix_prefill
-from attn_core.plan_prefill import PrefillPlan
+from attn_core.prefill.plan import PrefillPlan
 from attn_core.reference import PrefillCase, alibi_bias, reference_prefix_prefill
 from attn_core.reference import attention as _ref
 

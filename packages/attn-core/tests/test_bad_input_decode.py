@@ -1,7 +1,7 @@
 """paged_decode on bad input without ATTN_CORE_CHECKS: host checks always run, bad values never
 read another sequence's blocks (issue 11, attn-core).
 
-What each bad *value* does without the flag is documented in :mod:`attn_core.decode_checks`;
+What each bad *value* does without the flag is documented in :mod:`attn_core.decode.bounds`;
 these tests hold the code to that list.
 """
 
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attn_core import paged_decode
+from attn_core.core.workspace import Workspace
 from attn_core.reference import make_paged_case
-from attn_core.workspace import Workspace
 
 # What torch raises on the CPU for an out-of-range gather index (index_select: RuntimeError,
 # index_put_: IndexError); on CUDA the same reads are device-side asserts.
@@ -156,7 +156,7 @@ def test_bad_checks_flag_is_an_error_naming_the_variable(settings_env) -> None:
 @pytest.mark.parametrize("bad", (object(), {}, 3, "ws"), ids=("object", "dict", "int", "str"))
 def test_workspace_of_the_wrong_type(bad: object) -> None:
     want = (
-        r"workspace must be an attn_core Workspace \(attn_core.workspace.Workspace\) or None, "
+        r"workspace must be an attn_core Workspace \(attn_core.core.workspace.Workspace\) or None, "
         rf"got {type(bad).__name__}"
     )
     with pytest.raises(ValueError, match=want):

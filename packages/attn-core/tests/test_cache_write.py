@@ -9,7 +9,7 @@ from conftest import assert_close
 from prefill_helpers import reference, run_prefill
 
 from attn_core import paged_decode, write_to_paged_cache
-from attn_core.cache_layout import quantize
+from attn_core.core.cache_layout import quantize
 from attn_core.reference import (
     make_paged_case,
     make_prefill_case,

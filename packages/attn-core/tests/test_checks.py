@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core.cache_layout import (
+from attn_core.core.cache_layout import (
     dequantize,
     fp8_dtype,
     quantize,
     validate_caches,
     vector_width,
 )
-from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
+from attn_core.core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
 from attn_core.reference import make_paged_case, tokens_from_cache
 
 

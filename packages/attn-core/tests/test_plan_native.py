@@ -7,14 +7,14 @@ import dataclasses
 import pytest
 import torch
 
-from attn_core.capabilities import Capabilities
-from attn_core.device_spec import get_device_spec
+from attn_core.core.settings import DecodeOverrides
+from attn_core.core.shapes import AttentionShape
+from attn_core.decode.plan import DecodeLengths, plan_decode
+from attn_core.decode.plan_native import TORCH_ONLY_OVERRIDES, choose_backend
+from attn_core.device.capabilities import Capabilities
+from attn_core.device.spec import get_device_spec
 from attn_core.native.split import native_split
-from attn_core.plan_decode import DecodeLengths, plan_decode
-from attn_core.plan_native import TORCH_ONLY_OVERRIDES, choose_backend
-from attn_core.resolve import decode_plan_for
-from attn_core.settings import DecodeOverrides
-from attn_core.shapes import AttentionShape
+from attn_core.runtime.resolve import decode_plan_for
 
 QWEN = AttentionShape()
 H200 = get_device_spec("h200")

@@ -9,7 +9,7 @@ import torch
 from plan_helpers import prefill_plan
 
 from attn_core import KernelStep, PrefillPlan, get_device_spec
-from attn_core.plan_prefill import BACKEND_ENV
+from attn_core.prefill.plan import BACKEND_ENV
 
 SHAPES = ((24, 4, 256), (16, 2, 256), (32, 8, 128), (8, 1, 80))
 

@@ -17,16 +17,16 @@ from attn_core import (
     Capabilities,
     PrefillLengths,
     PrefillOverrides,
-    prefill_backends,
     prefill_plan_for,
-    prefill_verify,
     probe_capabilities,
-    verify_once,
 )
-from attn_core.iluvatar import is_iluvatar
-from attn_core.prefill import _run_unverified, verify_prefill_backend
-from attn_core.prefill_backends import FusedBackend
+from attn_core.core import verify_once
+from attn_core.device.iluvatar import is_iluvatar
+from attn_core.prefill import backends as prefill_backends
+from attn_core.prefill import verify as prefill_verify
+from attn_core.prefill.backends import FusedBackend
 from attn_core.reference import make_prefill_case
+from attn_core.runtime.prefill import _run_unverified, verify_prefill_backend
 
 MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
 

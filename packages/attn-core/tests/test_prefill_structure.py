@@ -83,7 +83,7 @@ def test_workspace_reused_across_calls() -> None:
     """With a Workspace, a second call of the same size allocates no tile buffer and agrees."""
     from prefill_helpers import reference
 
-    from attn_core.workspace import Workspace
+    from attn_core.core.workspace import Workspace
 
     case = make_prefill_case(((70, 24), (0, 9)), 8, 2, 64, 16, torch.float32, seed=2)
     ws = Workspace()

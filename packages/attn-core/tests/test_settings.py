@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_core.settings import (
+from attn_core.core.settings import (
     ENV_VARS,
     DecodeOverrides,
     Overrides,

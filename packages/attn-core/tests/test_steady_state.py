@@ -13,11 +13,12 @@ import pytest
 import torch
 from conftest import assert_close
 
-from attn_core import paged_decode, settings
-from attn_core.cache_layout import validate_caches
-from attn_core.decode import plan_for
+from attn_core import paged_decode
+from attn_core.core import settings
+from attn_core.core.cache_layout import validate_caches
+from attn_core.core.workspace import Workspace
 from attn_core.reference import make_paged_case, reference_decode
-from attn_core.workspace import Workspace
+from attn_core.runtime.decode import plan_for
 
 # The resolver's side: none of these may run in a steady-state call.
 RESOLVING = {

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attn_core import verify_once
-from attn_core.settings import parse_bool
+from attn_core.core import verify_once
+from attn_core.core.settings import parse_bool
 from engine_patch import native_v2
 from engine_patch.state import LOCK, STATE, PatchState
 

@@ -15,7 +15,7 @@ from typing import Optional, Union
 
 import torch
 
-from attn_core import verify_once
+from attn_core.core import verify_once
 from attn_core.reference import make_paged_case, reference_decode
 from engine_patch.native import NativeOp
 from engine_patch.ops import head_mapping

@@ -11,7 +11,7 @@ false negative costs far more than a false positive:
 Detection is injectable for tests: pass the facts to :func:`detect_platform`, or set
 ``ENGINE_PATCH_PLATFORM=iluvatar`` / ``generic`` to override it for a whole process (used by
 tests that run vLLM's own loader in a subprocess). The name and build tests are attn-core's
-(:mod:`attn_core.iluvatar`), so both packages decide "Iluvatar" by one rule.
+(:mod:`attn_core.device.iluvatar`), so both packages decide "Iluvatar" by one rule.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from attn_core.iluvatar import corex_torch, iluvatar_name
+from attn_core.device.iluvatar import corex_torch, iluvatar_name
 from engine_patch.settings import PLATFORM_ENV, PLATFORMS, platform_override
 
 __all__ = ["COREX_ROOT", "PLATFORM_ENV", "Platform", "detect_platform"]

@@ -19,13 +19,13 @@ from typing import Any, Optional
 import torch
 
 import attn_core
+from attn_core.core.shapes import AttentionShape
 from attn_core.reference import (
     make_paged_case,
     reference_decode,
     reference_prefix_prefill,
     tokens_from_cache,
 )
-from attn_core.shapes import AttentionShape
 from engine_patch import routing
 from engine_patch.hooks import DECODE_PARAMS, PREFIX_PARAMS
 from engine_patch.registration import is_active

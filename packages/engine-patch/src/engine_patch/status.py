@@ -15,9 +15,9 @@ import torch
 from tabulate import tabulate
 
 import attn_core
-import attn_core.settings
-from attn_core import verify_once
-from attn_core.shapes import AttentionShape
+import attn_core.core.settings
+from attn_core.core import verify_once
+from attn_core.core.shapes import AttentionShape
 from engine_patch import native_v2, routing, triton_guard
 from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
 from engine_patch.native_decode import native_decode_report
@@ -138,9 +138,9 @@ def collect(
 ) -> dict[str, Any]:
     """Build the whole report (loads plugins through vLLM first, as a worker would).
 
-    attn-core's settings are read again first (``attn_core.settings.reload``): the report is
+    attn-core's settings are read again first (``attn_core.core.settings.reload``): the report is
     about the environment as it is now."""
-    attn_core.settings.reload()
+    attn_core.core.settings.reload()
     if device.type == "cuda":
         torch.cuda.init()  # as in a worker: the platform check may then read the device name
     load_error = load_plugins()

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from attn_core.core.settings import current_overrides
 from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
 from attn_core.native.toolchain import find_toolchain, parse_archs
-from attn_core.settings import current_overrides
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
 DTYPES = (("fp16", 1), ("bf16", 2), ("fp32", 0))  # names and attn_core.native.abi kinds
@@ -64,7 +64,7 @@ def _status(groups: tuple[int, ...]) -> int:
     head = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
             "blocks/SM")  # fmt: skip
     print(tabulate(rows, headers=head, tablefmt="github"))
-    from attn_core import verify_once
+    from attn_core.core import verify_once
     from attn_core.native.verify import verify_native
 
     for group in groups:  # Qwen3.6's head size in fp16: the configuration decode would check

@@ -19,12 +19,12 @@ from typing import Optional
 
 import torch
 
-from attn_core.iluvatar import is_iluvatar
+from attn_core.core.settings import NativeSettings
+from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
 from attn_core.native.build import BuildError, build_key, build_library, library_name
 from attn_core.native.build import default_cache_dir as _default_cache_dir
 from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
-from attn_core.settings import NativeSettings
 
 log = logging.getLogger("attn_core.native")
 PREBUILT = Path(__file__).resolve().parent / "_prebuilt"

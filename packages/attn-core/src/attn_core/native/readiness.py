@@ -4,8 +4,9 @@
 the verify-once registry whether it matched the float64 reference here (:mod:`.verify`). A
 verification syncs, so during a CUDA-graph capture an unverified configuration is reported as
 not ready (the registry keeps no verdict then) and that plan takes the torch path. Only the
-resolver (:mod:`attn_core.resolve`) calls this, once per resolved plan; the planners read its
-answer as :attr:`attn_core.capabilities.Capabilities.native_decode` and never import it.
+resolver (:mod:`attn_core.runtime.resolve`) calls this, once per resolved plan; the planners read
+its
+answer as :attr:`attn_core.device.capabilities.Capabilities.native_decode` and never import it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Optional
 
 import torch
 
+from attn_core.core.settings import NativeSettings
+from attn_core.core.shapes import AttentionShape
 from attn_core.native.library import NativeLibrary, load_native
 from attn_core.native.verify import verify_native
-from attn_core.settings import NativeSettings
-from attn_core.shapes import AttentionShape
 
 
 def native_ready(

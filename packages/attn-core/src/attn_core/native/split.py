@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from attn_core.device_spec import DeviceSpec, occupancy_limits
+from attn_core.core.shapes import AttentionShape
+from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.native import abi
 from attn_core.native.facts import THREADS, KernelRecord, lookup
-from attn_core.shapes import AttentionShape
 
 TOKEN_TILE = THREADS  # tokens per tile of the score phase; partitions are multiples of it
 PARTIAL_BYTES = 4  # part_out / part_lse are fp32

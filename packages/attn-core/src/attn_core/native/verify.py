@@ -1,7 +1,7 @@
 """The native kernel is used only after it matched the float64 reference on this device.
 
 One check per (device, library, query dtype, cache dtype, head size, block size, GQA group),
-kept by the verify-once registry (:mod:`attn_core.verify_once`, kind ``native_decode``) like
+kept by the verify-once registry (:mod:`attn_core.core.verify_once`, kind ``native_decode``) like
 every other optional kernel: a small random case in vLLM's layout (permuted blocks, lengths 1,
 block - 1, block + 1 and two longer ones, NaN in the cache slots past each sequence's end)
 through one partition and through several plus the merge, against
@@ -15,12 +15,12 @@ import math
 
 import torch
 
-from attn_core import verify_once
+from attn_core.core import verify_once
+from attn_core.core.verify_once import Verdict
 from attn_core.native.launch import launch_decode
 from attn_core.native.library import NativeLibrary
 from attn_core.native.split import partials_shapes
 from attn_core.reference import make_paged_case, poison_tails, reference_decode
-from attn_core.verify_once import Verdict
 
 KIND = "native_decode"
 # Max |error| on outputs of magnitude ~1 (averages of N(0, 1) values): a few output ulps.

@@ -6,7 +6,7 @@
   blocks, poisoned unused blocks and tail slots).
 
 Runtime code uses it too: a kernel is verified against it once per device before it is used
-(:mod:`attn_core.verify_once`), and engine-patch's self-test runs it. It imports nothing of
+(:mod:`attn_core.core.verify_once`), and engine-patch's self-test runs it. It imports nothing of
 attn-core's execution code, so the reference stays independent of what it checks.
 """
 
