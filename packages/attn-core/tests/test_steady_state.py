@@ -22,7 +22,7 @@ from attn_core.runtime.decode import plan_for
 
 # The resolver's side: none of these may run in a steady-state call.
 RESOLVING = {
-    "resolve.py", "device_detect.py", "capabilities.py", "plan_decode.py", "plan_native.py",
+    "resolve.py", "detect.py", "capabilities.py", "plan.py", "plan_native.py",
     "readiness.py", "verify_once.py", "library.py", "split.py",
 }  # fmt: skip
 MAX_FILES = 10  # attn_core files a steady-state torch-path call may enter (17 before issue 15)

@@ -6,9 +6,9 @@ decisions; pure functions of shape, lengths, device profile, :class:`Capabilitie
 overrides; :class:`DecodePlan` for the torch path, :class:`NativeDecodePlan` for the native
 kernel), their resolving wrappers :func:`decode_plan_for` / :func:`prefill_plan_for`
 (:mod:`attn_core.runtime.resolve`: device, capabilities, kernel readiness, overrides, once per
-plan), and
-:class:`DeviceSpec` profiles. The environment is read into :mod:`attn_core.core.settings` once;
-``attn_core.core.settings.reload()`` makes a changed ``ATTN_CORE_*`` variable take effect.
+plan), and :class:`DeviceSpec` profiles. The environment is read into
+:mod:`attn_core.core.settings` once; ``attn_core.core.settings.reload()`` makes a changed
+``ATTN_CORE_*`` variable take effect.
 """
 
 from attn_core.core.cache_write import write_to_paged_cache

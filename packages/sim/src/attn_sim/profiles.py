@@ -2,8 +2,7 @@
 
 The constants live in :mod:`attn_core.device.spec` (one copy, with provenance) and profile files
 are :mod:`attn_core.device.profile_file`'s (``attn-core/profile/1``: validated, every error names
-the
-file and the field); this module only resolves a ``--profile`` argument and writes the files
+the file and the field); this module only resolves a ``--profile`` argument and writes the files
 ``attn_sim calibrate`` and ``attn_sim profile-from`` produce. A calibrated file names its base
 profile and the fields it replaces::
 

@@ -270,6 +270,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "toolkit root for native builds (/usr/local/corex on Iluvatar)"),
 )  # fmt: skip
 
+
+def env_var_table() -> str:
+    """:data:`ENV_VARS` as attn-core's README shows them (a test holds the README to it)."""
+    rows = ["| variable | default | effect |", "|---|---|---|"]
+    rows += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in ENV_VARS]
+    return "\n".join(rows)
+
+
 _CUDA_PATH = "CUDA_PATH"  # CUDA_HOME's fallback (Windows-style installs, some containers)
 
 

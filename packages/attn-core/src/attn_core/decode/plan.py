@@ -12,8 +12,8 @@ Tiers (``tier``, :data:`attn_core.core.settings.DECODE_TIERS`):
   shared memory; direct softmax . V, no partition machinery. One step.
 - ``one_pass``: the batch alone has enough softmax rows (``num_seqs x num_heads``) to fill the
   device (see :data:`ONE_PASS_MIN_SOFTMAX_FILL`); a device kernel would loop over tiles with an
-  online softmax. The torch path computes the same exact whole-sequence softmax as
-  ``single_tile``. One step.
+  online softmax. The torch path computes the same exact whole-sequence softmax as ``single_tile``.
+  One step.
 - ``partitioned``: phase 1 computes every partition's max, exp-sum and unnormalised partial
   output at once; phase 2 merges them by log-sum-exp in fp32 and divides on the output side.
 
@@ -38,8 +38,7 @@ profile, its :class:`~attn_core.device.capabilities.Capabilities` and the
 subscription, streaming, score rounding, gather width; ``ATTN_CORE_DECODE_*`` in the
 environment, read by :mod:`attn_core.core.settings` only). Nothing here probes a device or loads a
 kernel: :func:`attn_core.runtime.resolve.decode_plan_for` resolves the last three from a device and
-the
-settings, for callers at the API boundary.
+the settings, for callers at the API boundary.
 """
 
 from __future__ import annotations

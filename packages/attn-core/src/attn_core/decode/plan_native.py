@@ -15,8 +15,7 @@ The backend choice is a pure function of the capabilities and overrides
 :class:`NativeDecodePlan` is the native backend's plan: sizes, the kernel's split (grid,
 partitions, partials; :func:`attn_core.native.split.native_split`, which the simulator reads
 too) and its launches. The resolver (:mod:`attn_core.runtime.resolve`) attaches the loaded library,
-so
-running the plan looks nothing up.
+so running the plan looks nothing up.
 """
 
 from __future__ import annotations

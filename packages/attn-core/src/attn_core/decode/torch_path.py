@@ -2,8 +2,7 @@
 
 :func:`run_torch_decode` executes a :class:`~attn_core.decode.plan.DecodePlan` (the step is
 described in :mod:`attn_core.runtime.decode`'s docstring): group the queries per KV head, gather K
-and V
-by whole blocks, score, mask, softmax (or partition and merge by log-sum-exp), write ``out``.
+and V by whole blocks, score, mask, softmax (or partition and merge by log-sum-exp), write ``out``.
 Scratch comes from the caller's :class:`~attn_core.core.workspace.Workspace`.
 """
 

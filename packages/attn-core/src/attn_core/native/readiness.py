@@ -5,8 +5,7 @@ the verify-once registry whether it matched the float64 reference here (:mod:`.v
 verification syncs, so during a CUDA-graph capture an unverified configuration is reported as
 not ready (the registry keeps no verdict then) and that plan takes the torch path. Only the
 resolver (:mod:`attn_core.runtime.resolve`) calls this, once per resolved plan; the planners read
-its
-answer as :attr:`attn_core.device.capabilities.Capabilities.native_decode` and never import it.
+its answer as :attr:`attn_core.device.capabilities.Capabilities.native_decode` and never import it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ Planning never runs a kernel: :func:`attn_core.plan_prefill` picks from
 ``Capabilities.fused_prefill``, and this module narrows that list to the backends that matched
 the reference on this device, dtype and head size (:func:`verified_capabilities`), once per
 process. :mod:`attn_core.runtime.prefill` calls it lazily on the first prefill; a caller that
-forces a
-fused backend goes through :func:`ensure_verified`, which raises instead of falling back.
+forces a fused backend goes through :func:`ensure_verified`, which raises instead of falling back.
 
 The check runs the backend through the caller's ``run(case, plan)`` (the prefill entry point
 without verification), so this module imports no entry point and the import graph stays

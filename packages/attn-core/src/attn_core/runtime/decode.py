@@ -18,8 +18,8 @@ holds at least ``block_size - 1`` masked slots after its last token):
    ``where`` at the end);
 4. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm (scale folded into q where that is
    exact), ALiBi, masked slots set to ``-1e30`` (finite: an all-masked partition then yields
-   finite statistics whose merge weight is exactly 0; whatever a masked key produced, inf and
-   NaN included, is replaced);
+   finite statistics whose merge weight is exactly 0; whatever a masked key produced, inf and NaN
+   included, is replaced);
 5. ``single_tile`` / ``one_pass``: fp32 softmax, cast, one ``P . V`` bmm, written to ``out``;
    ``partitioned``: per-partition max / exp / sum on the score tensor, probabilities normalised
    per partition and cast, one bmm over every (row, partition), then a fp32 log-sum-exp merge
@@ -110,8 +110,7 @@ def paged_decode(
         plan: a prebuilt plan (:func:`attn_core.plan_decode` / :func:`attn_core.
             decode_plan_for`; the simulator, benchmarks, tests); it must be for this call's
             shape, batch and dtype. Default: resolved here (:mod:`attn_core.runtime.resolve`) once
-            per
-            shape, ``max_seq_len`` bucket, ``backend`` and settings generation, then reused.
+            per shape, ``max_seq_len`` bucket, ``backend`` and settings generation, then reused.
         backend: ``"torch"`` or ``"native"`` (wins over ``ATTN_CORE_DECODE_BACKEND``); None:
             the settings', else native where built and verified. A forced ``"native"`` that
             cannot serve the call raises ``ValueError`` naming why.

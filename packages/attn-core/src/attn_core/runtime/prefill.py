@@ -61,8 +61,8 @@ def paged_prefix_prefill(
 
     Args:
         query: ``[num_tokens, num_heads, head_size]`` fp16/bf16/fp32, the chunk's queries.
-        key, value: ``[num_tokens, num_kv_heads, head_size]``, the chunk's own K/V (not read
-            from the cache).
+        key, value: ``[num_tokens, num_kv_heads, head_size]``, the chunk's own K/V (not read from
+            the cache).
         key_cache: ``[num_blocks, num_kv_heads, head_size // x, block_size, x]``.
         value_cache: ``[num_blocks, num_kv_heads, head_size, block_size]``.
         block_tables: ``[num_seqs, max_blocks]`` int32.
@@ -149,8 +149,8 @@ def prefill_plan_for(
     backend: Optional[str] = None,
 ) -> PrefillPlan:
     """:func:`attn_core.runtime.resolve.prefill_plan_for` with this module's check runner: the
-    profile,
-    the probed capabilities with fused backends narrowed to those that matched the reference
+    profile, the probed capabilities with fused backends narrowed to those that matched the
+    reference
     (once per process), and ``overrides`` (default: the settings'), ``backend`` winning."""
     return resolve.prefill_plan_for(
         shape, lengths, device, device_spec, overrides, alibi=alibi,

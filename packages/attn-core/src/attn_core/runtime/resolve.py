@@ -1,11 +1,9 @@
 """The impure half of planning, done once per plan: device, capabilities, readiness, overrides.
 
 A decode or prefill call is *resolved* here and then only *run*. Resolving reads the settings
-snapshot (:mod:`attn_core.core.settings`; the environment as of the last
-:func:`~attn_core.core.settings.
-reload`), picks the device profile (``device_spec``, else ``ATTN_CORE_DEVICE``, else detected),
-probes the device's torch (:func:`~attn_core.device.capabilities.probe_capabilities`), asks whether
-the
+snapshot (:mod:`attn_core.core.settings`: the environment as of the last ``reload()``), picks
+the device profile (``device_spec``, else ``ATTN_CORE_DEVICE``, else detected), probes the
+device's torch (:func:`~attn_core.device.capabilities.probe_capabilities`), asks whether the
 native kernel is built and verified here (:func:`attn_core.native.readiness.native_ready`) and
 whether fused prefill backends matched the reference (:mod:`attn_core.prefill.verify`), then
 calls the pure planners. A native plan leaves with its loaded library attached, so running it
@@ -14,10 +12,10 @@ looks nothing up.
 Precedence of every decision: an explicit argument (``backend=``, ``overrides=``,
 ``device_spec=``), then the settings snapshot, then the planner's default.
 
-:func:`cached_decode_plan` is what :func:`attn_core.paged_decode` asks on every call: one
-``lru_cache`` lookup keyed by the shape, the ``max_seq_len`` bucket, the table width, the
-``backend`` argument, the profile and the settings generation, so a steady-state call reads no
-environment and resolves nothing.
+:func:`cached_decode_plan` keeps resolved decode plans per shape, ``max_seq_len`` bucket,
+table width, ``backend`` argument, profile and settings generation; :func:`attn_core.
+paged_decode` asks it only for a call key it has not seen (its own steady state is one dict
+lookup), so a steady-state call reads no environment and resolves nothing.
 """
 
 from __future__ import annotations
@@ -99,8 +97,10 @@ def cached_decode_plan(
     return decode_plan_for(shape, lengths, device, device_spec, backend=backend)
 
 
+@functools.lru_cache(maxsize=64)
 def with_library(plan: NativeDecodePlan, device: torch.device) -> NativeDecodePlan:
-    """A caller's native plan (made by the pure planner) with the verified library attached."""
+    """A caller's native plan (made by the pure planner) with the verified library attached;
+    kept per (plan, device), so a caller passing the same plan each step resolves it once."""
     lib, why = native_ready(current_overrides().native, device, _shape_of(plan))
     if lib is None:
         raise ValueError(f"plan.backend is 'native' but the native kernel is {why}")
