@@ -156,3 +156,10 @@ def test_a_steady_call_enters_no_resolver_code(case, max_seq_len: int) -> None:
     assert len(files) <= MAX_FILES, files
     assert files[0] == "decode.py"
     assert calls < 200  # 236 Python calls before issue 15, about 70 after
+
+
+def test_an_unknown_backend_is_named(case) -> None:
+    with pytest.raises(
+        ValueError, match="backend must be None or one of torch, native, got 'cuda'"
+    ):
+        call(case, 1000, Workspace(), backend="cuda")

@@ -26,7 +26,13 @@ from typing import Optional
 
 import torch
 
-from attn_core.core.settings import DecodeOverrides, PrefillOverrides, current_overrides
+from attn_core.core.settings import (
+    DECODE_BACKENDS,
+    PREFILL_BACKENDS,
+    DecodeOverrides,
+    PrefillOverrides,
+    current_overrides,
+)
 from attn_core.core.shapes import AttentionShape
 from attn_core.decode.plan import AnyDecodePlan, DecodeLengths, plan_decode
 from attn_core.decode.plan_native import NativeDecodePlan
@@ -52,6 +58,7 @@ def decode_plan_for(
     ``overrides`` (default: the settings'), ``backend`` winning over both. A native plan
     carries its verified library; ``plan.backend_reason`` says why its backend was chosen."""
     device = torch.device(device)
+    _check_backend(backend, DECODE_BACKENDS)
     settings = current_overrides()
     decode = overrides if overrides is not None else settings.decode
     if backend is not None:
@@ -131,6 +138,7 @@ def prefill_plan_for(
     checked once per process, :mod:`attn_core.prefill.verify`), and ``overrides`` (default: the
     settings'), ``backend`` winning over both."""
     device = torch.device(device)
+    _check_backend(backend, PREFILL_BACKENDS)
     settings = current_overrides()
     chosen = overrides if overrides is not None else settings.prefill
     if backend is not None:
@@ -142,3 +150,8 @@ def prefill_plan_for(
     return plan_prefill(
         shape, lengths, spec, caps, chosen, alibi=alibi, sliding_window=sliding_window
     )
+
+
+def _check_backend(backend: Optional[str], choices: tuple[str, ...]) -> None:
+    if backend is not None and backend not in choices:
+        raise ValueError(f"backend must be None or one of {', '.join(choices)}, got {backend!r}")
