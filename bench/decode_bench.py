@@ -25,7 +25,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 
@@ -36,14 +36,15 @@ from attn_core import (  # noqa: E402
     AttentionShape,
     DecodeLengths,
     DecodePlan,
+    NativeDecodePlan,
     decode_plan_for,
     paged_decode,  # noqa: E402
 )
-from attn_core.cache_layout import validate_caches  # noqa: E402
-from attn_core.decode_gather import block_ids, gather_keys, gather_values  # noqa: E402
-from attn_core.settings import DecodeOverrides  # noqa: E402
-from attn_core.testing import reference_decode  # noqa: E402
-from attn_core.workspace import Workspace  # noqa: E402
+from attn_core.core.cache_layout import validate_caches  # noqa: E402
+from attn_core.core.settings import DecodeOverrides  # noqa: E402
+from attn_core.core.workspace import Workspace  # noqa: E402
+from attn_core.decode.gather import block_ids, gather_keys, gather_values  # noqa: E402
+from attn_core.reference import reference_decode  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 # the target shapes first, so a run cut short still answers the targets
@@ -97,7 +98,7 @@ class Case:
     def kv_bytes(self) -> int:
         return 2 * self.batch * KV_HEADS * self.tokens * HEAD * 2
 
-    def plan(self) -> DecodePlan:
+    def plan(self) -> Union[DecodePlan, NativeDecodePlan]:
         """attn-core's plan for this case under ``self.overrides`` (the variant being timed),
         made once per variant so timed calls do not plan."""
         if self.overrides not in self._plans:
@@ -255,13 +256,15 @@ def plan_row(c: Case) -> dict[str, Any]:
     plan = c.plan()
     return {
         "backend": plan.backend,
+        "backend_reason": plan.backend_reason,
         "tier": plan.tier,
         "partition_size": plan.partition_size,
         "num_partitions": plan.num_partitions,
-        "num_chunks": plan.num_chunks,
-        "gather_bytes": plan.gather_bytes,
+        # the torch plan's own fields (a NativeDecodePlan has none of them)
+        "num_chunks": getattr(plan, "num_chunks", 1),
+        "gather_bytes": getattr(plan, "gather_bytes", None),
         "workspace_MB": plan.workspace_bytes / 1e6,
-        "scores_fp32_from_bmm": plan.scores_fp32_from_bmm,
+        "scores_fp32_from_bmm": getattr(plan, "scores_fp32_from_bmm", None),
         "device_spec": plan.device_spec.name,
         "steps": [
             {

@@ -119,9 +119,10 @@ def eager_ms(fn: Callable[[], object], reps: int = 30) -> float:
 
 
 def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tensor]:
-    from attn_core.native.launch import launch_decode, partials_shape
+    from attn_core.native.launch import launch_decode
+    from attn_core.native.split import partials_shapes
 
-    o_shape, l_shape = partials_shape(c.batch, HEADS, parts, HEAD)
+    o_shape, l_shape = partials_shapes(c.batch, HEADS, parts, HEAD)
     part_out = torch.empty(o_shape, device="cuda") if parts > 1 else None
     part_lse = torch.empty(l_shape, device="cuda") if parts > 1 else None
 
@@ -211,8 +212,8 @@ def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: floa
 def _rule_split(c: PagedKV) -> tuple[int, int]:
     """What attn-core's plan chooses (:func:`attn_core.native.split.native_split`)."""
     from attn_core import detect_device_spec
+    from attn_core.core.shapes import AttentionShape
     from attn_core.native.split import native_split
-    from attn_core.shapes import AttentionShape
 
     shape = AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, kv_cache_dtype=c.kv_cache_dtype)
     split = native_split(shape, c.batch, c.tokens, detect_device_spec(torch.device("cuda")))
@@ -237,7 +238,7 @@ def _torch_path_ms(cases: list[PagedKV]) -> Optional[float]:
         decode_plan_for,
         paged_decode,
     )
-    from attn_core.workspace import Workspace
+    from attn_core.core.workspace import Workspace
 
     try:
         c0 = cases[0]
@@ -269,8 +270,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("native_decode_bench: needs a CUDA device; nothing measured")
         return 0
+    from attn_core.core.settings import current_overrides
     from attn_core.native.library import load_native
-    from attn_core.settings import current_overrides
 
     lib, status = load_native(current_overrides().native, torch.device("cuda"), HEADS // KV_HEADS)
     print(f"native: {status}", flush=True)

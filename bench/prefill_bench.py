@@ -70,12 +70,16 @@ from attn_core import (  # noqa: E402  # noqa: E402
     prefill_plan_for,
     write_to_paged_cache,
 )
-from attn_core.capabilities import FUSED_ORDER, probe_capabilities  # noqa: E402
-from attn_core.plan_prefill import ELEMENTWISE_BYTES_PER_SCORE  # noqa: E402
-from attn_core.prefill import verify_prefill_backend  # noqa: E402
-from attn_core.prefill_case import PrefillCase, make_prefill_case  # noqa: E402
-from attn_core.settings import PrefillOverrides  # noqa: E402
-from attn_core.testing import reference_prefix_prefill, tokens_from_cache  # noqa: E402
+from attn_core.core.settings import PrefillOverrides  # noqa: E402
+from attn_core.device.capabilities import FUSED_ORDER, probe_capabilities  # noqa: E402
+from attn_core.prefill.plan import ELEMENTWISE_BYTES_PER_SCORE  # noqa: E402
+from attn_core.reference import (  # noqa: E402  # noqa: E402
+    PrefillCase,
+    make_prefill_case,
+    reference_prefix_prefill,
+    tokens_from_cache,
+)
+from attn_core.runtime.prefill import verify_prefill_backend  # noqa: E402
 
 SHAPE = {"num_heads": 24, "num_kv_heads": 4, "head_size": 256}
 QUICK_SHAPE = {"num_heads": 4, "num_kv_heads": 2, "head_size": 64}

@@ -99,7 +99,7 @@ def _error(err: BaseException) -> str:
 def measure_case(num_seqs: int, context: int, device: torch.device, iters: int) -> dict[str, Any]:
     """Eager and graph-replay times of one case (the graph part may fail: recorded)."""
     import attn_core
-    from attn_core.workspace import Workspace
+    from attn_core.core.workspace import Workspace
 
     query, kc, vc, tables, seq_lens = make_inputs(num_seqs, context, device)
     ws, out = Workspace(), torch.empty_like(query)
@@ -111,8 +111,8 @@ def measure_case(num_seqs: int, context: int, device: torch.device, iters: int) 
 
     rec: dict[str, Any] = {"eager_s": median_time_s(step, device, warmup=WARMUP, iters=iters)}
     try:  # the tier measured, so a later calibrate traces the same one even if the rule moves
-        from attn_core.cache_layout import validate_caches
-        from attn_core.decode import plan_for
+        from attn_core.core.cache_layout import validate_caches
+        from attn_core.runtime.decode import plan_for
 
         layout = validate_caches(kc, vc, "auto", compute_dtype=query.dtype, device=query.device)
         rec["tier"] = plan_for(query, layout, tables.shape[1], context).tier

@@ -1,4 +1,4 @@
-"""Rates as the simulator's profile defines them (attn_core.device_spec.DeviceSpec):
+"""Rates as the simulator's profile defines them (attn_core.device.spec.DeviceSpec):
 
 - ``hbm_bandwidth``: bytes/s of a streaming read (a sum over N bytes of fp16: reads N, writes
   nothing of note); ``copy_bandwidth``: a device-to-device copy, read + write counted (2N);

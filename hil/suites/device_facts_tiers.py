@@ -114,7 +114,7 @@ def attn_core_call(c: Case, out: torch.Tensor, plan):
     """One decode step on ``plan`` with a workspace of its own, so a graph captured over it
     never shares scratch buffers with the next variant's eager calls."""
     import attn_core
-    from attn_core.workspace import Workspace
+    from attn_core.core.workspace import Workspace
 
     ws = Workspace()
     return lambda: attn_core.paged_decode(
@@ -125,9 +125,9 @@ def attn_core_call(c: Case, out: torch.Tensor, plan):
 
 def native_library(device: torch.device) -> tuple:
     """(library or None, why not): built (prebuilt or cached: no build here) and verified."""
+    from attn_core.core.settings import current_overrides
     from attn_core.native.library import load_native
     from attn_core.native.verify import verify_native
-    from attn_core.settings import current_overrides
 
     group = HEADS // KV_HEADS
     settings = dataclasses.replace(current_overrides().native, build=False)
@@ -141,10 +141,11 @@ def native_library(device: torch.device) -> tuple:
 
 
 def native_call(lib, c: Case, out: torch.Tensor, partition_size: int):
-    from attn_core.native.launch import launch_decode, partials_shape
+    from attn_core.native.launch import launch_decode
+    from attn_core.native.split import partials_shapes
 
     parts = -(-c.context // partition_size)
-    o_shape, l_shape = partials_shape(c.query.shape[0], HEADS, parts, HEAD)
+    o_shape, l_shape = partials_shapes(c.query.shape[0], HEADS, parts, HEAD)
     dev = c.query.device
     part_out = torch.empty(o_shape, device=dev) if parts > 1 else None
     part_lse = torch.empty(l_shape, device=dev) if parts > 1 else None

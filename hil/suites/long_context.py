@@ -4,7 +4,7 @@ Usage: python long_context.py --out DIR [--junit FILE] [--quick] [--device cuda|
                               [--contexts 32768,65536,...] [--dtype float16] [--repeats 10]
 
 For each (kind, context) case it builds a random paged problem (permuted block tables,
-attn_core.testing.make_paged_case), checks attn-core's output against the float64 reference
+attn_core.reference.make_paged_case), checks attn-core's output against the float64 reference
 (computed per KV head so that its memory stays bounded at 256K, and in query chunks for
 prefill), then times the call: median seconds, achieved bandwidth over the K/V bytes read, peak
 device memory. A case that would not fit in free device memory is skipped with the numbers.
@@ -43,7 +43,7 @@ from suite_vars import (
     parse_dtype,
 )
 
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
 
 FULL_CONTEXTS = (32 * 1024, 64 * 1024, 100_000, 128 * 1024, 256 * 1024)
 QUICK_CONTEXTS = (257, 1000)
@@ -97,7 +97,7 @@ def fits(kind: str, context_len: int, shape: Shape, elem: int, device: str) -> O
 
 
 def decode_case(context_len: int, shape: Shape, dtype, device: str, seed: int):
-    from attn_core.testing import make_paged_case
+    from attn_core.reference import make_paged_case
 
     case = make_paged_case(
         [context_len],
@@ -143,7 +143,7 @@ def run_decode(case, out: torch.Tensor, plan) -> torch.Tensor:
 
 def reference_decode_grouped(case) -> torch.Tensor:
     """float64 ``[num_seqs, num_heads, head_size]``, one KV head (and its query group) at a time."""
-    from attn_core.testing import reference_decode
+    from attn_core.reference import reference_decode
 
     heads, kv_heads = case.query.shape[1], case.key_cache.shape[1]
     group = heads // kv_heads
@@ -176,7 +176,7 @@ class PrefillInputs:
 
 
 def prefill_case(context_len: int, shape: Shape, dtype, device: str, seed: int) -> PrefillInputs:
-    from attn_core.testing import make_paged_case
+    from attn_core.reference import make_paged_case
 
     q_len = shape.query_len
     case = make_paged_case(
@@ -222,7 +222,7 @@ def run_prefill(p: PrefillInputs, out: torch.Tensor) -> torch.Tensor:
 
 
 def reference_prefill_grouped(p: PrefillInputs, query_chunk: int) -> torch.Tensor:
-    from attn_core.testing import reference_prefix_prefill
+    from attn_core.reference import reference_prefix_prefill
 
     c = p.case
     heads, kv_heads = p.query.shape[1], p.key.shape[1]

@@ -2,7 +2,7 @@
 
 HIL_QUICK takes one boolean grammar everywhere: 1/true/yes/on, 0/false/no/off (any case), empty
 or unset = the default; anything else is an error (``HIL_QUICK=true`` once meant "not quick").
-The parser is attn_core.settings.parse_bool where attn-core is importable (inside the images it
+The parser is attn_core.core.settings.parse_bool where attn-core is importable (inside the images it
 is), else the local copy below with the same semantics, so this file needs neither torch nor
 attn-core and the hil tests can check it anywhere.
 """
@@ -37,7 +37,7 @@ def _local_parse_bool(name: str, raw: Optional[str], default: Optional[bool] = F
 
 
 try:
-    from attn_core.settings import parse_bool as _parse_bool
+    from attn_core.core.settings import parse_bool as _parse_bool
 except ImportError:  # hil's own tests, a bare interpreter: same grammar, local copy
     _parse_bool = _local_parse_bool
 

@@ -56,7 +56,7 @@ def test_cpu_quick_run_writes_a_well_formed_file_with_every_gpu_fact_absent(tmp_
 
 
 def test_profile_from_accepts_the_cpu_facts_and_keeps_the_base(tmp_path, monkeypatch, capsys):
-    from attn_core.device_spec import DEVICE_SPECS
+    from attn_core.device.spec import DEVICE_SPECS
     from attn_sim import profile_from
     from attn_sim.cli import main as sim_main
     from attn_sim.profiles import load_profile

@@ -38,20 +38,29 @@ def test_quick_other_values_name_the_variable(raw):
         suite_vars.quick({"HIL_QUICK": raw})
 
 
-def test_same_grammar_as_attn_core():
-    settings = pytest.importorskip("attn_core.settings")
+def _outcome(parse, raw, default):
+    try:
+        return ("value", parse("X", raw, default))
+    except ValueError as exc:
+        return ("error", str(exc))
+
+
+_WORDS = [w for words in (suite_vars.TRUE_WORDS, suite_vars.FALSE_WORDS) for w in words]
+_SPELLINGS = [None, "", "  ", "bogus", "2", "tru", "y", "nO", "\tyes\n", "ON ", "0.0"] + [
+    f(w) for w in _WORDS for f in (str, str.upper, str.title, lambda t: f" {t} ")
+]
+
+
+@pytest.mark.parametrize("default", (False, True, None))
+def test_same_grammar_as_attn_core(default):
+    """The local copy (hil needs no torch) and attn_core.core.settings.parse_bool: the same words,
+    the same value or the same error message for every spelling and default."""
+    settings = pytest.importorskip("attn_core.core.settings")
     assert suite_vars.TRUE_WORDS == settings.TRUE_WORDS
     assert suite_vars.FALSE_WORDS == settings.FALSE_WORDS
-    for raw in (None, "", "1", "yes", "Off", "bogus"):
-        try:
-            want = settings.parse_bool("X", raw, False)
-        except ValueError:
-            want = "error"
-        try:
-            got = suite_vars._local_parse_bool("X", raw, False)
-        except ValueError:
-            got = "error"
-        assert got == want, raw
+    for raw in _SPELLINGS:
+        want = _outcome(settings.parse_bool, raw, default)
+        assert _outcome(suite_vars._local_parse_bool, raw, default) == want, raw
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,7 @@ class BuildPyWithNative(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return  # a source checkout builds on first use (attn_core.native.library)
-        settings = _load("settings.py")
+        settings = _load("core/settings.py")
         env = os.environ
         wanted = env.get("ATTN_CORE_NATIVE_BUILD")
         if not settings.parse_bool("ATTN_CORE_NATIVE_BUILD", wanted, True):

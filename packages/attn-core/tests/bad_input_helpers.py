@@ -8,8 +8,7 @@ from typing import Any
 import torch
 
 from attn_core import paged_decode, paged_prefix_prefill, write_to_paged_cache
-from attn_core.prefill_case import make_prefill_case
-from attn_core.testing import make_paged_case
+from attn_core.reference import make_paged_case, make_prefill_case
 
 
 def decode_args() -> dict[str, Any]:

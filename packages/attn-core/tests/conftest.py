@@ -1,6 +1,6 @@
 """Shared test support for attn-core: NaN poisoning, per-dtype tolerances, a CUDA skip.
 
-The float64 reference lives in ``attn_core.testing`` (shared with engine-patch and the HIL
+The float64 reference lives in ``attn_core.reference`` (shared with engine-patch and the HIL
 suites); this file only holds pytest plumbing.
 """
 
@@ -10,6 +10,8 @@ import math
 
 import pytest
 import torch
+
+from attn_core.core import settings
 
 # Per-dtype tolerances against the float64 reference. fp16: probabilities are rounded to fp16
 # before P.V (as in vLLM) and the output once more; the worst error seen over this suite's
@@ -47,8 +49,33 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtyp
 
 
 @pytest.fixture(autouse=True)
-def clean_decode_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """Every test starts without decode overrides; tests set the ones they exercise."""
+def clean_decode_env(monkeypatch: pytest.MonkeyPatch):
+    """Every test starts without decode overrides and with a settings snapshot of that
+    environment; tests pass overrides, or set a variable through :func:`settings_env` (which
+    reloads the snapshot, as a process would on start). The snapshot is reloaded afterwards."""
     for name in DECODE_ENV:
         monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+    settings.reload()
+    yield monkeypatch
+    monkeypatch.undo()
+    settings.reload()
+
+
+class SettingsEnv:
+    """Set an ``ATTN_CORE_*`` variable and reload the settings snapshot (when it takes effect)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monkeypatch = monkeypatch
+
+    def set(self, name: str, value: str) -> None:
+        self._monkeypatch.setenv(name, value)
+        settings.reload()
+
+    def unset(self, name: str) -> None:
+        self._monkeypatch.delenv(name, raising=False)
+        settings.reload()
+
+
+@pytest.fixture
+def settings_env(clean_decode_env: pytest.MonkeyPatch) -> SettingsEnv:
+    return SettingsEnv(clean_decode_env)

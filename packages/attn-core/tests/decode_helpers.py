@@ -15,8 +15,8 @@ from attn_core import (
     decode_plan_for,
     paged_decode,
 )
-from attn_core.testing import PagedCase, reference_decode
-from attn_core.workspace import Workspace
+from attn_core.core.workspace import Workspace
+from attn_core.reference import PagedCase, reference_decode
 
 
 def plan_of(case: PagedCase, max_seq_len: Optional[int] = None, **overrides: object) -> DecodePlan:

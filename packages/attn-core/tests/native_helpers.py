@@ -13,10 +13,11 @@ from typing import Optional
 import pytest
 import torch
 
-from attn_core.native.launch import launch_decode, partials_shape
+from attn_core.core.settings import NativeSettings
+from attn_core.native.launch import launch_decode
 from attn_core.native.library import NativeLibrary, load_native
-from attn_core.settings import NativeSettings
-from attn_core.testing import PagedCase, make_paged_case, poison_tails, reference_decode
+from attn_core.native.split import partials_shapes
+from attn_core.reference import PagedCase, make_paged_case, poison_tails, reference_decode
 
 
 def native_library(group: int) -> NativeLibrary:
@@ -46,7 +47,7 @@ def run_native(
     out = torch.full_like(case.query, math.nan) if out is None else out
     part_out = part_lse = None
     if num_partitions > 1:
-        o_shape, l_shape = partials_shape(num_seqs, num_heads, num_partitions, head_size)
+        o_shape, l_shape = partials_shapes(num_seqs, num_heads, num_partitions, head_size)
         part_out = torch.full(o_shape, math.nan, device=out.device)
         part_lse = torch.full(l_shape, math.nan, device=out.device)
     launch_decode(

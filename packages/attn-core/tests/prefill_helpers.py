@@ -9,10 +9,9 @@ import torch
 from conftest import poisoned_like
 
 from attn_core import paged_prefix_prefill
-from attn_core.plan_prefill import PrefillPlan
-from attn_core.prefill_case import PrefillCase
-from attn_core.testing import alibi_bias, reference_prefix_prefill
-from attn_core.testing import reference as _ref
+from attn_core.prefill.plan import PrefillPlan
+from attn_core.reference import PrefillCase, alibi_bias, reference_prefix_prefill
+from attn_core.reference import attention as _ref
 
 
 def run_prefill(case: PrefillCase, plan: Optional[PrefillPlan] = None) -> torch.Tensor:

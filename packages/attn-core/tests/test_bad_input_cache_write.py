@@ -10,8 +10,13 @@ from attn_core import write_to_paged_cache
 
 
 @pytest.fixture(autouse=True)
-def checks_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ATTN_CORE_CHECKS", "0")
+def checks_off(settings_env) -> None:
+    settings_env.set("ATTN_CORE_CHECKS", "0")
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits (NaN-safe equality: fp16 caches viewed as int16)."""
+    return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.uint8)
 
 
 def zero_block_args() -> dict:
@@ -24,21 +29,33 @@ def zero_block_args() -> dict:
     return args
 
 
-def test_all_padding_into_a_zero_block_cache_is_a_no_op() -> None:
-    """Was an IndexError (the skipped-slot redirect read block 0, which does not exist)."""
-    write_to_paged_cache(**zero_block_args())
+def test_all_padding_into_a_zero_block_cache_is_accepted() -> None:
+    """Was an IndexError (the skipped-slot redirect read block 0, which does not exist); the
+    caches stay the empty tensors they were."""
+    args = zero_block_args()
+    write_to_paged_cache(**args)
+    assert args["key_cache"].shape[0] == 0 and args["value_cache"].shape[0] == 0
 
 
-def test_all_padding_writes_nothing(monkeypatch) -> None:
+@pytest.mark.parametrize("slots", ("empty", "all padding"))
+def test_nothing_to_write_is_a_no_op(slots: str) -> None:
+    """A real cache (poisoned, NaN included) and an empty or all-padding slot mapping: every
+    bit of both caches is what it was."""
     args = write_args()
-    args["slot_mapping"] = torch.full((4,), -1)
+    args["key_cache"][1, 0, 0, 0, 0] = float("nan")  # NaN != NaN: compared as bits
+    if slots == "empty":
+        args.update(key=args["key"][:0], value=args["value"][:0], slot_mapping=torch.empty(0))
+        args["slot_mapping"] = args["slot_mapping"].long()
+    else:
+        args["slot_mapping"] = torch.full((4,), -1)
     before_k, before_v = args["key_cache"].clone(), args["value_cache"].clone()
     write_to_paged_cache(**args)
-    assert torch.equal(args["key_cache"], before_k) and torch.equal(args["value_cache"], before_v)
+    assert torch.equal(bits(args["key_cache"]), bits(before_k))
+    assert torch.equal(bits(args["value_cache"]), bits(before_v))
 
 
-def test_zero_block_cache_with_a_real_slot_raises_under_checks(monkeypatch) -> None:
-    monkeypatch.setenv("ATTN_CORE_CHECKS", "1")
+def test_zero_block_cache_with_a_real_slot_raises_under_checks(settings_env) -> None:
+    settings_env.set("ATTN_CORE_CHECKS", "1")
     args = zero_block_args()
     write_to_paged_cache(**args)  # padding only: still fine
     args["slot_mapping"] = torch.tensor([-1, 0, -1, -1])

@@ -1,7 +1,7 @@
 """paged_decode on bad input without ATTN_CORE_CHECKS: host checks always run, bad values never
 read another sequence's blocks (issue 11, attn-core).
 
-What each bad *value* does without the flag is documented in :mod:`attn_core.decode_checks`;
+What each bad *value* does without the flag is documented in :mod:`attn_core.decode.bounds`;
 these tests hold the code to that list.
 """
 
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attn_core import paged_decode
-from attn_core.testing import make_paged_case
-from attn_core.workspace import Workspace
+from attn_core.core.workspace import Workspace
+from attn_core.reference import make_paged_case
 
 # What torch raises on the CPU for an out-of-range gather index (index_select: RuntimeError,
 # index_put_: IndexError); on CUDA the same reads are device-side asserts.
@@ -25,8 +25,8 @@ TORCH_INDEX_ERRORS = (IndexError, RuntimeError)
 
 
 @pytest.fixture(autouse=True)
-def checks_off(clean_decode_env: pytest.MonkeyPatch) -> None:
-    clean_decode_env.setenv("ATTN_CORE_CHECKS", "0")
+def checks_off(settings_env) -> None:
+    settings_env.set("ATTN_CORE_CHECKS", "0")
 
 
 def args_of(case, max_seq_len: int, **kwargs: Any) -> dict[str, Any]:
@@ -139,24 +139,24 @@ def test_seq_lens_below_one_give_finite_output(length: int) -> None:
     assert torch.isfinite(out).all()
 
 
-def test_value_checks_name_what_the_defaults_cannot(clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_CHECKS", "1")
+def test_value_checks_name_what_the_defaults_cannot(settings_env) -> None:
+    settings_env.set("ATTN_CORE_CHECKS", "1")
     case = small_case()
     case.seq_lens[1] = 60
     with pytest.raises(ValueError, match=r"seq_lens must be <= max_seq_len \(40\), got max 60"):
         paged_decode(**args_of(case, 40))
 
 
-def test_bad_checks_flag_is_an_error_naming_the_variable(clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_CHECKS", "maybe")
+def test_bad_checks_flag_is_an_error_naming_the_variable(settings_env) -> None:
+    """Read when the settings are (re)loaded: the error names the variable and the value."""
     with pytest.raises(ValueError, match=r"ATTN_CORE_CHECKS must be one of .*got 'maybe'"):
-        paged_decode(**args_of(small_case(), 40))
+        settings_env.set("ATTN_CORE_CHECKS", "maybe")
 
 
 @pytest.mark.parametrize("bad", (object(), {}, 3, "ws"), ids=("object", "dict", "int", "str"))
 def test_workspace_of_the_wrong_type(bad: object) -> None:
     want = (
-        r"workspace must be an attn_core Workspace \(attn_core.workspace.Workspace\) or None, "
+        r"workspace must be an attn_core Workspace \(attn_core.core.workspace.Workspace\) or None, "
         rf"got {type(bad).__name__}"
     )
     with pytest.raises(ValueError, match=want):

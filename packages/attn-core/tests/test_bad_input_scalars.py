@@ -14,7 +14,7 @@ from bad_input_helpers import ENTRY_POINTS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.checks import check_positive_finite, resolve_scale
+from attn_core.core.checks import check_positive_finite, resolve_scale
 
 SCALES = {
     "paged_decode": ("scale", "k_scale", "v_scale"),

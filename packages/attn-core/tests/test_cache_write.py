@@ -9,9 +9,13 @@ from conftest import assert_close
 from prefill_helpers import reference, run_prefill
 
 from attn_core import paged_decode, write_to_paged_cache
-from attn_core.cache_layout import quantize
-from attn_core.prefill_case import make_prefill_case
-from attn_core.testing import make_paged_case, reference_decode, tokens_from_cache
+from attn_core.core.cache_layout import quantize
+from attn_core.reference import (
+    make_paged_case,
+    make_prefill_case,
+    reference_decode,
+    tokens_from_cache,
+)
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -179,8 +183,8 @@ def test_bad_arguments_name_themselves() -> None:
         write_to_paged_cache(key, key, *args, slots, "auto", 0.0)
 
 
-def test_out_of_range_slot_raises_with_value_checks(monkeypatch) -> None:
-    monkeypatch.setenv("ATTN_CORE_CHECKS", "1")
+def test_out_of_range_slot_raises_with_value_checks(settings_env) -> None:
+    settings_env.set("ATTN_CORE_CHECKS", "1")
     case = make_paged_case((20,), 4, 2, 64, 16, torch.float16, seed=6)
     key = torch.randn(1, 2, 64).half()
     big = torch.tensor([case.key_cache.shape[0] * 16])

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core.cache_layout import (
+from attn_core.core.cache_layout import (
     dequantize,
     fp8_dtype,
     quantize,
     validate_caches,
     vector_width,
 )
-from attn_core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
-from attn_core.testing import make_paged_case, tokens_from_cache
+from attn_core.core.checks import check_positive, check_tensor, resolve_scale, value_checks_enabled
+from attn_core.reference import make_paged_case, tokens_from_cache
 
 
 def test_check_tensor_messages() -> None:
@@ -40,12 +40,13 @@ def test_scalars() -> None:
     assert resolve_scale(2, 64) == 2.0
 
 
-def test_value_checks_flag(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("ATTN_CORE_CHECKS", raising=False)
+def test_value_checks_flag(settings_env) -> None:
+    """The flag follows the settings snapshot: a changed variable counts after a reload."""
+    settings_env.unset("ATTN_CORE_CHECKS")
     assert not value_checks_enabled()
-    monkeypatch.setenv("ATTN_CORE_CHECKS", "1")
+    settings_env.set("ATTN_CORE_CHECKS", "1")
     assert value_checks_enabled()
-    monkeypatch.setenv("ATTN_CORE_CHECKS", "0")
+    settings_env.set("ATTN_CORE_CHECKS", "0")
     assert not value_checks_enabled()
 
 

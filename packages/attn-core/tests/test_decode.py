@@ -13,8 +13,8 @@ import torch
 from conftest import assert_close
 from decode_helpers import reference, run_decode, slopes_for
 
-from attn_core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
-from attn_core.testing import make_paged_case
+from attn_core.core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
+from attn_core.reference import make_paged_case
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 GQA = ((24, 4), (16, 2), (6, 1), (32, 8), (8, 8), (8, 1))

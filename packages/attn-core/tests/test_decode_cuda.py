@@ -12,8 +12,8 @@ from conftest import assert_close, poisoned_like, requires_cuda
 from decode_helpers import plan_of, reference, run_decode, slopes_for
 
 from attn_core import paged_decode
-from attn_core.testing import make_paged_case
-from attn_core.workspace import Workspace
+from attn_core.core.workspace import Workspace
+from attn_core.reference import make_paged_case
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 DEV = "cuda"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+from conftest import assert_close
 
 from attn_core import paged_decode
-from attn_core.testing import make_paged_case
+from attn_core.reference import make_paged_case, reference_decode
 
 
 def good() -> dict[str, Any]:
@@ -151,14 +153,24 @@ def test_bad_keyword_arguments() -> None:
         (lambda a: a["block_tables"].fill_(-1), r"block_tables entries in use must be in \[0, "),
     ],
 )
-def test_value_checks(change, match: str, clean_decode_env) -> None:
+def test_value_checks(change, match: str, settings_env) -> None:
     args = good()
     change(args)
-    clean_decode_env.setenv("ATTN_CORE_CHECKS", "1")
+    settings_env.set("ATTN_CORE_CHECKS", "1")
     with pytest.raises(ValueError, match=match):
         paged_decode(**args)
 
 
-def test_value_checks_pass_on_good_input(clean_decode_env) -> None:
-    clean_decode_env.setenv("ATTN_CORE_CHECKS", "1")
-    paged_decode(**good())
+def test_value_checks_pass_on_good_input(settings_env) -> None:
+    """With the value checks on, good input gives the reference's output, bit for bit the
+    output without them (the checks read values, they change nothing)."""
+    args = good()
+    unchecked = paged_decode(**args, out=torch.full_like(args["query"], math.nan))
+    settings_env.set("ATTN_CORE_CHECKS", "1")
+    checked = paged_decode(**args, out=torch.full_like(args["query"], math.nan))
+    assert torch.equal(checked.view(torch.int16), unchecked.view(torch.int16))
+    want = reference_decode(
+        args["query"], args["key_cache"], args["value_cache"], args["block_tables"],
+        args["seq_lens"],
+    )  # fmt: skip
+    assert_close(checked, want, torch.float16)

@@ -16,11 +16,12 @@ from decode_helpers import slopes_for
 from native_helpers import cuda_case, native_library, reference
 
 from attn_core import paged_decode
+from attn_core.core.settings import DecodeOverrides
+from attn_core.core.shapes import AttentionShape
+from attn_core.core.workspace import Workspace
+from attn_core.decode.plan import DecodeLengths
 from attn_core.native.split import native_split
-from attn_core.plan_decode import DecodeLengths, decode_plan_for
-from attn_core.settings import DecodeOverrides
-from attn_core.shapes import AttentionShape
-from attn_core.workspace import Workspace
+from attn_core.runtime.resolve import decode_plan_for
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 

@@ -9,7 +9,7 @@ from decode_helpers import reference, run_decode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attn_core.testing import make_paged_case
+from attn_core.reference import make_paged_case
 
 GQA = ((24, 4), (16, 2), (6, 1), (32, 8), (8, 8), (8, 1))
 

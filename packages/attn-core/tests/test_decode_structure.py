@@ -14,8 +14,8 @@ from decode_helpers import plan_of, run_decode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_core import paged_decode, probe_capabilities
-from attn_core.testing import make_paged_case
-from attn_core.workspace import Workspace
+from attn_core.core.workspace import Workspace
+from attn_core.reference import make_paged_case
 
 # Ops that read device values on the host or produce data-dependent shapes.
 SYNCING_OPS = {
@@ -142,7 +142,7 @@ def test_kv_never_expanded_to_query_heads(heads: tuple[int, int]) -> None:
     case = make_paged_case(lens, num_heads, num_kv_heads, 128, 16, torch.float16)
     rec = record(case)
     gathered = num_kv_heads * len(lens) * 400 * 128  # kv heads x seqs x slots x head
-    # workspace buffers carry 1/8 growth slack (attn_core.workspace.GROWTH_SLACK)
+    # workspace buffers carry 1/8 growth slack (attn_core.core.workspace.GROWTH_SLACK)
     assert rec.largest_output <= gathered * 9 // 8
     assert rec.largest_output < num_heads * len(lens) * max(lens) * 128
 

@@ -53,7 +53,7 @@ def test_detection() -> None:
 
 def test_forced_profile_file(tmp_path) -> None:
     """ATTN_CORE_DEVICE may name a profile JSON file (settings documents it)."""
-    from attn_core.profile_file import save_profile_file
+    from attn_core.device.profile_file import save_profile_file
 
     path = save_profile_file(
         get_device_spec("h200").with_overrides(name="h200-lab", sm_count=100),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from attn_core.device_spec import get_device_spec
-from attn_core.driver_profile import spec_from_properties
+from attn_core.device.driver_profile import spec_from_properties
+from attn_core.device.spec import get_device_spec
 
 RTX = SimpleNamespace(
     name="NVIDIA GeForce RTX 4090",

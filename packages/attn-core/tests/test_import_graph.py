@@ -1,5 +1,6 @@
-"""attn-core's import graph, read from the sources with ``ast``: no cycles, and the planners
-import no execution code.
+"""attn-core's import graph, read from the sources with ``ast``: no cycles, folders import one
+way (:data:`FLOORS`), and the planners import no execution code and nothing that builds, loads
+or verifies a kernel.
 
 Every ``import`` / ``from ... import`` of an ``attn_core`` module counts, at any depth of a
 module (a function-level import is still a dependency, and a cycle through one is what the
@@ -16,17 +17,47 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "attn_core"
 
-# The planners decide launches from explicit inputs; they must not reach an executor.
-PLANNERS = ("attn_core.plan_decode", "attn_core.plan_prefill")
+# The planners decide launches from explicit inputs; they must not reach an executor, nor any
+# module that builds, loads or verifies a kernel (that is the resolver's impure step).
+PLANNERS = (
+    "attn_core.decode.plan",
+    "attn_core.decode.plan_native",
+    "attn_core.prefill.plan",
+    "attn_core.native.split",
+)
+KERNEL_STEPS = {
+    "attn_core.native.build",
+    "attn_core.native.toolchain",
+    "attn_core.native.library",
+    "attn_core.native.verify",
+    "attn_core.native.readiness",
+    "attn_core.native.launch",
+    "attn_core.core.verify_once",
+    "attn_core.runtime.resolve",
+}
+# Folders in import order: a module may import its own folder and the folders of lower floors
+# only (equal floors do not import each other). The package's __init__ is the top.
+FLOORS = {
+    "reference": 0,
+    "core": 0,
+    "device": 1,
+    "native": 2,
+    "decode": 3,
+    "prefill": 3,
+    "runtime": 4,
+    "testing": 5,
+}
 EXECUTORS = {
-    "attn_core.decode",
-    "attn_core.prefill",
-    "attn_core.prefill_torch",
-    "attn_core.prefill_fused",
-    "attn_core.prefill_backends",
-    "attn_core.prefill_verify",
-    "attn_core.decode_gather",
-    "attn_core.cache_write",
+    "attn_core.runtime.decode",
+    "attn_core.decode.torch_path",
+    "attn_core.decode.native_step",
+    "attn_core.runtime.prefill",
+    "attn_core.prefill.torch_path",
+    "attn_core.prefill.fused",
+    "attn_core.prefill.backends",
+    "attn_core.prefill.verify",
+    "attn_core.decode.gather",
+    "attn_core.core.cache_write",
 }
 
 
@@ -99,8 +130,8 @@ def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_sees_the_package() -> None:
     edges = graph()
-    assert "attn_core.decode" in edges["attn_core"]
-    assert "attn_core.plan_decode" in edges["attn_core.decode"]
+    assert "attn_core.runtime.decode" in edges["attn_core"]
+    assert "attn_core.decode.plan" in edges["attn_core.runtime.decode"]
 
 
 def test_no_import_cycle() -> None:
@@ -118,3 +149,57 @@ def test_the_cycle_finder_finds_one() -> None:
 @pytest.mark.parametrize("planner", PLANNERS)
 def test_planners_import_no_execution_code(planner: str) -> None:
     assert not reachable(graph(), planner) & EXECUTORS
+
+
+@pytest.mark.parametrize("planner", PLANNERS)
+def test_planners_build_load_and_verify_nothing(planner: str) -> None:
+    assert not reachable(graph(), planner) & KERNEL_STEPS
+
+
+def test_the_reference_imports_nothing_it_checks() -> None:
+    edges = graph()
+    inside = {m for m in reachable(edges, "attn_core.reference")}
+    assert all(m.startswith("attn_core.reference") for m in inside), inside
+
+
+def folder_of(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_every_module_lives_in_a_folder_with_a_floor() -> None:
+    loose = [m for m in graph() if m != "attn_core" and folder_of(m) not in FLOORS]
+    assert loose == []
+
+
+def wrong_edges(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Edges into the package top, or into another folder on the same or a higher floor."""
+    wrong = []
+    for module, deps in edges.items():
+        if module == "attn_core":
+            continue
+        here = folder_of(module)
+        for dep in sorted(deps):
+            if dep == "attn_core":
+                wrong.append((module, dep))  # the top re-exports; nothing imports it back
+                continue
+            there = folder_of(dep)
+            if there != here and FLOORS[there] >= FLOORS[here]:
+                wrong.append((module, dep))
+    return wrong
+
+
+def test_folders_import_one_way() -> None:
+    assert wrong_edges(graph()) == []
+
+
+def test_the_floor_check_sees_wrong_edges() -> None:
+    edges = {
+        "attn_core.native.split": {"attn_core.decode.plan", "attn_core.core.shapes"},
+        "attn_core.decode.plan": {"attn_core.prefill.plan"},
+        "attn_core.prefill.plan": {"attn_core"},
+    }
+    assert wrong_edges(edges) == [
+        ("attn_core.native.split", "attn_core.decode.plan"),
+        ("attn_core.decode.plan", "attn_core.prefill.plan"),
+        ("attn_core.prefill.plan", "attn_core"),
+    ]

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.decode import MASKED_SCORE
-from attn_core.lse_merge import merge_lse
+from attn_core.core.lse_merge import merge_lse
+from attn_core.decode.torch_path import MASKED_SCORE
 
 
 def partitions(scores: torch.Tensor, values: torch.Tensor, ps: int):

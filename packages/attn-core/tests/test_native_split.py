@@ -8,14 +8,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.device_spec import get_device_spec, occupancy_limits
-from attn_core.native.split import TOKEN_TILE, native_split
-from attn_core.shapes import (
+from attn_core.core.shapes import (
     KV_CACHE_DTYPES,
     SUPPORTED_BLOCK_SIZES,
     SUPPORTED_HEAD_SIZES,
     AttentionShape,
 )
+from attn_core.device.spec import get_device_spec, occupancy_limits
+from attn_core.native.split import TOKEN_TILE, native_split
 
 QWEN = AttentionShape()
 H200 = get_device_spec("h200")

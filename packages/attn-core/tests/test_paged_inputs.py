@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attn_core.testing import make_paged_case
+from attn_core.reference import make_paged_case
 
 
 @pytest.mark.parametrize("non_contiguous", [False, True])

@@ -9,7 +9,7 @@ import torch
 from plan_helpers import decode_plan
 
 from attn_core import DecodePlan, get_device_spec
-from attn_core.plan_decode import (
+from attn_core.decode.plan import (
     ONE_PASS_MIN_SOFTMAX_FILL,
     softmax_row_slots,
 )

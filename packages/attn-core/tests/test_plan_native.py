@@ -7,19 +7,21 @@ import dataclasses
 import pytest
 import torch
 
-from attn_core.capabilities import Capabilities
-from attn_core.device_spec import get_device_spec
-from attn_core.native.readiness import with_native_capability
+from attn_core.core.settings import DecodeOverrides
+from attn_core.core.shapes import AttentionShape
+from attn_core.decode.plan import DecodeLengths, plan_decode
+from attn_core.decode.plan_native import TORCH_ONLY_OVERRIDES, choose_backend
+from attn_core.device.capabilities import Capabilities
+from attn_core.device.spec import get_device_spec
 from attn_core.native.split import native_split
-from attn_core.plan_decode import DecodeLengths, decode_plan_for, plan_decode
-from attn_core.plan_native import TORCH_ONLY_OVERRIDES, choose_backend
-from attn_core.settings import DecodeOverrides, Overrides
-from attn_core.shapes import AttentionShape
+from attn_core.runtime.resolve import decode_plan_for
 
 QWEN = AttentionShape()
 H200 = get_device_spec("h200")
 NATIVE = Capabilities(bmm_writes_fp32=True, native_decode=True)
-NO_NATIVE = Capabilities(bmm_writes_fp32=True, native_decode=False)
+NO_NATIVE = Capabilities(
+    bmm_writes_fp32=True, native_decode=False, native_decode_why="not available (no compiler)"
+)
 TORCH_ONLY_VALUES = {
     "tier": "partitioned",
     "partition_size": 512,
@@ -31,25 +33,39 @@ TORCH_ONLY_VALUES = {
 }
 
 
-def test_native_where_built_and_verified_else_torch():
-    assert choose_backend(NATIVE, DecodeOverrides()) == "native"
-    assert choose_backend(NO_NATIVE, DecodeOverrides()) == "torch"
-    assert choose_backend(NATIVE, DecodeOverrides(backend="torch")) == "torch"
-    assert choose_backend(NATIVE, DecodeOverrides(backend="native")) == "native"
+def test_native_where_built_and_verified_else_torch_and_why():
+    assert choose_backend(NATIVE, DecodeOverrides()) == (
+        "native",
+        "native kernel built and verified on this device",
+    )
+    assert choose_backend(NO_NATIVE, DecodeOverrides()) == (
+        "torch",
+        "native kernel not available (no compiler)",
+    )
+    assert choose_backend(NATIVE, DecodeOverrides(backend="torch"))[0] == "torch"
+    assert choose_backend(NATIVE, DecodeOverrides(backend="native"))[0] == "native"
 
 
-def test_forcing_native_where_it_is_not_verified_names_the_variable():
-    with pytest.raises(ValueError, match="ATTN_CORE_DECODE_BACKEND.*native_decode is False"):
+def test_forcing_native_where_it_is_not_verified_names_the_variable_and_why():
+    with pytest.raises(ValueError, match="ATTN_CORE_DECODE_BACKEND.*not available .no compiler"):
         choose_backend(NO_NATIVE, DecodeOverrides(backend="native"))
 
 
 @pytest.mark.parametrize("name", TORCH_ONLY_OVERRIDES)
-def test_a_torch_path_override_keeps_the_torch_path(name):
+def test_a_torch_path_override_keeps_the_torch_path_and_says_so(name):
     assert set(TORCH_ONLY_VALUES) == set(TORCH_ONLY_OVERRIDES)
     overrides = DecodeOverrides(**{name: TORCH_ONLY_VALUES[name]})
-    assert choose_backend(NATIVE, overrides) == "torch"
+    assert choose_backend(NATIVE, overrides) == ("torch", f"torch-only override(s) set: {name}")
     plan = plan_decode(QWEN, DecodeLengths(1, 32768), H200, NATIVE, overrides)
-    assert plan.backend == "torch" and plan.native is None
+    assert plan.backend == "torch" and not hasattr(plan, "split")
+    assert plan.backend_reason == f"torch-only override(s) set: {name}"
+
+
+@pytest.mark.parametrize("name", TORCH_ONLY_OVERRIDES)
+def test_forced_native_with_a_torch_only_override_is_an_error_naming_both(name):
+    overrides = DecodeOverrides(backend="native", **{name: TORCH_ONLY_VALUES[name]})
+    with pytest.raises(ValueError, match=rf"'native'.*torch-only override\(s\) {name} "):
+        plan_decode(QWEN, DecodeLengths(1, 32768), H200, NATIVE, overrides)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +84,6 @@ def test_native_plan_is_the_split(num_seqs, context, tier, launches):
     assert plan.steps[0].name == "native_partition"
     assert plan.steps[0].grid == (QWEN.num_kv_heads, split.num_partitions, num_seqs)
     assert plan.steps[0].registers_per_thread == split.partition.registers
-    assert not plan.streaming
     assert plan.workspace_bytes == split.workspace_bytes(num_seqs, 24, 256)
 
 
@@ -78,21 +93,21 @@ def test_native_plan_covers_the_table_capacity_not_more():
     assert plan.num_partitions * plan.partition_size >= 1024
 
 
-def test_no_native_capability_off_cuda():
-    caps = with_native_capability(NATIVE, Overrides(), torch.device("cpu"), QWEN)
-    assert caps is NATIVE  # unchanged: nothing is asked of a CPU
-    settings = Overrides(decode=DecodeOverrides(backend="native"))
-    with pytest.raises(ValueError, match="ATTN_CORE_DECODE_BACKEND=native needs a CUDA device"):
-        with_native_capability(NO_NATIVE, settings, torch.device("cpu"), QWEN)
-
-
-def test_cpu_plans_stay_on_the_torch_path():
+def test_cpu_plans_stay_on_the_torch_path_and_say_why():
     plan = decode_plan_for(QWEN, DecodeLengths(1, 8192), torch.device("cpu"), H200)
     assert plan.backend == "torch"
-    with pytest.raises(ValueError, match="needs a CUDA device"):
-        decode_plan_for(
-            QWEN, DecodeLengths(1, 8192), torch.device("cpu"), H200, DecodeOverrides("native")
-        )
+    assert plan.backend_reason == "native kernel needs a CUDA device, got cpu"
+    for kwargs in ({"overrides": DecodeOverrides("native")}, {"backend": "native"}):
+        with pytest.raises(ValueError, match="'native'.*needs a CUDA device, got cpu"):
+            decode_plan_for(QWEN, DecodeLengths(1, 8192), torch.device("cpu"), H200, **kwargs)
+
+
+def test_backend_argument_wins_over_the_overrides():
+    plan = decode_plan_for(
+        QWEN, DecodeLengths(1, 8192), torch.device("cpu"), H200, DecodeOverrides("native"),
+        backend="torch",
+    )  # fmt: skip
+    assert plan.backend == "torch" and plan.backend_reason == "backend 'torch' asked for"
 
 
 def test_plan_is_still_frozen_and_hashable():
@@ -100,3 +115,4 @@ def test_plan_is_still_frozen_and_hashable():
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.backend = "torch"  # type: ignore[misc]
     assert hash(plan.native) == hash(native_split(QWEN, 1, 8192, H200))
+    assert plan.library is None  # the pure planner loads nothing; the resolver attaches it

@@ -9,7 +9,7 @@ import torch
 from plan_helpers import prefill_plan
 
 from attn_core import KernelStep, PrefillPlan, get_device_spec
-from attn_core.plan_prefill import BACKEND_ENV
+from attn_core.prefill.plan import BACKEND_ENV
 
 SHAPES = ((24, 4, 256), (16, 2, 256), (32, 8, 128), (8, 1, 80))
 
@@ -84,7 +84,7 @@ def test_forced_fused_backend_that_cannot_run_raises() -> None:
     """Forcing a fused backend where it is unavailable fails loudly, never falls back."""
     from prefill_helpers import run_prefill
 
-    from attn_core.prefill_case import make_prefill_case
+    from attn_core.reference import make_prefill_case
 
     case = make_prefill_case(((10, 5),), 4, 2, 64, 16, torch.float16)
     for name in ("sdpa", "vendor_flash"):

@@ -18,8 +18,8 @@ from plan_helpers import prefill_plan
 from prefill_helpers import reference, run_prefill
 
 from attn_core import paged_prefix_prefill
-from attn_core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
-from attn_core.prefill_case import make_prefill_case
+from attn_core.core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
+from attn_core.reference import make_prefill_case
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 GQA = ((24, 4), (16, 2), (8, 1), (8, 8))
@@ -186,7 +186,7 @@ def test_alibi_with_fp16_scores_and_large_tiles(window: int) -> None:
 def test_fp32_scores_with_bf16_operands(monkeypatch) -> None:
     """The CUDA bf16 plan (bf16 GEMM operands, fp32 scores, a bf16 copy of the probabilities
     for P@V). The CPU has no fp32-output bf16 GEMM, so the QK^T product is upcast here."""
-    from attn_core import prefill_torch
+    from attn_core.prefill import torch_path as prefill_torch
 
     try:
         torch.bmm(torch.ones(1, 2, 2, dtype=torch.bfloat16), torch.ones(1, 2, 2).bfloat16())
@@ -230,7 +230,7 @@ def test_empty_query_sequence_and_explicit_scale() -> None:
     case = make_prefill_case(((30, 5), (40, 0), (0, 3)), 4, 4, 64, 16, torch.float32, seed=19)
     out = torch.full_like(case.query, float("nan"))
     paged_prefix_prefill(*case.args()[:-1], case.max_query_len, 0.3, out=out)
-    from attn_core.testing import reference_prefix_prefill
+    from attn_core.reference import reference_prefix_prefill
 
     kw = case.reference_kwargs()
     kw["query"], kw["key"], kw["value"] = case.query[:5], case.key[:5], case.value[:5]

@@ -1,5 +1,5 @@
-"""make_prefill_case / PrefillCase: part of attn_core.testing (no execution code), also importable
-as attn_core.prefill_case, in either order."""
+"""make_prefill_case / PrefillCase: part of attn_core.reference (no execution code), re-exported by
+attn_core.testing for compatibility, importable in either order."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-import attn_core.testing.prefill_case as prefill_case_module
+import attn_core.reference.prefill_case as prefill_case_module
 from attn_core import testing
 
 SRC = os.path.dirname(
@@ -29,14 +29,14 @@ def test_testing_reexports_the_same_objects() -> None:
 
 @pytest.mark.parametrize(
     "first",
-    ("attn_core.prefill_case", "attn_core.testing", "attn_core"),
+    ("attn_core.reference", "attn_core.testing", "attn_core"),
 )
 def test_import_orders_in_a_fresh_interpreter(first: str) -> None:
     """Whichever module is imported first, both spellings resolve (no circular-import error)."""
     code = (
         f"import {first}\n"
         "from attn_core.testing import PrefillCase, make_prefill_case\n"
-        "from attn_core.prefill_case import PrefillCase as P2\n"
+        "from attn_core.reference import PrefillCase as P2\n"
         "assert PrefillCase is P2\n"
         "c = make_prefill_case([(5, 3)], 2, 1, 64)\n"
         "assert c.query.shape == (3, 2, 64)\n"
@@ -47,7 +47,7 @@ def test_import_orders_in_a_fresh_interpreter(first: str) -> None:
 
 
 def test_prefill_case_imports_no_execution_code() -> None:
-    """Only torch, the standard library and attn_core.testing: the reference's inputs must not
+    """Only torch, the standard library and attn_core.reference: the reference's inputs must not
     depend on the code they check."""
     with open(prefill_case_module.__file__) as f:
         tree = ast.parse(f.read())
@@ -58,7 +58,7 @@ def test_prefill_case_imports_no_execution_code() -> None:
         elif isinstance(node, ast.ImportFrom):
             modules.add(node.module)
     attn = {m for m in modules if m.split(".")[0] == "attn_core"}
-    assert all(m.startswith("attn_core.testing") for m in attn), attn
+    assert all(m.startswith("attn_core.reference") for m in attn), attn
     assert "torch" in modules
 
 

@@ -9,7 +9,7 @@ import torch
 from plan_helpers import prefill_plan
 from prefill_helpers import run_prefill
 
-from attn_core.prefill_case import make_prefill_case
+from attn_core.reference import make_prefill_case
 
 
 @pytest.fixture

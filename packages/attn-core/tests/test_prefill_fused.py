@@ -17,15 +17,16 @@ from attn_core import (
     Capabilities,
     PrefillLengths,
     PrefillOverrides,
-    capabilities,
-    prefill_backends,
     prefill_plan_for,
-    prefill_verify,
     probe_capabilities,
 )
-from attn_core.prefill import _run_unverified, verify_prefill_backend
-from attn_core.prefill_backends import FusedBackend
-from attn_core.prefill_case import make_prefill_case
+from attn_core.core import verify_once
+from attn_core.device.iluvatar import is_iluvatar
+from attn_core.prefill import backends as prefill_backends
+from attn_core.prefill import verify as prefill_verify
+from attn_core.prefill.backends import FusedBackend
+from attn_core.reference import make_prefill_case
+from attn_core.runtime.prefill import _run_unverified, verify_prefill_backend
 
 MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
 
@@ -45,13 +46,15 @@ def _math_attend(q, k, v, scale, causal, lse_shift=0.0):
 
 
 @pytest.fixture
-def fake_sdpa(monkeypatch):
-    """Replace the sdpa backend with the float64 stand-in, available everywhere; fresh checks."""
+def fake_sdpa(monkeypatch, request):
+    """Replace the sdpa backend with the float64 stand-in, available everywhere; fresh checks
+    (the stand-in's verdicts are dropped again afterwards)."""
+    request.addfinalizer(lambda: verify_once.forget(prefill_verify.KIND))
 
     def install(attend=_math_attend):
         fake = FusedBackend("sdpa", "float64 stand-in", attend)
         monkeypatch.setitem(prefill_backends.BACKENDS, "sdpa", fake)
-        monkeypatch.setattr(prefill_verify, "_VERDICTS", {})
+        verify_once.forget(prefill_verify.KIND)
         monkeypatch.setattr(prefill_verify, "fused_unavailable_reason", lambda n, d, t: None)
 
     return install
@@ -68,8 +71,9 @@ def verified_on_cpu(dtype: torch.dtype, head_size: int) -> tuple[str, ...]:
 
 def verdicts() -> dict:
     return {
-        f"{k[0]} {k[1]}": ("ok " if ok else "failed ") + d
-        for k, (ok, d) in prefill_verify._VERDICTS.items()
+        f"{config[0]} {device}": ("ok " if v.ok else "failed ") + v.detail
+        for kind, device, config, v in verify_once.verdicts()
+        if kind == prefill_verify.KIND
     }
 
 
@@ -199,6 +203,6 @@ def test_cuda_auto_plan_on_nvidia_picks_verified_sdpa() -> None:
         cuda,
         overrides=PrefillOverrides(),
     )
-    if capabilities.is_iluvatar(cuda):
+    if is_iluvatar(cuda):
         pytest.skip("Iluvatar: sdpa is never chosen there")
     assert plan.backend == "sdpa", (plan.backend_reason, verdicts())

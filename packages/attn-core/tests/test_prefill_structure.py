@@ -10,7 +10,7 @@ from plan_helpers import prefill_plan
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_core import paged_prefix_prefill
-from attn_core.prefill_case import make_prefill_case
+from attn_core.reference import make_prefill_case
 
 
 class _Ops(TorchDispatchMode):
@@ -83,7 +83,7 @@ def test_workspace_reused_across_calls() -> None:
     """With a Workspace, a second call of the same size allocates no tile buffer and agrees."""
     from prefill_helpers import reference
 
-    from attn_core.workspace import Workspace
+    from attn_core.core.workspace import Workspace
 
     case = make_prefill_case(((70, 24), (0, 9)), 8, 2, 64, 16, torch.float32, seed=2)
     ws = Workspace()

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from attn_core.settings import (
+from attn_core.core.settings import (
     ENV_VARS,
     DecodeOverrides,
     Overrides,
     PrefillOverrides,
+    env_var_table,
     parse_bool,
 )
 
@@ -102,9 +103,12 @@ def test_overrides_objects_check_their_fields() -> None:
         PrefillOverrides(budget_bytes=0)
 
 
-def test_readme_lists_every_variable() -> None:
-    """attn-core's README has one table row per ATTN_CORE_* variable of ENV_VARS."""
-    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", README.read_text(), flags=re.M))
-    names = {v.name for v in ENV_VARS if v.name.startswith("ATTN_CORE_")}
-    assert names <= rows, f"README lacks {sorted(names - rows)}"
-    assert {r for r in rows if r.startswith("ATTN_CORE_")} <= names, "README lists unknown ones"
+def test_readme_table_is_the_generated_one() -> None:
+    """attn-core's README shows env_var_table() verbatim: every variable of ENV_VARS, its
+    default and meaning, and nothing else (regenerate it with settings.env_var_table())."""
+    text = README.read_text()
+    assert env_var_table() in text
+    rows = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", text, flags=re.M))
+    assert {r for r in rows if r.startswith("ATTN_CORE_")} == {
+        v.name for v in ENV_VARS if v.name.startswith("ATTN_CORE_")
+    }

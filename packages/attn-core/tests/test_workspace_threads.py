@@ -11,8 +11,8 @@ from bad_input_helpers import decode_args, prefill_args
 from decode_helpers import reference
 
 from attn_core import paged_decode, paged_prefix_prefill
-from attn_core.testing import make_paged_case
-from attn_core.workspace import Workspace, check_workspace
+from attn_core.core.workspace import Workspace, check_workspace
+from attn_core.reference import make_paged_case
 
 
 def in_thread(fn, name: str = "other") -> BaseException | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from attn_core.shapes import DTYPE_NAMES, AttentionShape
+from attn_core.core.shapes import DTYPE_NAMES, AttentionShape
 from engine_patch.status import collect
 
 SHAPES = {

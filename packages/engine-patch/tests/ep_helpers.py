@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attn_core.settings import parse_bool
+from attn_core.core import verify_once
+from attn_core.core.settings import parse_bool
 from engine_patch import native_v2
 from engine_patch.state import LOCK, STATE, PatchState
 
@@ -55,7 +56,7 @@ def undo_patches() -> None:
             if isinstance(record.owner, type):
                 original = staticmethod(original)
             setattr(record.owner, record.attr, original)
-        native_v2._VERIFIED.clear()
+        verify_once.forget(native_v2.KIND)
         fresh = PatchState()
         for name in vars(fresh):
             setattr(STATE, name, getattr(fresh, name))

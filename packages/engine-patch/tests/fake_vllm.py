@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from attn_core.testing import reference_decode
+from attn_core.reference import reference_decode
 
 CALLS: list[str] = []
 

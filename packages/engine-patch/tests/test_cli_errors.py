@@ -19,10 +19,10 @@ from ep_helpers import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
-from attn_core.device_spec import DEVICE_SPECS
-from attn_core.settings import FALSE_WORDS, TRUE_WORDS
-from attn_core.shapes import DTYPE_NAMES
+from attn_core.core.cache_layout import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_SIZES
+from attn_core.core.settings import FALSE_WORDS, TRUE_WORDS
+from attn_core.core.shapes import DTYPE_NAMES
+from attn_core.device.spec import DEVICE_SPECS
 from engine_patch import cli
 from engine_patch.exit_codes import EXIT_CONFIG, EXIT_INTERNAL, EXIT_OK, MEANINGS
 from engine_patch.platform import PLATFORM_ENV

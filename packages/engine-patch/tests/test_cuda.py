@@ -12,8 +12,8 @@ import pytest
 import torch
 from ep_helpers import DECODE_TOL, assert_close
 
-from attn_core.shapes import AttentionShape, dtype_from_name
-from attn_core.testing import make_paged_case, reference_decode
+from attn_core.core.shapes import AttentionShape, dtype_from_name
+from attn_core.reference import make_paged_case, reference_decode
 from engine_patch import cli, ops, register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.selftest import run_self_test

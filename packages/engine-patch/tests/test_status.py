@@ -9,7 +9,7 @@ import pytest
 import torch
 from ep_helpers import DATA, require
 
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
 from engine_patch import cli, register, selftest
 from engine_patch.exit_codes import EXIT_CONFIG
 from engine_patch.platform import PLATFORM_ENV

@@ -10,7 +10,7 @@ import pytest
 import torch
 from ep_helpers import DECODE_TOL, assert_close
 
-from attn_core.testing import make_paged_case, reference_decode
+from attn_core.reference import make_paged_case, reference_decode
 from engine_patch import STATE, is_active, register, routing
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.settings import FORCE_ENV, V1_LIMIT_ENV

@@ -11,7 +11,7 @@ import pytest
 import torch
 from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, run_python
 
-from attn_core.testing import (
+from attn_core.reference import (
     make_paged_case,
     reference_decode,
     reference_prefix_prefill,

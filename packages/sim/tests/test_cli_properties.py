@@ -21,9 +21,9 @@ from _cli import SMALL, assert_bad_input, assert_clean, run, stop_before, to_tom
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attn_core.device_spec import DEVICE_SPECS
-from attn_core.profile_file import profile_from_json
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
+from attn_core.device.profile_file import profile_from_json
+from attn_core.device.spec import DEVICE_SPECS
 from attn_sim.config import DECODE_TIERS
 from attn_sim.facts import PROFILE_FACTS
 from attn_sim.workloads import DTYPES

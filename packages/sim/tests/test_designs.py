@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from attn_core.device_spec import get_device_spec
-from attn_core.plan_types import KernelStep
+from attn_core.core.plan_types import KernelStep
+from attn_core.device.spec import get_device_spec
 from attn_sim.cost import design_cost
 from attn_sim.designs import (
     QWEN36,

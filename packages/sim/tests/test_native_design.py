@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attn_core.device_spec import get_device_spec
+from attn_core.device.spec import get_device_spec
 from attn_sim.designs import QWEN36
 from attn_sim.gates import GateReport, _check_native_grid
 from attn_sim.native_design import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attn_core.device_spec import get_device_spec
+from attn_core.device.spec import get_device_spec
 from attn_sim.occupancy import blocks_per_sm, waves
 
 H200 = get_device_spec("h200")

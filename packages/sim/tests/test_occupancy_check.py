@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_core.device_spec import get_device_spec
+from attn_core.device.spec import get_device_spec
 from attn_sim.occupancy import blocks_per_sm
 
 SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "occupancy_check.py"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from attn_core.device_spec import get_device_spec
+from attn_core.device.spec import get_device_spec
 from attn_sim.occupancy import blocks_per_sm
 
 cupy = pytest.importorskip("cupy", reason="needs CuPy (the driver comparison runs on a GPU)")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from _cli import assert_bad_input, run
 
-from attn_core.device_spec import DEVICE_SPECS
-from attn_core.profile_file import FIELDS, SCHEMA
+from attn_core.device.profile_file import FIELDS, SCHEMA
+from attn_core.device.spec import DEVICE_SPECS
 from attn_sim import profile_from
 from attn_sim.facts import PROFILE_FACTS, read_facts, tier_winners
 from attn_sim.profiles import load_profile

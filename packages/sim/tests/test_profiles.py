@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from attn_core.device_spec import DEVICE_SPECS, DeviceSpec
+from attn_core.device.spec import DEVICE_SPECS, DeviceSpec
 from attn_sim.profiles import load_profile
 
 FIELDS = [f.name for f in dataclasses.fields(DeviceSpec) if f.name not in ("name", "provenance")]

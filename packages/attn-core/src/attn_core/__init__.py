@@ -3,21 +3,27 @@
 Public API: :func:`paged_decode`, :func:`paged_prefix_prefill`, :func:`write_to_paged_cache`,
 :func:`plan_decode` / :func:`plan_prefill` (frozen plan objects, the single source of launch
 decisions; pure functions of shape, lengths, device profile, :class:`Capabilities` and
-overrides), their device-resolving wrappers :func:`decode_plan_for` / :func:`prefill_plan_for`,
-and :class:`DeviceSpec` profiles.
+overrides; :class:`DecodePlan` for the torch path, :class:`NativeDecodePlan` for the native
+kernel), their resolving wrappers :func:`decode_plan_for` / :func:`prefill_plan_for`
+(:mod:`attn_core.runtime.resolve`: device, capabilities, kernel readiness, overrides, once per
+plan), and :class:`DeviceSpec` profiles. The environment is read into
+:mod:`attn_core.core.settings` once; ``attn_core.core.settings.reload()`` makes a changed
+``ATTN_CORE_*`` variable take effect.
 """
 
-from attn_core.cache_write import write_to_paged_cache
-from attn_core.capabilities import Capabilities, probe_capabilities, profile_capabilities
-from attn_core.decode import paged_decode
-from attn_core.device_detect import detect_device_spec
-from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, get_device_spec
-from attn_core.plan_decode import DecodeLengths, DecodePlan, decode_plan_for, plan_decode
-from attn_core.plan_prefill import PrefillLengths, PrefillPlan, plan_prefill
-from attn_core.plan_types import KernelStep
-from attn_core.prefill import paged_prefix_prefill, prefill_plan_for
-from attn_core.settings import DecodeOverrides, Overrides, PrefillOverrides
-from attn_core.shapes import QWEN36, AttentionShape
+from attn_core.core.cache_write import write_to_paged_cache
+from attn_core.core.plan_types import KernelStep
+from attn_core.core.settings import DecodeOverrides, Overrides, PrefillOverrides
+from attn_core.core.shapes import QWEN36, AttentionShape
+from attn_core.decode.plan import DecodeLengths, DecodePlan, plan_decode
+from attn_core.decode.plan_native import NativeDecodePlan
+from attn_core.device.capabilities import Capabilities, probe_capabilities, profile_capabilities
+from attn_core.device.detect import detect_device_spec
+from attn_core.device.spec import DEVICE_SPECS, DeviceSpec, get_device_spec
+from attn_core.prefill.plan import PrefillLengths, PrefillPlan, plan_prefill
+from attn_core.runtime.decode import paged_decode
+from attn_core.runtime.prefill import paged_prefix_prefill, prefill_plan_for
+from attn_core.runtime.resolve import decode_plan_for
 
 __all__ = [
     "DEVICE_SPECS",
@@ -27,6 +33,7 @@ __all__ = [
     "DecodeLengths",
     "DecodeOverrides",
     "DecodePlan",
+    "NativeDecodePlan",
     "Overrides",
     "PrefillLengths",
     "PrefillOverrides",

@@ -19,7 +19,7 @@ from typing import Any, NoReturn, Optional
 
 import torch
 
-from attn_core.shapes import DTYPE_NAMES
+from attn_core.core.shapes import DTYPE_NAMES
 from engine_patch import invocation, settings
 from engine_patch.exit_codes import EXIT_CONFIG, EXIT_INTERNAL, ConfigurationError, help_text
 from engine_patch.status import CONTEXTS, collect, render

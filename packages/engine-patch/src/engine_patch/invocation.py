@@ -1,7 +1,7 @@
 """``engine-patch status``'s inputs, validated before plugins load or kernels run.
 
 The shape is layered: attn-core's Qwen3.6 default < ``ENGINE_PATCH_*`` < ``--model`` < the shape
-flags; every value keeps its origin, so :class:`~attn_core.shapes.AttentionShape`'s complaint
+flags; every value keeps its origin, so :class:`~attn_core.core.shapes.AttentionShape`'s complaint
 (unsupported head size, block size, a GQA ratio that does not divide) names the argument or
 variable it came from. Every problem is a :class:`ConfigurationError` (exit 2) naming the
 argument or variable, the expected and the actual value.
@@ -17,9 +17,10 @@ from typing import Any, Optional
 
 import torch
 
+import attn_core.core.settings
 from attn_core import detect_device_spec
-from attn_core.settings import Overrides
-from attn_core.shapes import QWEN36, AttentionShape, dtype_from_name
+from attn_core.core.settings import Overrides
+from attn_core.core.shapes import QWEN36, AttentionShape, dtype_from_name
 from engine_patch import settings
 from engine_patch.exit_codes import ConfigurationError
 
@@ -65,10 +66,11 @@ def from_args(args: argparse.Namespace) -> Invocation:
 
 
 def check_environment() -> Overrides:
-    """Every ``ENGINE_PATCH_*`` and ``ATTN_CORE_*`` variable parsed (their errors name them)."""
+    """Every ``ENGINE_PATCH_*`` and ``ATTN_CORE_*`` variable parsed (their errors name them);
+    attn-core's settings snapshot is taken again here, as the command starts."""
     try:
         settings.check_environment()
-        return Overrides.from_env()
+        return attn_core.core.settings.reload()
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
 
@@ -98,7 +100,7 @@ def check_device_profile(device: torch.device, overrides: Overrides) -> None:
     if overrides.device is None:
         return
     try:
-        detect_device_spec(device)
+        detect_device_spec(device, overrides.device)
     except (ValueError, OSError) as exc:
         raise ConfigurationError(f"ATTN_CORE_DEVICE={overrides.device!r}: {exc}") from None
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 
+from attn_core.core.settings import current_overrides
+from attn_core.core.shapes import AttentionShape
 from attn_core.native import abi
 from attn_core.native.library import load_native
 from attn_core.native.toolchain import find_toolchain
 from attn_core.native.verify import verify_native
-from attn_core.settings import current_overrides
-from attn_core.shapes import AttentionShape
 
 
 def native_decode_report(

@@ -5,7 +5,8 @@ one launch pair with no Python around it, so decode prefers it to attn-core's pl
 once, per (device, dtype, head size, block size), it has matched the float64 reference on a
 small GQA case with a sequence spanning several 512-token partitions. The check runs on the
 first call that could use V2; during CUDA-graph capture it is postponed (attn-core serves), so
-capture never sees a host sync.
+capture never sees a host sync. The verdicts live in attn-core's verify-once registry (kind
+``platform_v2``), beside attn-core's own kernels', and ``engine-patch status`` lists them all.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Optional, Union
 
 import torch
 
-from attn_core.testing import make_paged_case, reference_decode
+from attn_core.core import verify_once
+from attn_core.reference import make_paged_case, reference_decode
 from engine_patch.native import NativeOp
 from engine_patch.ops import head_mapping
 from engine_patch.signatures import VENDOR
@@ -22,7 +24,7 @@ from engine_patch.tolerances import DECODE_TOL, excess
 
 # vLLM 0.6.3's _PARTITION_SIZE: its V2 launcher and the scratch shapes assume it.
 PARTITION_SIZE = 512
-_VERIFIED: dict[tuple, tuple[bool, str]] = {}
+KIND = "platform_v2"
 
 
 def call(
@@ -71,13 +73,15 @@ def verified(
     native: NativeOp, device: torch.device, dtype: torch.dtype, head_size: int, block_size: int
 ) -> tuple[bool, str]:
     """Whether native V2 matched the reference here (checked once per key), and why not."""
-    key = (id(native.fn), device.type, device.index, dtype, head_size, block_size)
-    if key in _VERIFIED:
-        return _VERIFIED[key]
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return False, "native V2 not verified yet (CUDA graph capture in progress)"
-    _VERIFIED[key] = _check(native, device, dtype, head_size, block_size)
-    return _VERIFIED[key]
+    # the op's identity is in the key: a re-registered op is a new subject
+    config = (native.name, id(native.fn), dtype, head_size, block_size)
+    verdict = verify_once.verdict(KIND, device, config, native)
+    return verdict.ok, verdict.detail
+
+
+def _verdict(device: torch.device, config: tuple, native: NativeOp) -> verify_once.Verdict:
+    _, _, dtype, head_size, block_size = config
+    return verify_once.Verdict(*_check(native, device, dtype, head_size, block_size))
 
 
 def _check(
@@ -114,3 +118,6 @@ def _check(
     if not bool(torch.isfinite(out).all()) or over > atol:
         return False, f"native V2 did not match the reference (max error {err:.2e})"
     return True, f"native V2 matched the reference (max error {err:.2e})"
+
+
+verify_once.register(KIND, _verdict)

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 
 import attn_core
-from attn_core.checks import check_tensor, value_checks_enabled
+from attn_core.core.checks import check_tensor, value_checks_enabled
 
 
 @functools.lru_cache(maxsize=32)

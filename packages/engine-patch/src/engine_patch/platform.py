@@ -10,7 +10,8 @@ false negative costs far more than a false positive:
 
 Detection is injectable for tests: pass the facts to :func:`detect_platform`, or set
 ``ENGINE_PATCH_PLATFORM=iluvatar`` / ``generic`` to override it for a whole process (used by
-tests that run vLLM's own loader in a subprocess).
+tests that run vLLM's own loader in a subprocess). The name and build tests are attn-core's
+(:mod:`attn_core.device.iluvatar`), so both packages decide "Iluvatar" by one rule.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Optional
 
 import torch
 
+from attn_core.device.iluvatar import corex_torch, iluvatar_name
 from engine_patch.settings import PLATFORM_ENV, PLATFORMS, platform_override
 
 __all__ = ["COREX_ROOT", "PLATFORM_ENV", "Platform", "detect_platform"]
 COREX_ROOT = "/usr/local/corex"
-_NAME_MARKS = ("iluvatar", "bi-v100", "bi100", "corex")
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,11 @@ def detect_platform(
         reasons = (f"{PLATFORM_ENV}={forced}",) if forced == "iluvatar" else ()
         return Platform(forced == "iluvatar", reasons, name, build)
     reasons = []
-    if any(mark in name.lower() for mark in _NAME_MARKS):
+    if iluvatar_name(name):  # attn-core's one Iluvatar rule, on the name and the build
         reasons.append(f"device name {name!r}")
     root = COREX_ROOT if corex_root is None else corex_root
     if root and os.path.isdir(root):
         reasons.append(f"toolkit directory {root} exists")
-    if "corex" in build.lower():
+    if corex_torch(build):
         reasons.append(f"torch build {build!r}")
     return Platform(bool(reasons), tuple(reasons), name, build)

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import attn_core.core.settings
 from engine_patch import hooks, settings, triton_guard
 from engine_patch.native import TORCH_OPS, probe
 from engine_patch.ops import REPLACEMENTS
@@ -243,6 +244,7 @@ def register() -> PatchState:
     with LOCK:
         STATE.register_calls += 1
         if not (STATE.registered and is_active()):
+            attn_core.core.settings.reload()  # the process's ATTN_CORE_* as of registration
             STATE.platform = detect_platform()
             STATE.config_registration = register_qwen3_5_moe()
             try:

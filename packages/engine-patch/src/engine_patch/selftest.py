@@ -19,8 +19,8 @@ from typing import Any, Optional
 import torch
 
 import attn_core
-from attn_core.shapes import AttentionShape
-from attn_core.testing import (
+from attn_core.core.shapes import AttentionShape
+from attn_core.reference import (
     make_paged_case,
     reference_decode,
     reference_prefix_prefill,

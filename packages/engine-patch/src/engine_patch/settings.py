@@ -1,6 +1,6 @@
 """engine-patch's environment variables, read here and nowhere else in engine-patch.
 
-- ``ENGINE_PATCH_FORCE``: a boolean (:func:`attn_core.settings.parse_bool`: 1/true/yes/on,
+- ``ENGINE_PATCH_FORCE``: a boolean (:func:`attn_core.core.settings.parse_bool`: 1/true/yes/on,
   0/false/no/off, empty = off); on replaces the ``_custom_ops`` attention ops and routes all
   decode to attn-core even where the platform's native op exists and works.
 - ``ENGINE_PATCH_V1_MAX_SEQ_LEN=<tokens>``: longest ``max_seq_len`` decode keeps on the
@@ -10,7 +10,7 @@
   (:mod:`engine_patch.platform`).
 - ``ENGINE_PATCH_HEADS`` / ``ENGINE_PATCH_KV_HEADS`` / ``ENGINE_PATCH_HEAD_SIZE`` /
   ``ENGINE_PATCH_DTYPE`` / ``ENGINE_PATCH_BLOCK_SIZE``: the model shape ``status`` plans for
-  (default :data:`attn_core.shapes.QWEN36`: 24 / 4 / 256, float16, block 16).
+  (default :data:`attn_core.core.shapes.QWEN36`: 24 / 4 / 256, float16, block 16).
 
 Every reader takes an optional ``environ`` (default ``os.environ``) and raises a ``ValueError``
 naming the variable, the expected and the actual value. vLLM's own variables are read where
@@ -23,15 +23,15 @@ import os
 from collections.abc import Mapping
 from typing import Any, Optional
 
-from attn_core.settings import ENV_VARS as ATTN_CORE_ENV_VARS
-from attn_core.settings import parse_bool, parse_choice, parse_int
-from attn_core.shapes import DTYPE_NAMES
+from attn_core.core.settings import ENV_VARS as ATTN_CORE_ENV_VARS
+from attn_core.core.settings import parse_bool, parse_choice, parse_int
+from attn_core.core.shapes import DTYPE_NAMES
 
 FORCE_ENV = "ENGINE_PATCH_FORCE"
 V1_LIMIT_ENV = "ENGINE_PATCH_V1_MAX_SEQ_LEN"
 PLATFORM_ENV = "ENGINE_PATCH_PLATFORM"
 PLATFORMS = ("iluvatar", "generic")
-# attn_core.shapes.AttentionShape field -> the variable that sets it for `status`.
+# attn_core.core.shapes.AttentionShape field -> the variable that sets it for `status`.
 SHAPE_ENV = {
     "num_heads": "ENGINE_PATCH_HEADS",
     "num_kv_heads": "ENGINE_PATCH_KV_HEADS",
@@ -64,7 +64,7 @@ def shape_env(environ: Optional[Mapping[str, str]] = None) -> dict[str, tuple[An
     """The shape fields the environment sets: ``field -> (value, "VARIABLE=raw")``.
 
     Each value is parsed on its own (a positive int, or a dtype name -> ``torch.dtype``); whether
-    they form a supported shape is :class:`attn_core.shapes.AttentionShape`'s check.
+    they form a supported shape is :class:`attn_core.core.shapes.AttentionShape`'s check.
     """
     env = _env(environ)
     fields: dict[str, tuple[Any, str]] = {}

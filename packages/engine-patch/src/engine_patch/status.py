@@ -15,7 +15,9 @@ import torch
 from tabulate import tabulate
 
 import attn_core
-from attn_core.shapes import AttentionShape
+import attn_core.core.settings
+from attn_core.core import verify_once
+from attn_core.core.shapes import AttentionShape
 from engine_patch import native_v2, routing, triton_guard
 from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
 from engine_patch.native_decode import native_decode_report
@@ -104,6 +106,7 @@ def _decode_plans(shape: AttentionShape, device: torch.device, num_seqs: int, co
                 "workspace_bytes": plan.workspace_bytes if plan else 0,
                 "device_profile": plan.device_spec.name if plan else None,
                 "reason": route.reason,
+                "backend_reason": plan.backend_reason if plan else None,
             }
         )
     return rows
@@ -140,7 +143,11 @@ def collect(
     self_test: bool = True,
     architectures: Optional[list[str]] = None,
 ) -> dict[str, Any]:
-    """Build the whole report (loads plugins through vLLM first, as a worker would)."""
+    """Build the whole report (loads plugins through vLLM first, as a worker would).
+
+    attn-core's settings are read again first (``attn_core.core.settings.reload``): the report is
+    about the environment as it is now."""
+    attn_core.core.settings.reload()
     if device.type == "cuda":
         torch.cuda.init()  # as in a worker: the platform check may then read the device name
     load_error = load_plugins()
@@ -205,6 +212,8 @@ def collect(
         "native_decode": native_decode_report(shape, device, verify=self_test),
         "self_test": [c.to_dict() for c in run_self_test(shape, device)] if self_test else [],
     }
+    # last: every kernel checked so far (the plans', the self-test's), attn-core's and V2 alike
+    report["verdicts"] = verify_once.status_lines()
     report["exit_code"] = exit_code(report)
     return report
 
@@ -264,7 +273,7 @@ def render(report: dict[str, Any]) -> str:
         f"{shape['num_seqs']} sequence(s):"
     )
     cols = ("context", "route", "backend", "tier", "partitions", "partition_size",
-            "workspace_bytes", "reason")  # fmt: skip
+            "workspace_bytes", "reason", "backend_reason")  # fmt: skip
     parts.append(tabulate([[r[c] for c in cols] for r in report["decode_plans"]], headers=cols))
     cols = ("context", "chunk", "backend", "query_tile", "key_tile", "stream_chunk")
     parts.append(tabulate([[r[c] for c in cols] for r in report["prefill_plans"]], headers=cols))
@@ -272,6 +281,8 @@ def render(report: dict[str, Any]) -> str:
     rows = [[k.replace("_", " "), v] for k, v in native.items() if v is not None]
     parts.append("native decode kernel (attn-core uses it once verified on this device):")
     parts.append(tabulate(rows, tablefmt="plain"))
+    parts.append("kernels checked against the float64 reference in this process:")
+    parts.append("\n".join(report["verdicts"]) or "none yet")
     if report["self_test"]:
         cols = ("name", "path", "dtype", "max_error", "tolerance", "passed", "detail")
         rows = [[c[k] for k in cols] for c in report["self_test"]]

@@ -31,7 +31,7 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
-from attn_core.device_spec import DeviceSpec
+from attn_core.device.spec import DeviceSpec
 from attn_sim.cost import op_launch_shape, pipelined
 from attn_sim.measurements import (  # noqa: F401 (parse_* re-exported: the bench reads them here)
     Timing,

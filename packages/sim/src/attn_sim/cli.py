@@ -15,7 +15,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from attn_core.device_spec import DEVICE_SPECS
+from attn_core.device.spec import DEVICE_SPECS
 from attn_sim import cli_args, config
 
 PROG = "python -m attn_sim"

@@ -14,8 +14,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from attn_core.device_spec import DeviceSpec
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
+from attn_core.device.spec import DeviceSpec
 from attn_sim.profiles import load_profile
 
 

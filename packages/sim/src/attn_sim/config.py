@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from attn_core.device_spec import DEVICE_SPECS
+from attn_core.device.spec import DEVICE_SPECS
 from attn_sim import schema as s
 
 try:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from attn_core.device_spec import DeviceSpec
+from attn_core.device.spec import DeviceSpec
 from attn_sim.designs import KernelDesign, evaluate
 from attn_sim.occupancy import Waves, blocks_per_sm, waves
 from attn_sim.tracer import OpRecord, Trace

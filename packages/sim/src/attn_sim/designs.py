@@ -12,7 +12,7 @@ Sources of the numbers:
   ``2 * max_num_partitions * 4`` bytes. Static shared memory of the attention kernel: the query
   vectors (``head_size`` elements) and ``red_smem[2 * NUM_WARPS]`` floats; of the reduce kernel:
   ``red_smem[2 * NUM_WARPS]``.
-- attn-core's plans: each :class:`attn_core.plan_types.KernelStep` becomes a design as it is.
+- attn-core's plans: each :class:`attn_core.core.plan_types.KernelStep` becomes a design as it is.
 - The GQA-gridded reference design (the issue's): grid ``(num_seqs, num_kv_heads,
   num_partitions)``, K and V tiles of ``[tile_tokens, head_size]`` in shared memory, plus the
   group's query and a tile of fp32 scores; reduce on ``(num_seqs, num_kv_heads)``.
@@ -35,10 +35,10 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from attn_core.device_spec import DeviceSpec
-from attn_core.plan_types import KernelStep
-from attn_core.shapes import QWEN36 as ATTN_QWEN36
-from attn_core.shapes import AttentionShape
+from attn_core.core.plan_types import KernelStep
+from attn_core.core.shapes import QWEN36 as ATTN_QWEN36
+from attn_core.core.shapes import AttentionShape
+from attn_core.device.spec import DeviceSpec
 from attn_sim.occupancy import Occupancy, Waves, blocks_per_sm, waves
 
 VLLM_NUM_THREADS = 128

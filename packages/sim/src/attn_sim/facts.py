@@ -9,7 +9,7 @@ The format (``bi100-attn/device-facts/1``)::
                           "method": "how it was measured",
                           "absent": "<reason>"}}}   # with value null when not measured
 
-Facts named like a :class:`~attn_core.device_spec.DeviceSpec` field (:data:`PROFILE_FACTS`)
+Facts named like a :class:`~attn_core.device.spec.DeviceSpec` field (:data:`PROFILE_FACTS`)
 become the profile's value; the others are carried (shown, not priced). ``decode_tiers`` is a
 list of ``{"shape": ..., "tier": str, "graph_s": t, "eager_s": t}`` (either time may be null).
 Every error names the file and the fact.
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from attn_core.device_spec import DeviceSpec
+from attn_core.device.spec import DeviceSpec
 from attn_sim import schema as s
 
 SCHEMA = "bi100-attn/device-facts/1"

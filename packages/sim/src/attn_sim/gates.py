@@ -20,8 +20,8 @@ from typing import Optional
 
 from tabulate import tabulate
 
-from attn_core.device_spec import DeviceSpec
-from attn_core.settings import DecodeOverrides
+from attn_core.core.settings import DecodeOverrides
+from attn_core.device.spec import DeviceSpec
 from attn_sim.config import decode_threshold
 from attn_sim.designs import evaluate, from_steps
 from attn_sim.native_design import native_designs

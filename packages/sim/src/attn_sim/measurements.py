@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
 from attn_sim import schema as s
 from attn_sim.config import DECODE_TIERS, MAX_BATCH, MAX_CONTEXT
 from attn_sim.workloads import DTYPES, Case

@@ -19,12 +19,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Optional
 
-from attn_core.capabilities import profile_capabilities
-from attn_core.device_spec import DeviceSpec
+from attn_core.core.settings import DecodeOverrides
+from attn_core.core.shapes import AttentionShape
+from attn_core.decode.plan import DecodeLengths, DecodePlan, plan_decode
+from attn_core.device.capabilities import profile_capabilities
+from attn_core.device.spec import DeviceSpec
 from attn_core.native.split import NativeSplit
-from attn_core.plan_decode import DecodeLengths, DecodePlan, plan_decode
-from attn_core.settings import DecodeOverrides
-from attn_core.shapes import AttentionShape
 from attn_sim.designs import FP32, KernelDesign, evaluate
 
 

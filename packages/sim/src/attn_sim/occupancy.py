@@ -1,6 +1,6 @@
 """Blocks per SM the way CUDA's occupancy calculator computes them, and waves with their tail.
 
-The rule itself lives in :func:`attn_core.device_spec.occupancy_limits`, so attn-core's plans
+The rule itself lives in :func:`attn_core.device.spec.occupancy_limits`, so attn-core's plans
 can size grids with the numbers the simulator checks. The limits follow ``cuda_occupancy.h``
 (the header behind ``cudaOccupancyMaxActiveBlocksPerMultiprocessor``), for any warp size:
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attn_core.device_spec import DeviceSpec, occupancy_limits, shared_mem_allocation
+from attn_core.device.spec import DeviceSpec, occupancy_limits, shared_mem_allocation
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def blocks_per_sm(
 ) -> Occupancy:
     """Occupancy of one kernel design on ``spec``.
 
-    The limits are attn-core's :func:`attn_core.device_spec.occupancy_limits` (one rule for the
+    The limits are attn-core's :func:`attn_core.device.spec.occupancy_limits` (one rule for the
     plans and the simulator); this adds which one binds.
 
     Args:

@@ -22,8 +22,8 @@ from typing import Any, Optional
 
 from tabulate import tabulate
 
-from attn_core.device_spec import DEVICE_SPECS, DeviceSpec
-from attn_core.profile_file import profile_from_json, profile_to_json
+from attn_core.device.profile_file import profile_from_json, profile_to_json
+from attn_core.device.spec import DEVICE_SPECS, DeviceSpec
 from attn_sim import cli_args, report
 from attn_sim.facts import PROFILE_FACTS, DeviceFacts, read_facts, tier_winners
 from attn_sim.profiles import load_profile

@@ -1,8 +1,8 @@
 """Device profiles for the simulator: attn-core's built-in ones, or a profile JSON file.
 
-The constants live in :mod:`attn_core.device_spec` (one copy, with provenance) and profile files
-are :mod:`attn_core.profile_file`'s (``attn-core/profile/1``: validated, every error names the
-file and the field); this module only resolves a ``--profile`` argument and writes the files
+The constants live in :mod:`attn_core.device.spec` (one copy, with provenance) and profile files
+are :mod:`attn_core.device.profile_file`'s (``attn-core/profile/1``: validated, every error names
+the file and the field); this module only resolves a ``--profile`` argument and writes the files
 ``attn_sim calibrate`` and ``attn_sim profile-from`` produce. A calibrated file names its base
 profile and the fields it replaces::
 
@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
-from attn_core.device_spec import DEVICE_SPECS, DeviceSpec, get_device_spec
-from attn_core.profile_file import is_profile_path, load_profile_file, save_profile_file
+from attn_core.device.profile_file import is_profile_path, load_profile_file, save_profile_file
+from attn_core.device.spec import DEVICE_SPECS, DeviceSpec, get_device_spec
 from attn_sim.workloads import base_name
 
 # Device terms (fitted on CUDA-graph replay times) then the host term (fitted on eager times).

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from attn_core.device_spec import DeviceSpec
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
+from attn_core.device.spec import DeviceSpec
 from attn_sim.cost import design_cost
 from attn_sim.designs import (
     QWEN36,
@@ -249,7 +249,7 @@ def build(spec: DeviceSpec, shape: AttentionShape = QWEN36) -> dict:
 
 def parse_shape(text: str) -> AttentionShape:
     """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size]), checked as
-    :class:`attn_core.shapes.AttentionShape` checks a shape (fp16): a ``ValueError`` naming the
+    :class:`attn_core.core.shapes.AttentionShape` checks a shape (fp16): a ``ValueError`` naming the
     part that is wrong."""
     parts = text.split(",")
     try:

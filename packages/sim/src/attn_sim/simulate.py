@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from attn_core.device_spec import DeviceSpec
+from attn_core.device.spec import DeviceSpec
 from attn_sim.cost import step_cost
 from attn_sim.designs import DesignOnDevice, KernelDesign, evaluate, from_steps
 from attn_sim.workloads import DTYPES, Case, plan_for, trace_case

@@ -17,8 +17,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from attn_core.device_spec import DeviceSpec
-from attn_core.settings import ENV_VARS, DecodeOverrides, PrefillOverrides
+from attn_core.core.settings import ENV_VARS, DecodeOverrides, PrefillOverrides
+from attn_core.device.spec import DeviceSpec
 from attn_sim.cost import design_cost
 from attn_sim.designs import QWEN36, evaluate, gqa_partitioned
 from attn_sim.simulate import simulate

@@ -26,10 +26,10 @@ from typing import Optional
 
 import torch
 
-from attn_core.capabilities import Capabilities, profile_capabilities
-from attn_core.device_spec import DeviceSpec
-from attn_core.settings import DecodeOverrides, PrefillOverrides
-from attn_core.shapes import QWEN36, AttentionShape
+from attn_core.core.settings import DecodeOverrides, PrefillOverrides
+from attn_core.core.shapes import QWEN36, AttentionShape
+from attn_core.device.capabilities import Capabilities, profile_capabilities
+from attn_core.device.spec import DeviceSpec
 from attn_sim.tracer import Trace, trace
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -165,7 +165,7 @@ def trace_case(
 def _fresh_workspace(fn):
     if "workspace" not in inspect.signature(fn).parameters:
         return None
-    from attn_core.workspace import Workspace
+    from attn_core.core.workspace import Workspace
 
     return Workspace()
 

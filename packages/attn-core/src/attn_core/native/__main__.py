@@ -1,7 +1,8 @@
 """``python -m attn_core.native {status,build,facts}``: the native kernel on this machine.
 
 - ``status``: where the library comes from (prebuilt, cached build, built now) or why there is
-  none, and each kernel's registers, shared memory and occupancy as the driver reports them.
+  none, each kernel's registers, shared memory and occupancy as the driver reports them, and
+  the verify-once registry's verdicts (fp16, head 256, block 16 checked for each group).
 - ``build [--arch sm_90,...]``: build every head-slot library now, in parallel, without a GPU
   (the lab image's build step); without ``--arch``, ``ATTN_CORE_NATIVE_ARCH`` or every target
   the compiler supports.
@@ -23,9 +24,9 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from attn_core.core.settings import current_overrides
 from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
 from attn_core.native.toolchain import find_toolchain, parse_archs
-from attn_core.settings import current_overrides
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
 DTYPES = (("fp16", 1), ("bf16", 2), ("fp32", 0))  # names and attn_core.native.abi kinds
@@ -67,6 +68,15 @@ def _status(groups: tuple[int, ...]) -> int:
     head = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
             "blocks/SM")  # fmt: skip
     print(tabulate(rows, headers=head, tablefmt="github"))
+    from attn_core.core import verify_once
+    from attn_core.native.verify import verify_native
+
+    for group in groups:  # Qwen3.6's head size in fp16: the configuration decode would check
+        lib, _ = load_native(settings, torch.device("cuda"), group)
+        if lib is not None:
+            verify_native(lib, torch.device("cuda"), torch.float16, "auto", 256, 16, group)
+    print("checked against the float64 reference (verify-once registry):")
+    print("\n".join(verify_once.status_lines()) or "  none")
     return OK
 
 

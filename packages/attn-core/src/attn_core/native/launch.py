@@ -15,11 +15,6 @@ from attn_core.native import abi
 from attn_core.native.library import NativeLibrary
 
 
-def partials_shape(num_seqs: int, num_heads: int, num_partitions: int, head_size: int):
-    """Shapes of the fp32 workspace a partitioned step needs: ``(part_out, part_lse)``."""
-    return (num_seqs, num_heads, num_partitions, head_size), (num_seqs, num_heads, num_partitions)
-
-
 def launch_decode(
     lib: NativeLibrary,
     *,
@@ -51,8 +46,8 @@ def launch_decode(
         v_scale: ``v_scale`` for fp8 values, else 1.
         num_partitions / partition_size: the plan's split (partition_size a multiple of the
             block size, ``num_partitions * partition_size`` covering every sequence).
-        part_out / part_lse: fp32 ``partials_shape(...)`` buffers, needed when
-            ``num_partitions > 1``.
+        part_out / part_lse: fp32 buffers of :func:`attn_core.native.split.partials_shapes`,
+            needed when ``num_partitions > 1``.
     """
     num_seqs, num_heads, head_size = query.shape
     _, num_kv_heads, _, block_size, _ = key_cache.shape

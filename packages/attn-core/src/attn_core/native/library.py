@@ -19,11 +19,12 @@ from typing import Optional
 
 import torch
 
+from attn_core.core.settings import NativeSettings
+from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
 from attn_core.native.build import BuildError, build_key, build_library, library_name
 from attn_core.native.build import default_cache_dir as _default_cache_dir
 from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
-from attn_core.settings import NativeSettings
 
 log = logging.getLogger("attn_core.native")
 PREBUILT = Path(__file__).resolve().parent / "_prebuilt"
@@ -187,8 +188,7 @@ def _describe(toolchain: Toolchain) -> str:
 def _device_arch(index: int, forced: Optional[str]) -> str:
     if forced:
         return forced
-    name = torch.cuda.get_device_name(index).lower()
-    if getattr(torch.version, "corex", None) or "iluvatar" in name:
+    if is_iluvatar(torch.device("cuda", index)):
         return DEFAULT_COREX_ARCH
     major, minor = torch.cuda.get_device_capability(index)
     return f"sm_{major}{minor}"

@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from attn_core.device_spec import DeviceSpec, occupancy_limits
+from attn_core.core.shapes import AttentionShape
+from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.native import abi
 from attn_core.native.facts import THREADS, KernelRecord, lookup
-from attn_core.shapes import AttentionShape
 
 TOKEN_TILE = THREADS  # tokens per tile of the score phase; partitions are multiples of it
 PARTIAL_BYTES = 4  # part_out / part_lse are fp32
@@ -67,14 +67,21 @@ class NativeSplit:
         self, num_seqs: int, num_heads: int, head_size: int
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(part_out, part_lse)`` shapes: ``[S, H, P, D]`` and ``[S, H, P]``, fp32."""
-        p = self.num_partitions
-        return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
+        return partials_shapes(num_seqs, num_heads, self.num_partitions, head_size)
 
     def workspace_bytes(self, num_seqs: int, num_heads: int, head_size: int) -> int:
         """Bytes of the fp32 partials (0 with one partition)."""
         if not self.merged:
             return 0
         return num_seqs * num_heads * self.num_partitions * (head_size + 1) * PARTIAL_BYTES
+
+
+def partials_shapes(
+    num_seqs: int, num_heads: int, num_partitions: int, head_size: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(part_out, part_lse)`` shapes of ``num_partitions`` partitions, fp32."""
+    p = num_partitions
+    return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
 
 
 def native_split(

@@ -1,37 +1,42 @@
 """The native kernel is used only after it matched the float64 reference on this device.
 
-One check per (device, query dtype, cache dtype, head size, block size, GQA group), cached for
-the process, the same rule as the fused prefill backends: a small random case in vLLM's layout
-(permuted blocks, lengths 1, block - 1, block + 1 and two longer ones, NaN in the cache slots
-past each sequence's end) through one partition and through several plus the merge, against
-:func:`attn_core.testing.reference_decode`. A check never runs while a CUDA graph is being
-captured (it synchronises); the caller then uses the torch path for that call.
+One check per (device, library, query dtype, cache dtype, head size, block size, GQA group),
+kept by the verify-once registry (:mod:`attn_core.core.verify_once`, kind ``native_decode``) like
+every other optional kernel: a small random case in vLLM's layout (permuted blocks, lengths 1,
+block - 1, block + 1 and two longer ones, NaN in the cache slots past each sequence's end)
+through one partition and through several plus the merge, against
+:func:`attn_core.reference.reference_decode`. The registry never runs it during a CUDA-graph
+capture (it synchronises); the resolver then plans the torch path for that call.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from dataclasses import dataclass
 
 import torch
 
-from attn_core.native.launch import launch_decode, partials_shape
+from attn_core.core import verify_once
+from attn_core.core.verify_once import Verdict
+from attn_core.native.launch import launch_decode
 from attn_core.native.library import NativeLibrary
-from attn_core.testing import make_paged_case, poison_tails, reference_decode
+from attn_core.native.split import partials_shapes
+from attn_core.reference import make_paged_case, poison_tails, reference_decode
 
+KIND = "native_decode"
 # Max |error| on outputs of magnitude ~1 (averages of N(0, 1) values): a few output ulps.
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
 
 
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    detail: str  # "max abs error 3.1e-04 (tolerance 5e-03)" or what went wrong
-
-
-_VERDICTS: dict[tuple, Verdict] = {}
-_LOCK = threading.Lock()
+def native_config(
+    lib: NativeLibrary,
+    dtype: torch.dtype,
+    kv_cache_dtype: str,
+    head_size: int,
+    block_size: int,
+    group: int,
+) -> tuple:
+    """The registry's ``config`` of one compiled variant (the library file names the build)."""
+    return (lib.path.name, dtype, kv_cache_dtype, head_size, block_size, group)
 
 
 def verify_native(
@@ -43,53 +48,43 @@ def verify_native(
     block_size: int,
     group: int,
 ) -> Verdict:
-    """The cached verdict for this configuration, checking it now if it has none."""
-    key = (str(device), dtype, kv_cache_dtype, head_size, block_size, group)
-    with _LOCK:
-        if key not in _VERDICTS:
-            _VERDICTS[key] = _check(
-                lib, device, dtype, kv_cache_dtype, head_size, block_size, group
-            )
-        return _VERDICTS[key]
+    """The kept verdict for this configuration, checking it now if there is none."""
+    config = native_config(lib, dtype, kv_cache_dtype, head_size, block_size, group)
+    return verify_once.verdict(KIND, device, config, lib)
 
 
-def verdicts() -> dict[tuple, Verdict]:
-    """Every check made in this process (for ``engine-patch status``)."""
-    with _LOCK:
-        return dict(_VERDICTS)
-
-
-def _check(lib, device, dtype, kv_cache_dtype, head_size, block_size, group) -> Verdict:
+def _check(device: torch.device, config: tuple, lib: NativeLibrary) -> Verdict:
+    _, dtype, kv_cache_dtype, head_size, block_size, group = config
     kv_heads = 2
     lens = [1, block_size - 1, block_size + 1, 300, 777]
-    try:
-        case = make_paged_case(
-            lens, group * kv_heads, kv_heads, head_size, block_size, dtype, device,
-            kv_cache_dtype=kv_cache_dtype, k_scale=0.5 if kv_cache_dtype != "auto" else 1.0,
-        )  # fmt: skip
-        poison_tails(case)
-        want = reference_decode(
-            case.query.cpu(), case.key_cache.cpu(), case.value_cache.cpu(),
-            case.block_tables.cpu(), case.seq_lens.cpu(), None, None, kv_cache_dtype,
-            case.k_scale, case.v_scale,
-        )  # fmt: skip
-        worst = 0.0
-        for parts, size in ((1, 1024), (7, 128)):  # one partition; several, partial tiles, merge
-            got = _run(lib, case, parts, size)
-            torch.cuda.synchronize(device)
-            if not bool(torch.isfinite(got).all()):
-                return Verdict(False, f"non-finite output with {parts} partition(s)")
-            worst = max(worst, float((got.double().cpu() - want).abs().max()))
-    except Exception as exc:  # a kernel that fails to run is "not usable here", not a crash
-        return Verdict(False, f"raised {type(exc).__name__}: {exc}")
+    case = make_paged_case(
+        lens, group * kv_heads, kv_heads, head_size, block_size, dtype, device,
+        kv_cache_dtype=kv_cache_dtype, k_scale=0.5 if kv_cache_dtype != "auto" else 1.0,
+    )  # fmt: skip
+    poison_tails(case)
+    want = reference_decode(
+        case.query.cpu(), case.key_cache.cpu(), case.value_cache.cpu(),
+        case.block_tables.cpu(), case.seq_lens.cpu(), None, None, kv_cache_dtype,
+        case.k_scale, case.v_scale,
+    )  # fmt: skip
+    worst = 0.0
+    for parts, size in ((1, 1024), (7, 128)):  # one partition; several, partial tiles, merge
+        got = _run(lib, case, parts, size)
+        torch.cuda.synchronize(device)
+        if not bool(torch.isfinite(got).all()):
+            return Verdict(False, f"non-finite output with {parts} partition(s)")
+        worst = max(worst, float((got.double().cpu() - want).abs().max()))
     tol = TOLERANCE[dtype]
     return Verdict(worst <= tol, f"max abs error {worst:.1e} (tolerance {tol:.0e})")
+
+
+verify_once.register(KIND, _check)
 
 
 def _run(lib: NativeLibrary, case, parts: int, size: int) -> torch.Tensor:
     num_seqs, num_heads, head_size = case.query.shape
     out = torch.full_like(case.query, math.nan)
-    o_shape, l_shape = partials_shape(num_seqs, num_heads, parts, head_size)
+    o_shape, l_shape = partials_shapes(num_seqs, num_heads, parts, head_size)
     fp8 = case.kv_cache_dtype != "auto"
     launch_decode(
         lib, query=case.query, key_cache=case.key_cache, value_cache=case.value_cache,

@@ -1,19 +1,15 @@
-"""Test support shipped with attn-core: the float64 reference and random paged inputs.
+"""Compatibility name for :mod:`attn_core.reference` (the float64 reference and its random
+paged cases), kept so existing tests, suites and scripts import unchanged. New code imports
+:mod:`attn_core.reference`, whose name says what it is."""
 
-It is part of the installed package (not only ``tests/``) because engine-patch's ``status``
-self-test and the HIL suites check the device against the same reference the unit tests use.
-Nothing here imports attn-core's execution code: the reference must stay independent of it.
-"""
-
-from attn_core.testing.paged_inputs import (
+from attn_core.reference import (
     PagedCase,
+    PrefillCase,
+    alibi_bias,
     make_paged_case,
+    make_prefill_case,
     poison_tails,
     random_block_tables,
-)
-from attn_core.testing.prefill_case import PrefillCase, make_prefill_case
-from attn_core.testing.reference import (
-    alibi_bias,
     reference_decode,
     reference_prefix_prefill,
     tokens_from_cache,

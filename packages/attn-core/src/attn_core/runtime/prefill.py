@@ -1,0 +1,352 @@
+"""Chunked prefill over a paged prefix: what vLLM 0.6.3's ``PagedAttention.forward_prefix`` does.
+
+validate -> plan (:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused
+backends, overrides; then the pure :func:`attn_core.plan_prefill`) -> execute (torch or fused
+backend).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from attn_core.core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
+from attn_core.core.checks import check_positive, check_positive_finite, check_tensor, resolve_scale
+from attn_core.core.settings import PrefillOverrides
+from attn_core.core.shapes import AttentionShape
+from attn_core.core.workspace import Workspace, check_workspace
+from attn_core.device.spec import DeviceSpec
+from attn_core.prefill.fused import run_fused_prefill
+from attn_core.prefill.plan import PrefillLengths, PrefillPlan
+from attn_core.prefill.problem import Problem, SeqSpan
+from attn_core.prefill.torch_path import run_torch_prefill
+from attn_core.prefill.verify import ensure_verified
+from attn_core.reference import PrefillCase
+from attn_core.runtime import resolve
+
+_LEN_DTYPES = (torch.int32, torch.int64)
+
+
+def paged_prefix_prefill(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    context_lens: torch.Tensor,
+    max_query_len: int,
+    scale: Optional[float] = None,
+    *,
+    alibi_slopes: Optional[torch.Tensor] = None,
+    sliding_window: Optional[int] = None,
+    kv_cache_dtype: str = "auto",
+    k_scale: float = 1.0,
+    v_scale: float = 1.0,
+    out: Optional[torch.Tensor] = None,
+    plan: Optional[PrefillPlan] = None,
+    workspace: Optional[Workspace] = None,
+    backend: Optional[str] = None,
+) -> torch.Tensor:
+    """Attention of a packed chunk of new tokens over each sequence's paged context and itself.
+
+    Token ``i`` of sequence ``s`` (absolute position ``context_lens[s] + i``) attends to the
+    sequence's ``context_lens[s]`` cached tokens and to the chunk's tokens ``<= i`` (causal,
+    bottom-right aligned); with ``sliding_window = w > 0`` only to keys at positions
+    ``> position - w``; with ALiBi the bias is ``slope[h] * (key_pos - query_pos)`` (vLLM's
+    xformers prefill). Query heads ``h`` use KV head ``h // (heads // kv_heads)``.
+
+    Args:
+        query: ``[num_tokens, num_heads, head_size]`` fp16/bf16/fp32, the chunk's queries.
+        key, value: ``[num_tokens, num_kv_heads, head_size]``, the chunk's own K/V (not read from
+            the cache).
+        key_cache: ``[num_blocks, num_kv_heads, head_size // x, block_size, x]``.
+        value_cache: ``[num_blocks, num_kv_heads, head_size, block_size]``.
+        block_tables: ``[num_seqs, max_blocks]`` int32.
+        query_start_loc: ``[num_seqs + 1]`` int32/int64, prefix sums of the query lengths.
+        seq_lens: ``[num_seqs]``, ``context_lens + query lengths``.
+        context_lens: ``[num_seqs]``, cached tokens per sequence (0: plain causal attention).
+        max_query_len: the longest query length (sizes the tiles).
+        scale: softmax scale; None means ``1/sqrt(head_size)``.
+        alibi_slopes: ``[num_heads]`` float32 or None.
+        sliding_window: None, 0 or -1 (none), or the window in tokens.
+        kv_cache_dtype / k_scale / v_scale: cache storage ("auto" or fp8) and its scales.
+        out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, written in place.
+        plan: a prebuilt :class:`PrefillPlan` (bench sweeps, tests); default plans this call.
+        workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
+            then allocate only the gathered context); None allocates them per call. One
+            thread's only: another thread using it raises ``RuntimeError``.
+        backend: ``"torch"``, ``"sdpa"`` or ``"vendor_flash"`` (wins over
+            ``ATTN_CORE_PREFILL_BACKEND``); a forced fused backend that is unavailable or did
+            not match the reference raises instead of falling back.
+
+    Host syncs: one. ``query_start_loc``, ``seq_lens`` and ``context_lens`` are read to the
+    host together once per call; per-sequence slicing and tile counts need them. Nothing else
+    reads device values (block-table entries are used on the device).
+
+    Returns:
+        ``out``: ``[num_tokens, num_heads, head_size]`` in query's dtype.
+    """
+    problem, spans = _validate(
+        query,
+        key,
+        value,
+        key_cache,
+        value_cache,
+        block_tables,
+        query_start_loc,
+        seq_lens,
+        context_lens,
+        max_query_len,
+        scale,
+        alibi_slopes,
+        sliding_window,
+        kv_cache_dtype,
+        k_scale,
+        v_scale,
+    )
+    out = _check_out(out, query)
+    workspace = check_workspace(workspace)
+    if plan is None:
+        shape = AttentionShape(
+            query.shape[1],
+            problem.layout.num_kv_heads,
+            query.shape[2],
+            problem.layout.block_size,
+            query.dtype,
+            problem.layout.kv_cache_dtype,
+        )
+        lengths = PrefillLengths(max_query_len, max((s.ctx for s in spans), default=0))
+        plan = prefill_plan_for(
+            shape,
+            lengths,
+            query.device,
+            alibi=alibi_slopes is not None,
+            sliding_window=problem.window,
+            backend=backend,
+        )
+    _check_plan(plan, query, problem, max_query_len)
+    # Checked once per process; a failed check raises here. Meta tensors (the simulator's
+    # traces) run no kernel, so there is nothing to verify there.
+    if plan.backend != "torch" and query.device.type != "meta":
+        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
+    _execute(plan, problem, spans, out, workspace)
+    return out
+
+
+def prefill_plan_for(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    device: torch.device,
+    device_spec: Optional[DeviceSpec] = None,
+    overrides: Optional[PrefillOverrides] = None,
+    *,
+    alibi: bool = False,
+    sliding_window: int = 0,
+    backend: Optional[str] = None,
+) -> PrefillPlan:
+    """:func:`attn_core.runtime.resolve.prefill_plan_for` with this module's check runner: the
+    profile, the probed capabilities with fused backends narrowed to those that matched the
+    reference
+    (once per process), and ``overrides`` (default: the settings'), ``backend`` winning."""
+    return resolve.prefill_plan_for(
+        shape, lengths, device, device_spec, overrides, alibi=alibi,
+        sliding_window=sliding_window, backend=backend, run=_run_unverified,
+    )  # fmt: skip
+
+
+def verify_prefill_backend(
+    name: str, device: torch.device, dtype: torch.dtype, head_size: int
+) -> None:
+    """Check fused backend ``name`` against the float64 reference here (once per process);
+    ``RuntimeError`` if it is unavailable or does not match. For registration-time checks and
+    benchmarks; :func:`paged_prefix_prefill` does the same lazily."""
+    ensure_verified(name, torch.device(device), dtype, head_size, _run_unverified)
+
+
+def _execute(
+    plan: PrefillPlan,
+    problem: Problem,
+    spans: list[SeqSpan],
+    out: torch.Tensor,
+    workspace: Optional[Workspace],
+) -> None:
+    if plan.backend == "torch":
+        run_torch_prefill(plan, problem, spans, out, workspace)
+    else:
+        run_fused_prefill(plan, problem, spans, out)
+
+
+def _run_unverified(case: PrefillCase, plan: PrefillPlan) -> torch.Tensor:
+    """The verification step's runner: ``case`` through ``plan`` with no check of its own."""
+    kw = case.kwargs()
+    problem, spans = _validate(
+        *case.args(),
+        None,
+        kw["alibi_slopes"],
+        kw["sliding_window"],
+        kw["kv_cache_dtype"],
+        kw["k_scale"],
+        kw["v_scale"],
+    )
+    out = torch.empty_like(case.query)
+    _execute(plan, problem, spans, out, None)
+    return out
+
+
+def _validate(
+    query,
+    key,
+    value,
+    key_cache,
+    value_cache,
+    block_tables,
+    query_start_loc,
+    seq_lens,
+    context_lens,
+    max_query_len,
+    scale,
+    alibi_slopes,
+    sliding_window,
+    kv_cache_dtype,
+    k_scale,
+    v_scale,
+) -> tuple:
+    check_tensor("query", query, ndim=3, dtype=COMPUTE_DTYPES)
+    device = query.device
+    num_tokens, heads, head_size = query.shape
+    layout = validate_caches(
+        key_cache, value_cache, kv_cache_dtype, compute_dtype=query.dtype, device=device
+    )
+    if head_size != layout.head_size:
+        raise ValueError(
+            f"query's head_size (dimension 2) must match the caches' head_size "
+            f"{layout.head_size}, got {head_size}"
+        )
+    kvh = layout.num_kv_heads
+    if heads % kvh:
+        raise ValueError(f"query's num_heads must be a multiple of num_kv_heads {kvh}, got {heads}")
+    for name, t in (("key", key), ("value", value)):
+        check_tensor(name, t, shape=(num_tokens, kvh, head_size), dtype=query.dtype, device=device)
+    num_seqs = check_tensor("seq_lens", seq_lens, ndim=1, dtype=_LEN_DTYPES, device=device).shape[0]
+    check_tensor("context_lens", context_lens, shape=(num_seqs,), dtype=_LEN_DTYPES, device=device)
+    check_tensor(
+        "query_start_loc", query_start_loc, shape=(num_seqs + 1,), dtype=_LEN_DTYPES, device=device
+    )
+    max_blocks = check_block_tables(block_tables, num_seqs, device)
+    check_positive("max_query_len", max_query_len)
+    if alibi_slopes is not None:
+        check_tensor(
+            "alibi_slopes", alibi_slopes, shape=(heads,), dtype=torch.float32, device=device
+        )
+    window = _resolve_window(sliding_window)
+    check_positive_finite("k_scale", k_scale)
+    check_positive_finite("v_scale", v_scale)
+    spans = _spans(
+        query_start_loc,
+        seq_lens,
+        context_lens,
+        num_tokens,
+        max_query_len,
+        max_blocks * layout.block_size,
+    )
+    problem = Problem(
+        query=query,
+        key=key,
+        value=value,
+        key_cache=key_cache,
+        value_cache=value_cache,
+        block_tables=block_tables,
+        layout=layout,
+        scale=resolve_scale(scale, head_size),
+        alibi_slopes=alibi_slopes,
+        window=window,
+        k_scale=float(k_scale),
+        v_scale=float(v_scale),
+    )
+    return problem, spans
+
+
+def _resolve_window(sliding_window: Optional[int]) -> int:
+    if sliding_window is None:
+        return 0
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
+        raise ValueError(f"sliding_window must be an int or None, got {sliding_window!r}")
+    if sliding_window < -1:
+        raise ValueError(f"sliding_window must be >= -1 (-1 and 0: none), got {sliding_window}")
+    return max(sliding_window, 0)
+
+
+def _spans(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    context_lens: torch.Tensor,
+    num_tokens: int,
+    max_query_len: int,
+    capacity: int,
+) -> list[SeqSpan]:
+    """Per-sequence token ranges; the call's one host read of device values."""
+    n = seq_lens.shape[0]
+    host = torch.cat([query_start_loc.long(), seq_lens.long(), context_lens.long()]).tolist()
+    starts, lens, ctxs = host[: n + 1], host[n + 1 : 2 * n + 1], host[2 * n + 1 :]
+    if starts[0] != 0 or starts[-1] != num_tokens:
+        raise ValueError(
+            f"query_start_loc must run from 0 to num_tokens={num_tokens}, "
+            f"got {starts[0]} .. {starts[-1]}"
+        )
+    for i in range(n):
+        if starts[i + 1] < starts[i]:
+            raise ValueError(
+                f"query_start_loc must be non-decreasing, got {starts[i]} then {starts[i + 1]} "
+                f"at index {i}"
+            )
+    spans = []
+    for i in range(n):
+        qlen = starts[i + 1] - starts[i]
+        if qlen > max_query_len:
+            raise ValueError(
+                f"max_query_len must be >= every query length, got {max_query_len} but "
+                f"sequence {i} has {qlen}"
+            )
+        if ctxs[i] < 0:
+            raise ValueError(f"context_lens must be >= 0, got {ctxs[i]} for sequence {i}")
+        if lens[i] != ctxs[i] + qlen:
+            raise ValueError(
+                f"seq_lens must equal context_lens + query lengths, got seq_lens[{i}]={lens[i]}, "
+                f"expected {ctxs[i]} + {qlen} = {ctxs[i] + qlen}"
+            )
+        if ctxs[i] > capacity:
+            raise ValueError(
+                f"context_lens[{i}] must fit the block table's capacity of {capacity} tokens, "
+                f"got {ctxs[i]}"
+            )
+        spans.append(SeqSpan(index=i, q0=starts[i], q1=starts[i + 1], ctx=ctxs[i]))
+    return spans
+
+
+def _check_out(out: Optional[torch.Tensor], query: torch.Tensor) -> torch.Tensor:
+    if out is None:
+        return torch.empty_like(query)
+    check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=query.device)
+    if not out.is_contiguous():
+        raise ValueError(f"out must be contiguous, got strides {out.stride()}")
+    return out
+
+
+def _check_plan(plan: PrefillPlan, query: torch.Tensor, problem: Problem, max_query_len: int):
+    heads, head_size = query.shape[1], query.shape[2]
+    want = (heads, problem.layout.num_kv_heads, head_size, query.dtype)
+    got = (plan.num_heads, plan.num_kv_heads, plan.head_size, plan.dtype)
+    if want != got:
+        raise ValueError(
+            f"plan must be for (num_heads, num_kv_heads, head_size, dtype) = {want}, got {got}"
+        )
+    if plan.backend != "torch":
+        if problem.alibi_slopes is not None or problem.window > 0:
+            raise ValueError(
+                f"plan.backend {plan.backend!r} supports neither alibi_slopes nor sliding_window; "
+                "use the torch backend"
+            )
