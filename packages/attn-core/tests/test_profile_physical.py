@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_core.device_detect import spec_named
-from attn_core.device_spec import DEVICE_SPECS
-from attn_core.profile_file import (
+from attn_core.device.detect import spec_named
+from attn_core.device.profile_file import (
     FIELDS,
     PHYSICAL_RANGES,
     load_profile_file,
     physical_problem,
 )
+from attn_core.device.spec import DEVICE_SPECS
 
 BAD = [
     ({"warp_size": 4096, "max_threads_per_sm": 64}, "warp_size"),
@@ -62,7 +62,7 @@ def test_impossible_profiles_are_refused_naming_file_and_field(tmp_path, fields,
 
 
 def test_attn_core_device_variable_refuses_it(tmp_path, monkeypatch):
-    from attn_core.device_detect import detect_device_spec
+    from attn_core.device.detect import detect_device_spec
 
     path = write(tmp_path, {"warp_size": 4096, "max_threads_per_sm": 64})
     monkeypatch.setenv("ATTN_CORE_DEVICE", str(path))

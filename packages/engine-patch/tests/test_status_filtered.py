@@ -9,7 +9,7 @@ import fake_vllm
 import pytest
 import torch
 
-from attn_core.shapes import AttentionShape
+from attn_core.core.shapes import AttentionShape
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.status import collect, render
 
