@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from attn_core.core.settings import current_overrides
+from attn_core.core.settings import current_overrides, reload
 from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
 from attn_core.native.toolchain import find_toolchain, parse_archs
 
@@ -162,6 +162,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code or 0)
     try:
+        reload()  # a command is a process start: it sees the environment as it is now
         if args.command == "build":
             return _build(args.arch)[0]
         if args.command == "facts":
