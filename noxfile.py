@@ -5,6 +5,8 @@
     nox -s tests    everything that runs on this machine: the above, the HIL runner against a
                     Docker engine, engine-patch inside the real vLLM 0.6.3, attn-core on torch 2.1
     nox -s lint     ruff check + ruff format --check; mypy on attn-core
+    nox -s clang    upstream clang (CUDA mode) builds every native kernel with no warning and no
+                    local memory, NVIDIA and -D__ILUVATAR__ (needs clang++-16; no CUDA toolkit)
     nox -s vllm     engine-patch's tests inside vllm==0.6.3 (installed without its CUDA deps)
     nox -s compat   attn-core's tests on torch 2.1 / Python 3.10, the vendor's stack
     nox -s bench    GPU benchmarks (decode, prefill) on whatever device is present
@@ -138,6 +140,13 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.install(*TORCH)
     session.run("mypy", f"{ATTN_CORE}/src/attn_core", "--ignore-missing-imports")
+
+
+@nox.session
+def clang(session: nox.Session) -> None:
+    """Every native kernel under clang's CUDA mode: no warning, no local memory (CoreX's compiler
+    is a clang). CUDA headers and libdevice come from the registry's wheels, not a toolkit."""
+    session.run("python", f"{ATTN_CORE}/ci/clang_check.py", *session.posargs)
 
 
 @nox.session

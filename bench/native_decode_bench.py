@@ -1,16 +1,22 @@
-"""Native decode against the HBM floor, the torch path, SDPA and vLLM 0.6.3's V2, under CUDA graphs.
+"""Native decode against the HBM floor, SDPA on contiguous K/V, the previous kernel and vLLM
+0.6.3's V2, under CUDA graphs.
 
-Qwen3.6's full-attention layer (24 query / 4 KV heads, head 256, block 16, fp16), paged cache
-with permuted blocks. Per shape, every variant is one decode step captured in a CUDA graph
+Rows: Qwen3.6's full-attention layer (24 query / 4 KV heads, head 256, block 16, fp16) at the
+issue's batch x context shapes, its fp8 caches at 1 x 100K, and the per-GPU slices vLLM runs
+under tensor parallelism 2 and 4 (12 / 2 and 6 / 1 heads) at 1 x 100K and 8 x 100K; paged
+cache with permuted blocks. Per row, every variant is one decode step captured in a CUDA graph
 (how vLLM runs decode) and replayed; small shapes put several steps over distinct caches in one
 graph so the data read per replay is at least 4x the L2 (the H200 keeps 50 MB: a lone 1 x 8K
 step, 34 MB of K+V, would be timed from cache). *floor* is the K+V bytes over the measured
-device-to-device copy rate (read + write counted). Partition sizes are swept for the native
-kernel; the plan's rule is fitted from the sweep (``--sweep``).
+device-to-device copy rate (read + write counted); *x_floor* is native / floor. *eager* launches
+the kernel directly (CUDA events around one call), without attn-core's host-side API.
+``--previous LIB`` times another build of the group-6 library (e.g. main's kernel: its csrc/
+files from ``git show main:...`` into a directory, built with nvcc as attn_core.native.build
+does, plus ``-DATTN_GROUP_SLOTS=6 -DATTN_TUNING_ONLY``) on the same inputs and splits.
 
-    python3 bench/native_decode_bench.py --out results [--sweep] [--vllm-sdist PATH]
+    python3 bench/native_decode_bench.py --out results [--sweep] [--previous LIB] [--no-vllm]
 
-Prints a table per shape and a summary against issue 10's targets; writes
+Prints a table per row and a summary against issue 17's targets; writes
 ``native_decode_bench.json``. Measures, never asserts.
 """
 
@@ -31,9 +37,19 @@ from _timing import copy_bandwidth, device_info, print_table, write_results  # n
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 K = 1024
-SHAPES = ((1, 8 * K), (1, 32 * K), (1, 100 * K), (8, 100 * K), (64, 8 * K), (1, 256 * K))
-TARGETS_MS = {(1, 100 * K): 0.13, (8, 100 * K): 1.0, (64, 8 * K): 0.65, (1, 256 * K): 0.33,
-              (1, 8 * K): 0.025}  # fmt: skip
+# (query heads, KV heads, batch, tokens, kv cache dtype): issue 17's table, then the per-GPU
+# shapes under tensor parallelism 2 and 4
+ROWS = (
+    (24, 4, 1, 8 * K, "auto"), (24, 4, 1, 32 * K, "auto"), (24, 4, 1, 100 * K, "auto"),
+    (24, 4, 8, 100 * K, "auto"), (24, 4, 64, 8 * K, "auto"), (24, 4, 1, 256 * K, "auto"),
+    (24, 4, 1, 100 * K, "fp8_e4m3"), (24, 4, 1, 100 * K, "fp8_e5m2"),
+    (12, 2, 1, 100 * K, "auto"), (12, 2, 8, 100 * K, "auto"),
+    (6, 1, 1, 100 * K, "auto"), (6, 1, 8, 100 * K, "auto"),
+)  # fmt: skip
+# issue 17's targets (H200, graph replay, ms); fp8 rows: at most 0.65 x the fp16 row's time
+TARGETS_MS = {(1, 100 * K): 0.115, (8, 100 * K): 0.90, (64, 8 * K): 0.60, (1, 256 * K): 0.29,
+              (1, 8 * K): 0.022}  # fmt: skip
+FP8_TARGET = 0.65
 L2_MULTIPLE = 4
 
 
@@ -41,17 +57,18 @@ class PagedKV:
     """Random K/V for ``batch`` sequences of ``tokens`` in vLLM's layout, made on the device."""
 
     def __init__(self, batch: int, tokens: int, dtype: torch.dtype, kv_cache_dtype: str,
-                 seed: int) -> None:  # fmt: skip
+                 seed: int, heads: int = HEADS, kv_heads: int = KV_HEADS) -> None:  # fmt: skip
         dev = torch.device("cuda")
+        self.heads, self.kv_heads = heads, kv_heads
         g = torch.Generator(device=dev).manual_seed(seed)
         nblk = -(-tokens // BLOCK)
         num_blocks = batch * nblk + 3
         fp8 = kv_cache_dtype != "auto"
         x = 16 if fp8 else 16 // torch.empty((), dtype=dtype).element_size()
         self.batch, self.tokens, self.kv_cache_dtype = batch, tokens, kv_cache_dtype
-        self.query = torch.randn(batch, HEADS, HEAD, generator=g, device=dev).to(dtype)
-        k = torch.randn(num_blocks, KV_HEADS, HEAD // x, BLOCK, x, generator=g, device=dev)
-        v = torch.randn(num_blocks, KV_HEADS, HEAD, BLOCK, generator=g, device=dev)
+        self.query = torch.randn(batch, heads, HEAD, generator=g, device=dev).to(dtype)
+        k = torch.randn(num_blocks, kv_heads, HEAD // x, BLOCK, x, generator=g, device=dev)
+        v = torch.randn(num_blocks, kv_heads, HEAD, BLOCK, generator=g, device=dev)
         if fp8:
             f8 = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
             self.key_cache = k.to(f8).view(torch.uint8)
@@ -64,15 +81,15 @@ class PagedKV:
         self.seq_lens = torch.full((batch,), tokens, dtype=torch.int32, device=dev)
         self.out = torch.empty_like(self.query)
         elem = 1 if fp8 else self.query.element_size()
-        self.kv_bytes = 2 * batch * KV_HEADS * tokens * HEAD * elem
+        self.kv_bytes = 2 * batch * kv_heads * tokens * HEAD * elem
 
     def contiguous_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``[batch, kv_heads, tokens, head]`` copies (SDPA's input; built outside any timing)."""
         ids = self.block_tables.long()
         kg = self.key_cache[ids]  # [B, nblk, KVH, D/x, BS, x]
-        k = kg.permute(0, 2, 1, 4, 3, 5).reshape(self.batch, KV_HEADS, -1, HEAD)
+        k = kg.permute(0, 2, 1, 4, 3, 5).reshape(self.batch, self.kv_heads, -1, HEAD)
         vg = self.value_cache[ids]  # [B, nblk, KVH, D, BS]
-        v = vg.permute(0, 2, 1, 4, 3).reshape(self.batch, KV_HEADS, -1, HEAD)
+        v = vg.permute(0, 2, 1, 4, 3).reshape(self.batch, self.kv_heads, -1, HEAD)
         return k[:, :, : self.tokens].contiguous(), v[:, :, : self.tokens].contiguous()
 
 
@@ -122,7 +139,7 @@ def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tens
     from attn_core.native.launch import launch_decode
     from attn_core.native.split import partials_shapes
 
-    o_shape, l_shape = partials_shapes(c.batch, HEADS, parts, HEAD)
+    o_shape, l_shape = partials_shapes(c.batch, c.heads, parts, HEAD)
     part_out = torch.empty(o_shape, device="cuda") if parts > 1 else None
     part_lse = torch.empty(l_shape, device="cuda") if parts > 1 else None
 
@@ -140,7 +157,7 @@ def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tens
 
 def partition_candidates(c: PagedKV, sm_count: int) -> list[tuple[int, int]]:
     """``(num_partitions, partition_size)`` giving about 1/2, 1, 2, 4, 8 blocks per SM-slot."""
-    rows = c.batch * KV_HEADS
+    rows = c.batch * c.kv_heads
     seen, out = set(), []
     for blocks_per_sm in (0.5, 1, 2, 3, 4, 6, 8, 12):
         want = max(1, math.ceil(blocks_per_sm * sm_count / rows))
@@ -153,26 +170,31 @@ def partition_candidates(c: PagedKV, sm_count: int) -> list[tuple[int, int]]:
 
 
 def reference(c: PagedKV, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    group = HEADS // KV_HEADS
-    q = c.query.float().view(c.batch, KV_HEADS, group, HEAD)
+    group = c.heads // c.kv_heads
+    q = c.query.float().view(c.batch, c.kv_heads, group, HEAD)
     kf, vf = k.float(), v.float()
     if c.kv_cache_dtype != "auto":
         f8 = torch.float8_e5m2 if c.kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
         kf, vf = k.view(f8).float(), v.view(f8).float()
     s = torch.matmul(q, kf.transpose(-1, -2)) * HEAD**-0.5
-    return torch.matmul(torch.softmax(s, -1), vf).reshape(c.batch, HEADS, HEAD)
+    return torch.matmul(torch.softmax(s, -1), vf).reshape(c.batch, c.heads, HEAD)
 
 
-def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: float, sweep: bool,
-                kv_cache_dtype: str = "auto") -> dict[str, Any]:  # fmt: skip
+def bench_row(lib, previous, vllm, row_spec: tuple, sm_count: int, copy_bw: float, sweep: bool,
+              torch_path: bool) -> dict[str, Any]:  # fmt: skip
+    heads, kv_heads, batch, tokens, kv_cache_dtype = row_spec
     dtype = torch.float16
-    one = PagedKV(batch, tokens, dtype, kv_cache_dtype, seed=0)
+
+    def paged(seed: int) -> PagedKV:
+        return PagedKV(batch, tokens, dtype, kv_cache_dtype, seed, heads, kv_heads)
+
+    one = paged(0)
     copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
-    cases = [one]
-    cases += [PagedKV(batch, tokens, dtype, kv_cache_dtype, seed=i) for i in range(1, copies)]
-    row: dict[str, Any] = {"shape": f"{batch}x{tokens}", "kv_cache": kv_cache_dtype,
-                           "kv_MB": one.kv_bytes / 1e6, "graph_copies": copies,
-                           "floor_ms": one.kv_bytes / copy_bw * 1e3}  # fmt: skip
+    cases = [one] + [paged(i) for i in range(1, copies)]
+    floor = one.kv_bytes / copy_bw * 1e3
+    row: dict[str, Any] = {"heads": f"{heads}/{kv_heads}", "shape": f"{batch}x{tokens}",
+                           "kv_cache": kv_cache_dtype, "kv_MB": one.kv_bytes / 1e6,
+                           "graph_copies": copies, "floor_ms": floor}  # fmt: skip
     k, v = one.contiguous_kv()
     want = reference(one, k, v)
     sweep_rows = []
@@ -185,18 +207,26 @@ def bench_shape(lib, vllm, batch: int, tokens: int, sm_count: int, copy_bw: floa
                            "rule": (parts, ps) == rule})  # fmt: skip
         if best is None or t < best[0]:
             best = (t, parts, ps)
-    row["rule_ms"] = sweep_rows[0]["graph_ms"]
-    row["rule_parts"] = rule[0]
+    row["native_ms"] = sweep_rows[0]["graph_ms"]  # the plan's own split
+    row["x_floor"] = row["native_ms"] / floor
+    row["parts"] = rule[0]
     assert best is not None
-    t, parts, ps = best
-    step = native_step(lib, one, parts, ps)
-    got = step().float()
-    row.update(native_ms=t, native_parts=parts, native_ps=ps,
-               native_err=float((got - want).abs().max()),
-               native_eager_ms=eager_ms(step), sweep=sweep_rows)  # fmt: skip
+    row["best_ms"], row["best_parts"] = best[0], best[1]
+    step = native_step(lib, one, *rule)
+    row["native_err"] = float((step().float() - want).abs().max())
+    row["eager_ms"] = eager_ms(step)
+    row["sweep"] = sweep_rows
+    if previous is not None:
+        try:
+            row["previous_ms"] = graph_ms([native_step(previous, c, *rule) for c in cases])
+            got = native_step(previous, one, *rule)().float()
+            row["previous_err"] = float((got - want).abs().max())
+        except Exception as exc:  # a failing variant is a missing number, not a lost run
+            print(f"previous kernel failed: {exc}", flush=True)
     if kv_cache_dtype == "auto":
         row["sdpa_ms"] = _sdpa_ms(one, k, v)
-        row["torch_path_ms"] = _torch_path_ms(cases)
+        if torch_path:
+            row["torch_path_ms"] = _torch_path_ms(cases)
         if vllm is not None:
             from vllm_baseline import v2_step
 
@@ -215,7 +245,7 @@ def _rule_split(c: PagedKV) -> tuple[int, int]:
     from attn_core.core.shapes import AttentionShape
     from attn_core.native.split import native_split
 
-    shape = AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, kv_cache_dtype=c.kv_cache_dtype)
+    shape = AttentionShape(c.heads, c.kv_heads, HEAD, BLOCK, kv_cache_dtype=c.kv_cache_dtype)
     split = native_split(shape, c.batch, c.tokens, detect_device_spec(torch.device("cuda")))
     return split.num_partitions, split.partition_size
 
@@ -242,7 +272,7 @@ def _torch_path_ms(cases: list[PagedKV]) -> Optional[float]:
 
     try:
         c0 = cases[0]
-        shape = AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK)
+        shape = AttentionShape(c0.heads, c0.kv_heads, HEAD, BLOCK)
         lengths = DecodeLengths(c0.batch, c0.tokens, c0.block_tables.shape[1])
         plan = decode_plan_for(
             shape, lengths, torch.device("cuda"), overrides=DecodeOverrides(backend="torch")
@@ -263,7 +293,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="results")
     ap.add_argument("--sweep", action="store_true", help="time several partition splits")
-    ap.add_argument("--shapes", default="", help="e.g. 1x102400,8x102400 (default: the targets)")
+    ap.add_argument("--rows", default="", help="row numbers to run, e.g. 0,2,6 (default: all)")
+    ap.add_argument("--previous", default="", help="another build of libattn_native_g6.so")
+    ap.add_argument("--torch-path", action="store_true", help="also time attn-core's torch path")
     ap.add_argument("--vllm-sdist", default=".ci-cache/vllm-0.6.3.tar.gz")
     ap.add_argument("--no-vllm", action="store_true")
     args = ap.parse_args(argv)
@@ -271,12 +303,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("native_decode_bench: needs a CUDA device; nothing measured")
         return 0
     from attn_core.core.settings import current_overrides
-    from attn_core.native.library import load_native
+    from attn_core.native.library import NativeLibrary, load_native
 
     lib, status = load_native(current_overrides().native, torch.device("cuda"), HEADS // KV_HEADS)
     print(f"native: {status}", flush=True)
     if lib is None:
         return 1
+    previous = NativeLibrary(Path(args.previous)) if args.previous else None
     vllm, why = (None, "skipped (--no-vllm)")
     if not args.no_vllm:
         from vllm_baseline import load_vllm_v2
@@ -284,41 +317,55 @@ def main(argv: Optional[list[str]] = None) -> int:
         t0 = time.monotonic()
         vllm, why = load_vllm_v2(Path(args.vllm_sdist))
         print(f"vLLM 0.6.3 V2 baseline: {why} ({time.monotonic() - t0:.0f} s)", flush=True)
-    shapes = SHAPES
-    if args.shapes:
-        shapes = tuple(tuple(int(p) for p in s.split("x")) for s in args.shapes.split(","))
+    specs = ROWS
+    if args.rows:
+        specs = tuple(ROWS[int(i)] for i in args.rows.split(","))
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
     rows = []
-    for batch, tokens in shapes:
-        rows.append(bench_shape(lib, vllm, batch, tokens, sm_count, bw, args.sweep))
+    for spec in specs:
+        if spec[4] != "auto" and not hasattr(torch, "float8_e4m3fn"):
+            continue
+        rows.append(bench_row(lib, previous, vllm, spec, sm_count, bw, args.sweep,
+                              args.torch_path))  # fmt: skip
         print_table([rows[-1]], COLUMNS)
         if args.sweep:
             print_table(rows[-1]["sweep"], ["partitions", "partition_size", "graph_ms", "rule"])
         write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
-    if hasattr(torch, "float8_e4m3fn"):
-        for kind in ("fp8_e4m3", "fp8_e5m2"):
-            rows.append(bench_shape(lib, None, 1, 100 * K, sm_count, bw, args.sweep, kind))
+    _add_targets(rows)
     write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
     print("\n== summary (CUDA-graph replay, ms)")
-    print_table(rows, COLUMNS + ["target_ms"] if _add_targets(rows) else COLUMNS)
+    print_table(rows, [*COLUMNS, "target_ms", "verdict"])
     return 0
 
 
 COLUMNS = [
-    "shape", "kv_cache", "floor_ms", "rule_ms", "rule_parts", "native_ms", "native_eager_ms",
-    "native_parts", "native_ps",
-    "native_err", "torch_path_ms", "sdpa_ms", "vllm_v2_ms", "vllm_v2_err",
+    "heads", "shape", "kv_cache", "floor_ms", "native_ms", "x_floor", "parts", "best_ms",
+    "eager_ms", "sdpa_ms", "previous_ms", "native_err", "previous_err", "torch_path_ms",
+    "vllm_v2_ms",
 ]  # fmt: skip
 
 
-def _add_targets(rows: list[dict[str, Any]]) -> bool:
+def _add_targets(rows: list[dict[str, Any]]) -> None:
+    """``target_ms`` and ``verdict`` per row: the issue's time target (the fp8 rows: 0.65 x the
+    fp16 row at the same shape; the TP rows: x_floor no worse than the full-head row's), and
+    faster than SDPA where SDPA ran."""
+    full = {r["shape"]: r for r in rows
+            if r["heads"] == f"{HEADS}/{KV_HEADS}" and r["kv_cache"] == "auto"}  # fmt: skip
     for r in rows:
         b, t = (int(p) for p in r["shape"].split("x"))
-        if r["kv_cache"] == "auto":
+        fp16 = full.get(r["shape"])
+        if r["kv_cache"] != "auto":
+            r["target_ms"] = FP8_TARGET * fp16["native_ms"] if fp16 else None
+        elif r["heads"] != f"{HEADS}/{KV_HEADS}":
+            r["target_ms"] = fp16["x_floor"] * r["floor_ms"] if fp16 else None
+        else:
             r["target_ms"] = TARGETS_MS.get((b, t))
-    return True
+        ok = r["target_ms"] is None or r["native_ms"] <= r["target_ms"]
+        if r.get("sdpa_ms") is not None:
+            ok = ok and r["native_ms"] < r["sdpa_ms"]
+        r["verdict"] = "met" if ok else "MISSED"
 
 
 def _payload(rows, bw, status, vllm_why) -> dict[str, Any]:

@@ -19,12 +19,13 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-_BASE = ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=4")
+# ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per pipeline chunk (two chunks in flight)
+_BASE = ("ATTN_THREADS=128", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4")
 VARIANTS = {
     "base": _BASE,
-    "b5": (*_BASE, "ATTN_MIN_BLOCKS=5"),
-    "v8": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
-    "k6_v6": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=6", "ATTN_VALUE_LOADS=6"),
+    "b4": (*_BASE, "ATTN_MIN_BLOCKS=4"),
+    "k8": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=4"),
+    "k8_v8": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
 }  # fmt: skip
 TUNING_GROUP = 6  # Qwen3.6: 24 query / 4 KV heads
 K = 1024

@@ -103,14 +103,19 @@ def test_default_plan_on_cuda_takes_the_native_kernel():
 
 def test_native_plan_captures_and_replays_in_a_cuda_graph():
     native_library(6)
-    case = cuda_case([900, 1000, 64], 24, 4, 256, 16, torch.float16)
-    p = plan(case, "native", 4096)
+    # vLLM captures at a max_seq_len its block tables can hold: the table is as wide as the
+    # capture size (decode_checks refuses a max_seq_len beyond the table's capacity)
+    capture = 4096
+    case = cuda_case([900, 1000, 64], 24, 4, 256, 16, torch.float16,
+                     extra_table_blocks=capture // 16)  # fmt: skip
+    assert case.block_tables.shape[1] * 16 >= capture
+    p = plan(case, "native", capture)
     assert p.native is not None and p.native.merged
     ws, out = Workspace(), torch.full_like(case.query, math.nan)
 
     def step():
         paged_decode(case.query, case.key_cache, case.value_cache, case.block_tables,
-                     case.seq_lens, 4096, out=out, plan=p, workspace=ws)  # fmt: skip
+                     case.seq_lens, capture, out=out, plan=p, workspace=ws)  # fmt: skip
 
     step()  # warm-up: the partials are allocated outside the capture
     graph = torch.cuda.CUDAGraph()

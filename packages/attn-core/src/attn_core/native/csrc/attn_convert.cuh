@@ -60,6 +60,19 @@ ATTN_DEVICE void unpack(const uint32_t (&w)[WORDS], float* out) {
   }
 }
 
+// Elements 4s .. 4s + 3 of a packed vector as floats (e4m3: divided by kE4M3Rescale): the
+// callers convert four at a time, so at most four floats per vector are live (a whole 16-byte
+// fp8 vector unpacked at once kept 16, and ptxas spilled the fp8 kernels at head 256).
+template <int KIND, int WORDS>
+ATTN_DEVICE void unpack4(const uint32_t (&w)[WORDS], int s, float (&out)[4]) {
+  constexpr int kWords = elem_bytes(KIND);  // words holding four elements: 4, 2 or 1
+  static_assert(WORDS % kWords == 0, "whole groups of four elements");
+  uint32_t part[kWords];
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) part[i] = w[s * kWords + i];
+  unpack<KIND, kWords>(part, out);
+}
+
 // One query / output element <-> float.
 template <int KIND>
 ATTN_DEVICE float load_elem(const void* base, int64_t index) {

@@ -10,12 +10,24 @@
 // the exact count gave 0.177 ms (bench/native_tune.py, H200, 2026-12-01). Groups above 8 span
 // several blocks of ceil(group / blocks) heads; a last block with fewer real heads computes
 // zero-query rows it never writes.
-// Per tile of kTile tokens:
+//
+// The partition's page ids are staged in shared memory once per window of kPageWindow pages
+// (one window covers every partition the planner makes up to 16K tokens at block 16). Per tile
+// of kTile tokens:
 //   1. scores: one token per thread, its 16-byte key vectors against the group's queries
-//      (fp32, prescaled by scale * log2(e), broadcast from shared memory);
-//   2. tile max per head through shared memory, online-softmax rescale (base 2);
+//      (fp32, prescaled by scale * log2(e), broadcast from shared memory), in chunks of
+//      kKeyChunk vectors: the next chunk's loads are issued before the current one is
+//      multiplied, and the last chunk's slot issues the tile's first value loads instead;
+//   2. tile max per head through shared memory, online-softmax rescale (base 2); the scores
+//      and probabilities live in one of two buffers by tile parity, so a tile needs three
+//      barriers and none for the next tile's writes;
 //   3. P.V: each thread owns head dimensions and walks the tile's value vectors (16 bytes =
-//      8 fp16 tokens of one dimension, contiguous in the value layout).
+//      8 fp16 tokens of one dimension, contiguous in the value layout), again one chunk ahead;
+//      before it starts, the next tile's first key chunk is requested, so loads stay in flight
+//      across the softmax barriers and the P.V phase.
+// Every loop under `#pragma unroll` has a compile-time trip count (the head bucket, not the
+// head size) and predicated bodies, never a `break`: nvcc and clang alike keep every register
+// array in registers (no local memory; ci/clang_check.py checks it for every kernel).
 // Every partial is fp32. With one partition the block normalises and writes the output; with
 // several it writes the partition's normalised output and base-2 log-sum-exp, and a second
 // kernel merges the valid partitions of each (sequence, query head).
@@ -37,10 +49,10 @@ namespace attn {
 #define ATTN_THREADS 128
 #endif
 #ifndef ATTN_KEY_LOADS
-#define ATTN_KEY_LOADS 8  // 16-byte key loads in flight per thread in the score phase
+#define ATTN_KEY_LOADS 4  // 16-byte key loads per chunk (two chunks in flight per thread)
 #endif
 #ifndef ATTN_VALUE_LOADS
-#define ATTN_VALUE_LOADS 4  // 16-byte value loads in flight per thread in the P.V phase
+#define ATTN_VALUE_LOADS 4  // value loads per chunk (two chunks in flight per thread)
 #endif
 #ifndef ATTN_MIN_BLOCKS
 #define ATTN_MIN_BLOCKS 0  // > 0: ask the compiler for this many resident blocks per SM
@@ -52,86 +64,194 @@ constexpr int kGroupMax = 8;     // query heads one block serves at most
 constexpr int kReducersPerHead = kThreads / kGroupMax;       // 16 threads reduce one head's tile
 constexpr int kTokensPerReducer = kTile / kReducersPerHead;  // 8 scores each
 constexpr int kMinBlockSize = 8;
-constexpr int kMaxPagesPerTile = kTile / kMinBlockSize;
+// Page ids staged per window: 4 KiB, so the largest block (group 8, fp32, head 256) stays at
+// 20.5 KiB of the BI-V100's 32 KiB.
+constexpr int kPageWindow = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kMergeChunk = kThreads;  // partitions weighed per merge round
 static_assert(kThreads % kGroupMax == 0 && kTile % (kThreads / kGroupMax) == 0, "reducers");
 
+constexpr int cmin(int a, int b) { return a < b ? a : b; }
+constexpr int cmax(int a, int b) { return a > b ? a : b; }
+
 template <int GROUP, int HEAD_MAX>
 struct alignas(16) PartitionSmem {
-  float q[GROUP][HEAD_MAX];  // scaled queries (zero rows past the group); then a fold buffer
-  float p[GROUP][kTile];     // scores, then probabilities, then per-thread sums
+  float q[GROUP][HEAD_MAX];  // scaled queries, zero past the head size and the group; then a
+                             // fold buffer
+  float p[2][GROUP][kTile];  // by tile parity: scores, then probabilities; then per-thread sums
   float red[GROUP][kReducersPerHead];
-  int pages[2][kMaxPagesPerTile];  // double-buffered by tile parity
+  int pages[kPageWindow];  // the window's page ids
 };
 
-// Loads and accumulates one tile's P.V for this thread's dimensions. VEC is the load width:
-// 16 bytes, or 8 for fp8 caches with 8-token blocks (a 16-byte vector would span two pages).
-template <int GROUP, int CKIND, int VEC_BYTES, int DIMS, int TOKEN_GROUPS>
-ATTN_DEVICE void tile_pv(const uint8_t* v_head, int64_t v_block_bytes, const int* pages,
-                         int bs_shift, int bs_mask, int dim0, int dim_step, int head_size,
-                         int token_group, int tile_len, const float (&p)[GROUP][kTile],
-                         float (&acc)[GROUP][DIMS]) {
-  constexpr int kBytes = elem_bytes(CKIND);
-  constexpr int kTokens = VEC_BYTES / kBytes;
-  constexpr int kWords = VEC_BYTES / 4;
-  constexpr int kUnroll = ATTN_VALUE_LOADS / DIMS > 0 ? ATTN_VALUE_LOADS / DIMS : 1;
-  const int block_size = bs_mask + 1;
-  for (int j0 = token_group * kTokens; j0 < tile_len; j0 += kTokens * TOKEN_GROUPS * kUnroll) {
-    uint32_t raw[kUnroll][DIMS][kWords];
+// Compile-time shape of one instantiation.
+template <int CKIND, int HEAD_MAX, int VEC_BYTES>
+struct Layout {
+  static constexpr int kBytes = elem_bytes(CKIND);
+  static constexpr int kX = 16 / kBytes;               // elements per 16-byte key vector
+  static constexpr int kKeyVecs = HEAD_MAX / kX;       // key vectors per token (head bucket)
+  static constexpr int kKeyChunk = cmin(ATTN_KEY_LOADS, kKeyVecs);
+  static constexpr int kKeyChunks = kKeyVecs / kKeyChunk;
+  static constexpr int kDims = HEAD_MAX > kThreads ? HEAD_MAX / kThreads : 1;
+  static constexpr int kTokenGroups = HEAD_MAX < kThreads ? kThreads / HEAD_MAX : 1;
+  static constexpr int kDimThreads = kThreads / kTokenGroups;
+  static constexpr int kVTokens = VEC_BYTES / kBytes;  // tokens per value vector (4, 8 or 16)
+  static constexpr int kVWords = VEC_BYTES / 4;
+  static constexpr int kVVecs = kTile / (kVTokens * kTokenGroups);  // value vectors per dim
+  static constexpr int kVChunk = cmin(cmax(ATTN_VALUE_LOADS / kDims, 1), kVVecs);
+  static constexpr int kVChunks = kVVecs / kVChunk;
+  static_assert(kKeyVecs % kKeyChunk == 0 && kVVecs % kVChunk == 0, "chunks divide");
+  static_assert(HEAD_MAX % kThreads == 0 || kThreads % HEAD_MAX == 0, "dimension mapping");
+  static_assert(kX % 4 == 0 && kVTokens % 4 == 0, "four elements at a time");
+};
+
+// Where one thread's loads come from; everything here is fixed for the whole partition.
+struct Source {
+  const uint8_t* k_head;
+  const uint8_t* v_head;
+  int64_t k_block_bytes, v_block_bytes;
+  const int* pages;  // the window's page ids (shared memory)
+  int bs_shift, bs_mask;
+  int head_size;
+};
+
+// kKeyChunk key vectors (c0, c0 + 1, ...) of the token at window offset `tok`; zeros for an
+// invalid token or vectors past the head size.
+template <int N>
+ATTN_DEVICE void load_keys(uint32_t (&raw)[N][4], const Source& src, int tok, bool valid,
+                           int c0, int n_vec) {
+  const int64_t page = valid ? src.pages[tok >> src.bs_shift] : 0;
+  const uint8_t* k_tok = src.k_head + page * src.k_block_bytes +
+                         static_cast<int64_t>(tok & src.bs_mask) * 16;
+  const int64_t vec_stride = static_cast<int64_t>(src.bs_mask + 1) * 16;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = j0 + u * kTokens * TOKEN_GROUPS;
-      const int64_t page = j < tile_len ? pages[j >> bs_shift] : 0;
+  for (int u = 0; u < N; ++u) {
+    if (valid && c0 + u < n_vec) {
+      const Vec16 v = load_vec<Vec16>(k_tok + (c0 + u) * vec_stride);
 #pragma unroll
-      for (int k = 0; k < DIMS; ++k) {
-        const int d = dim0 + k * dim_step;
-        if (j < tile_len && d < head_size) {
-          const uint8_t* src = v_head + page * v_block_bytes +
-                               (static_cast<int64_t>(d) * block_size + (j & bs_mask)) * kBytes;
-          if (VEC_BYTES == 16) {
-            const Vec16 v = load_vec<Vec16>(src);
+      for (int w = 0; w < 4; ++w) raw[u][w] = v.w[w];
+    } else {
 #pragma unroll
-            for (int w = 0; w < kWords; ++w) raw[u][k][w] = v.w[w];
-          } else {
-            const Vec8 v = load_vec<Vec8>(src);
-#pragma unroll
-            for (int w = 0; w < kWords; ++w) raw[u][k][w] = v.w[w];
-          }
-        } else {
-#pragma unroll
-          for (int w = 0; w < kWords; ++w) raw[u][k][w] = 0u;
-        }
-      }
+      for (int w = 0; w < 4; ++w) raw[u][w] = 0u;
     }
+  }
+}
+
+// score[g] += q[g] . key over the chunk's vectors (queries past the head size are zero), four
+// elements at a time: one 16-byte shared-memory read of each query per four FMAs.
+template <int CKIND, int GROUP, int HEAD_MAX, int N>
+ATTN_DEVICE void score_chunk(const uint32_t (&raw)[N][4], const float (&q)[GROUP][HEAD_MAX],
+                             int c0, float (&score)[GROUP]) {
+  constexpr int kX = 16 / elem_bytes(CKIND);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = j0 + u * kTokens * TOKEN_GROUPS;
-      if (j >= tile_len) break;
-      float v[DIMS][kTokens];
+  for (int u = 0; u < N; ++u) {
 #pragma unroll
-      for (int k = 0; k < DIMS; ++k) {
-        unpack<CKIND, kWords>(raw[u][k], v[k]);
-        // slots past the sequence's end inside its last page: never multiply inf/NaN by 0
-#pragma unroll
-        for (int i = 0; i < kTokens; ++i) {
-          if (j + i >= tile_len) v[k][i] = 0.0f;
-        }
-      }
-      // straight-line code over every head slot: the GROUP x DIMS FMA chains interleave
+    for (int sub = 0; sub < kX / 4; ++sub) {
+      float k[4];
+      unpack4<CKIND>(raw[u], sub, k);
+      const int d0 = (c0 + u) * kX + sub * 4;
+      // straight-line code over every head slot: the GROUP FMA chains interleave
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) {
-        float probs[kTokens];
 #pragma unroll
-        for (int i = 0; i < kTokens; ++i) probs[i] = p[g][j + i];
+        for (int i = 0; i < 4; ++i) score[g] = fmaf(q[g][d0 + i], k[i], score[g]);
+      }
+    }
+  }
+}
+
+// First token (tile-relative) of value vector u for this thread.
+template <class L>
+ATTN_DEVICE int value_token(int u, int token_group) {
+  return (u * L::kTokenGroups + token_group) * L::kVTokens;
+}
+
+// Value vectors u0 .. u0 + kVChunk - 1 of every dimension this thread owns; zeros past the tile
+// or the head size.
+template <class L>
+ATTN_DEVICE void load_values(uint32_t (&raw)[L::kVChunk][L::kDims][L::kVWords],
+                             const Source& src, int tile_off, int tile_len, int token_group,
+                             int dim0, int u0) {
+  const int block_size = src.bs_mask + 1;
 #pragma unroll
-        for (int k = 0; k < DIMS; ++k) {
+  for (int u = 0; u < L::kVChunk; ++u) {
+    const int j = value_token<L>(u0 + u, token_group);
+    const bool in_tile = j < tile_len;
+    const int tok = tile_off + j;
+    const int64_t page = in_tile ? src.pages[tok >> src.bs_shift] : 0;
+    const uint8_t* base = src.v_head + page * src.v_block_bytes +
+                          static_cast<int64_t>(tok & src.bs_mask) * L::kBytes;
 #pragma unroll
-          for (int i = 0; i < kTokens; ++i) acc[g][k] = fmaf(probs[i], v[k][i], acc[g][k]);
+    for (int k = 0; k < L::kDims; ++k) {
+      const int d = dim0 + k * L::kDimThreads;
+      if (in_tile && d < src.head_size) {
+        const uint8_t* p = base + static_cast<int64_t>(d) * block_size * L::kBytes;
+        if (L::kVWords == 4) {
+          const Vec16 v = load_vec<Vec16>(p);
+#pragma unroll
+          for (int w = 0; w < L::kVWords; ++w) raw[u][k][w] = v.w[w];
+        } else {
+          const Vec8 v = load_vec<Vec8>(p);
+#pragma unroll
+          for (int w = 0; w < L::kVWords; ++w) raw[u][k][w] = v.w[w];
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < L::kVWords; ++w) raw[u][k][w] = 0u;
+      }
+    }
+  }
+}
+
+// acc[g][k] += sum_i p[g][j + i] * value[k][i] over the chunk's vectors, four tokens at a time.
+template <class L, int CKIND, int GROUP>
+ATTN_DEVICE void pv_chunk(const uint32_t (&raw)[L::kVChunk][L::kDims][L::kVWords],
+                          const float (&p)[GROUP][kTile], int tile_len, int token_group, int u0,
+                          float (&acc)[GROUP][L::kDims]) {
+  const bool partial = tile_len < kTile;
+#pragma unroll
+  for (int u = 0; u < L::kVChunk; ++u) {
+#pragma unroll
+    for (int sub = 0; sub < L::kVTokens / 4; ++sub) {
+      const int j = value_token<L>(u0 + u, token_group) + sub * 4;
+      float v[L::kDims][4];
+#pragma unroll
+      for (int k = 0; k < L::kDims; ++k) {
+        unpack4<CKIND>(raw[u][k], sub, v[k]);
+        // slots past the tile inside the last page may hold inf/NaN: never multiply them by 0
+        if (partial) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v[k][i] = j + i < tile_len ? v[k][i] : 0.0f;
+        }
+      }
+      // straight-line code over every head slot: the GROUP x kDims FMA chains interleave
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        float probs[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) probs[i] = p[g][j + i];
+#pragma unroll
+        for (int k = 0; k < L::kDims; ++k) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[g][k] = fmaf(probs[i], v[k][i], acc[g][k]);
         }
       }
     }
   }
+}
+
+template <int N, int M>
+ATTN_DEVICE void copy_words(uint32_t (&to)[N][M], const uint32_t (&from)[N][M]) {
+#pragma unroll
+  for (int a = 0; a < N; ++a) {
+#pragma unroll
+    for (int b = 0; b < M; ++b) to[a][b] = from[a][b];
+  }
+}
+
+template <int N, int M, int W>
+ATTN_DEVICE void copy_words(uint32_t (&to)[N][M][W], const uint32_t (&from)[N][M][W]) {
+#pragma unroll
+  for (int a = 0; a < N; ++a) copy_words(to[a], from[a]);
 }
 
 #if ATTN_MIN_BLOCKS > 0
@@ -140,16 +260,12 @@ ATTN_DEVICE void tile_pv(const uint8_t* v_head, int64_t v_block_bytes, const int
 #define ATTN_PARTITION_BOUNDS __launch_bounds__(kThreads)
 #endif
 
-template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
-__global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
-  constexpr int kBytes = elem_bytes(CKIND);
-  constexpr int kX = 16 / kBytes;  // elements per 16-byte key vector (the layout's x)
-  constexpr int kDims = HEAD_MAX > kThreads ? HEAD_MAX / kThreads : 1;
-  constexpr int kTokenGroups = HEAD_MAX < kThreads ? kThreads / HEAD_MAX : 1;
-  constexpr int kDimThreads = kThreads / kTokenGroups;
-  constexpr int kKeyUnroll = ATTN_KEY_LOADS;
+// One partition of one (sequence, KV head, head group); VEC_BYTES is the value load width: 16,
+// or 8 for fp8 caches with 8-token blocks (a 16-byte vector would span two pages).
+template <int QKIND, int CKIND, int HEAD_MAX, int GROUP, int VEC_BYTES>
+ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, PartitionSmem<GROUP, HEAD_MAX>& s) {
+  using L = Layout<CKIND, HEAD_MAX, VEC_BYTES>;
   constexpr float kRescale = CKIND == kFp8E4M3 ? kE4M3Rescale : 1.0f;
-  __shared__ PartitionSmem<GROUP, HEAD_MAX> s;
 
   const int tid = threadIdx.x;
   const int group = a.num_heads / a.num_kv_heads;
@@ -178,145 +294,154 @@ __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
   const int end = min(start + a.partition_size, seq_len);
 
   const float qscale = a.scale * kLog2e * kRescale;
-  for (int i = tid; i < GROUP * D; i += kThreads) {
-    const int g = i / D, d = i % D;
-    s.q[g][d] = g < G ? load_elem<QKIND>(a.query, seq * a.q_seq_stride +
-                                                      (head0 + g) * a.q_head_stride + d) *
-                            qscale
-                      : 0.0f;
+  for (int i = tid; i < GROUP * HEAD_MAX; i += kThreads) {
+    const int g = i / HEAD_MAX, d = i % HEAD_MAX;
+    s.q[g][d] = g < G && d < D ? load_elem<QKIND>(a.query, seq * a.q_seq_stride +
+                                                               (head0 + g) * a.q_head_stride + d) *
+                                     qscale
+                               : 0.0f;
+  }
+  float slope[GROUP];  // vLLM's ALiBi bias: slope * (position - seq_len + 1), in log2 units
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+    slope[g] = a.alibi_slopes != nullptr && g < G ? a.alibi_slopes[head0 + g] * kLog2e : 0.0f;
   }
 
   int bs_shift = 0;
   while ((1 << bs_shift) < a.block_size) ++bs_shift;
-  const int bs_mask = a.block_size - 1;
+  Source src;
+  src.k_head = static_cast<const uint8_t*>(a.key_cache) + kv_head * a.k_head_stride * L::kBytes;
+  src.v_head = static_cast<const uint8_t*>(a.value_cache) + kv_head * a.v_head_stride * L::kBytes;
+  src.k_block_bytes = a.k_block_stride * L::kBytes;
+  src.v_block_bytes = a.v_block_stride * L::kBytes;
+  src.pages = s.pages;
+  src.bs_shift = bs_shift;
+  src.bs_mask = a.block_size - 1;
+  src.head_size = D;
+  const int n_vec = D / L::kX;  // key vectors per token
   const int32_t* table = a.block_tables + seq * a.table_stride;
-  const uint8_t* k_head = static_cast<const uint8_t*>(a.key_cache) + kv_head * a.k_head_stride * kBytes;
-  const uint8_t* v_head =
-      static_cast<const uint8_t*>(a.value_cache) + kv_head * a.v_head_stride * kBytes;
-  const int64_t k_block_bytes = a.k_block_stride * kBytes;
-  const int64_t v_block_bytes = a.v_block_stride * kBytes;
-  const int n_vec = D / kX;  // key vectors per token
 
-  float m_run[GROUP], l_run[GROUP], acc[GROUP][kDims];
+  float m_run[GROUP], l_run[GROUP], acc[GROUP][L::kDims];
 #pragma unroll
   for (int g = 0; g < GROUP; ++g) {
     m_run[g] = -INFINITY;
     l_run[g] = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kDims; ++k) acc[g][k] = 0.0f;
+    for (int k = 0; k < L::kDims; ++k) acc[g][k] = 0.0f;
   }
-  const int token_group = tid / kDimThreads;
-  const int dim0 = tid % kDimThreads;
+  const int token_group = L::kTokenGroups == 1 ? 0 : tid / L::kDimThreads;
+  const int dim0 = L::kTokenGroups == 1 ? tid : tid % L::kDimThreads;
 
-  for (int t0 = start, tile = 0; t0 < end; t0 += kTile, ++tile) {
-    const int tile_len = min(kTile, end - t0);
-    int* pages = s.pages[tile & 1];
-    if (tid < ((tile_len + bs_mask) >> bs_shift)) pages[tid] = table[(t0 >> bs_shift) + tid];
-    __syncthreads();  // pages (and, on the first tile, the queries) visible; last P.V done
+  uint32_t kpre[L::kKeyChunk][4];  // the tile's first key chunk, requested ahead
+  const int window_tokens = kPageWindow << bs_shift;
+  int tile = 0;
+  for (int w0 = start; w0 < end; w0 += window_tokens) {
+    const int wend = min(w0 + window_tokens, end);
+    const int n_pages = (wend - w0 + src.bs_mask) >> bs_shift;
+    __syncthreads();  // the previous window's P.V read its pages
+    for (int i = tid; i < n_pages; i += kThreads) s.pages[i] = table[(w0 >> bs_shift) + i];
+    __syncthreads();  // pages (and, in the first window, the queries) visible
+    load_keys(kpre, src, tid, tid < min(kTile, wend - w0), 0, n_vec);
 
-    // 1. one token's scores per thread
-    float score[GROUP];
+    for (int t0 = w0; t0 < wend; t0 += kTile, ++tile) {
+      const int tile_len = min(kTile, wend - t0);
+      const int tile_off = t0 - w0;
+      const bool valid = tid < tile_len;
+      float (&sp)[GROUP][kTile] = s.p[tile & 1];
+
+      // 1. one token's scores per thread, one key chunk ahead; the last slot asks for values
+      float score[GROUP];
 #pragma unroll
-    for (int g = 0; g < GROUP; ++g) score[g] = 0.0f;
-    const bool valid = tid < tile_len;
-    if (valid) {
-      const int64_t page = pages[tid >> bs_shift];
-      const uint8_t* k_tok =
-          k_head + page * k_block_bytes + static_cast<int64_t>(tid & bs_mask) * 16;
-      const int64_t vec_stride = static_cast<int64_t>(a.block_size) * 16;
-      for (int c0 = 0; c0 < n_vec; c0 += kKeyUnroll) {
-        uint32_t raw[kKeyUnroll][4];
+      for (int g = 0; g < GROUP; ++g) score[g] = 0.0f;
+      uint32_t vcur[L::kVChunk][L::kDims][L::kVWords];
+      uint32_t kcur[L::kKeyChunk][4];
+      copy_words(kcur, kpre);
 #pragma unroll
-        for (int u = 0; u < kKeyUnroll; ++u) {
-          if (c0 + u < n_vec) {
-            const Vec16 v = load_vec<Vec16>(k_tok + (c0 + u) * vec_stride);
-#pragma unroll
-            for (int w = 0; w < 4; ++w) raw[u][w] = v.w[w];
-          }
+      for (int c = 0; c < L::kKeyChunks; ++c) {
+        uint32_t knext[L::kKeyChunk][4];
+        if (c + 1 < L::kKeyChunks) {
+          load_keys(knext, src, tile_off + tid, valid, (c + 1) * L::kKeyChunk, n_vec);
+        } else {
+          load_values<L>(vcur, src, tile_off, tile_len, token_group, dim0, 0);
         }
+        score_chunk<CKIND>(kcur, s.q, c * L::kKeyChunk, score);
+        if (c + 1 < L::kKeyChunks) copy_words(kcur, knext);
+      }
+      if (a.alibi_slopes != nullptr) {
+        const float rel = static_cast<float>(t0 + tid - seq_len + 1);
 #pragma unroll
-        for (int u = 0; u < kKeyUnroll; ++u) {
-          if (c0 + u >= n_vec) break;
-          float k[kX];
-          unpack<CKIND, 4>(raw[u], k);
-          const int d0 = (c0 + u) * kX;
-          // straight-line code over every head slot: the GROUP FMA chains interleave
+        for (int g = 0; g < GROUP; ++g) score[g] = fmaf(slope[g], rel, score[g]);
+      }
 #pragma unroll
-          for (int g = 0; g < GROUP; ++g) {
+      for (int g = 0; g < GROUP; ++g) sp[g][tid] = valid ? score[g] : -INFINITY;
+      __syncthreads();  // A: scores visible
+
+      // 2. the tile's max per head: 16 threads per head, 8 scores each
+      {
+        const int g = tid / kReducersPerHead, r = tid % kReducersPerHead;
+        if (g < GROUP) {
+          float m = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < kX; ++i) score[g] = fmaf(s.q[g][d0 + i], k[i], score[g]);
-          }
+          for (int i = 0; i < kTokensPerReducer; ++i) m = fmaxf(m, sp[g][r * kTokensPerReducer + i]);
+          s.red[g][r] = m;
         }
       }
-      if (a.alibi_slopes != nullptr) {  // vLLM's bias: slope * (position - seq_len + 1)
-        const float rel = static_cast<float>(t0 + tid - seq_len + 1) * kLog2e;
+      __syncthreads();  // B: partial maxima visible, scores read
 #pragma unroll
-        for (int g = 0; g < GROUP; ++g) {
-          if (g < G) score[g] = fmaf(a.alibi_slopes[head0 + g], rel, score[g]);
+      for (int g = 0; g < GROUP; ++g) {
+        float m_tile = -INFINITY;
+#pragma unroll
+        for (int r = 0; r < kReducersPerHead; ++r) m_tile = fmaxf(m_tile, s.red[g][r]);
+        const float m_new = fmaxf(m_run[g], m_tile);  // finite: the tile holds a real token
+        const float alpha = exp2f(m_run[g] - m_new);
+        const float prob = valid ? exp2f(score[g] - m_new) : 0.0f;
+        sp[g][tid] = prob;
+        l_run[g] = l_run[g] * alpha + prob;
+#pragma unroll
+        for (int k = 0; k < L::kDims; ++k) acc[g][k] *= alpha;
+        m_run[g] = m_new;
+      }
+      __syncthreads();  // C: probabilities visible
+
+      // 3. P.V over this thread's dimensions, one value chunk ahead; the next tile's first
+      // key chunk is requested first, so it lands while this tile computes
+      {
+        const int next = t0 + kTile;
+        const int next_len = min(kTile, wend - next);
+        if (next < wend) load_keys(kpre, src, next - w0 + tid, tid < next_len, 0, n_vec);
+      }
+#pragma unroll
+      for (int c = 0; c < L::kVChunks; ++c) {
+        uint32_t vnext[L::kVChunk][L::kDims][L::kVWords];
+        if (c + 1 < L::kVChunks) {
+          load_values<L>(vnext, src, tile_off, tile_len, token_group, dim0,
+                         (c + 1) * L::kVChunk);
         }
+        pv_chunk<L, CKIND>(vcur, sp, tile_len, token_group, c * L::kVChunk, acc);
+        if (c + 1 < L::kVChunks) copy_words(vcur, vnext);
       }
-    }
-#pragma unroll
-    for (int g = 0; g < GROUP; ++g) s.p[g][tid] = valid ? score[g] : -INFINITY;
-    __syncthreads();
-
-    // 2. the tile's max per head: 16 threads per head, 8 scores each
-    {
-      const int g = tid / kReducersPerHead, r = tid % kReducersPerHead;
-      if (g < GROUP) {
-        float m = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < kTokensPerReducer; ++i) m = fmaxf(m, s.p[g][r * kTokensPerReducer + i]);
-        s.red[g][r] = m;
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int g = 0; g < GROUP; ++g) {
-      float m_tile = -INFINITY;
-#pragma unroll
-      for (int r = 0; r < kReducersPerHead; ++r) m_tile = fmaxf(m_tile, s.red[g][r]);
-      const float m_new = fmaxf(m_run[g], m_tile);  // finite: the tile holds a real token
-      const float alpha = exp2f(m_run[g] - m_new);
-      const float prob = valid ? exp2f(score[g] - m_new) : 0.0f;
-      s.p[g][tid] = prob;
-      l_run[g] = l_run[g] * alpha + prob;
-#pragma unroll
-      for (int k = 0; k < kDims; ++k) acc[g][k] *= alpha;
-      m_run[g] = m_new;
-    }
-    __syncthreads();
-
-    // 3. P.V over this thread's dimensions
-    if (kBytes == 1 && a.block_size * kBytes < 16) {
-      tile_pv<GROUP, CKIND, 8, kDims, kTokenGroups>(v_head, v_block_bytes, pages, bs_shift,
-                                                    bs_mask, dim0, kDimThreads, D, token_group,
-                                                    tile_len, s.p, acc);
-    } else {
-      tile_pv<GROUP, CKIND, 16, kDims, kTokenGroups>(v_head, v_block_bytes, pages, bs_shift,
-                                                     bs_mask, dim0, kDimThreads, D, token_group,
-                                                     tile_len, s.p, acc);
     }
   }
 
   // Sums: every thread holds its own tokens' share, rescaled as the max moved.
-  __syncthreads();  // last P.V read s.p
+  __syncthreads();  // the last P.V read s.p
 #pragma unroll
-  for (int g = 0; g < GROUP; ++g) s.p[g][tid] = l_run[g];
+  for (int g = 0; g < GROUP; ++g) s.p[0][g][tid] = l_run[g];
   __syncthreads();
   {
     const int g = tid / kReducersPerHead, r = tid % kReducersPerHead;
     if (g < GROUP) {
       float sum = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kTokensPerReducer; ++i) sum += s.p[g][r * kTokensPerReducer + i];
+      for (int i = 0; i < kTokensPerReducer; ++i) sum += s.p[0][g][r * kTokensPerReducer + i];
       s.red[g][r] = sum;
     }
   }
   __syncthreads();
   // Fold token groups 1.. into group 0 through the (no longer needed) query buffer, one group
   // at a time: with kTokenGroups > 1 each thread owns one dimension (kDims == 1).
-  for (int from = 1; from < kTokenGroups; ++from) {
+#pragma unroll
+  for (int from = 1; from < L::kTokenGroups; ++from) {
     if (token_group == from) {
 #pragma unroll
       for (int g = 0; g < GROUP; ++g) s.q[g][dim0] = acc[g][0];
@@ -333,29 +458,41 @@ __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
   const bool single = a.num_partitions == 1;
 #pragma unroll
   for (int g = 0; g < GROUP; ++g) {
-    if (g >= G) break;  // zero-query slots: computed alongside, never written
-    float l = 0.0f;
+    if (g < G) {  // zero-query slots: computed alongside, never written
+      float l = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kReducersPerHead; ++r) l += s.red[g][r];
-    const float inv = a.v_scale * kRescale / l;  // l >= 1: the max token gives 2^0
-    const int head = head0 + g;
+      for (int r = 0; r < kReducersPerHead; ++r) l += s.red[g][r];
+      const float inv = a.v_scale * kRescale / l;  // l >= 1: the max token gives 2^0
+      const int head = head0 + g;
+      const int64_t row =
+          (static_cast<int64_t>(seq) * a.num_heads + head) * a.num_partitions + part;
 #pragma unroll
-    for (int k = 0; k < kDims; ++k) {
-      const int d = dim0 + k * kDimThreads;
-      if (d >= D) continue;
-      if (single) {
-        store_elem<QKIND>(a.out, seq * a.out_seq_stride + head * a.out_head_stride + d,
-                          acc[g][k] * inv);
-      } else {
-        const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + head) * a.num_partitions + part;
-        a.part_out[row * D + d] = acc[g][k] * inv;
+      for (int k = 0; k < L::kDims; ++k) {
+        const int d = dim0 + k * L::kDimThreads;
+        if (d < D) {
+          if (single) {
+            store_elem<QKIND>(a.out, seq * a.out_seq_stride + head * a.out_head_stride + d,
+                              acc[g][k] * inv);
+          } else {
+            a.part_out[row * D + d] = acc[g][k] * inv;
+          }
+        }
       }
-    }
-    if (!single && tid == 0) {
-      const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + head) * a.num_partitions + part;
-      a.part_lse[row] = m_run[g] + log2f(l);
+      if (!single && tid == 0) a.part_lse[row] = m_run[g] + log2f(l);
     }
   }
+}
+
+template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
+__global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
+  __shared__ PartitionSmem<GROUP, HEAD_MAX> s;
+  if constexpr (elem_bytes(CKIND) == 1) {
+    if (a.block_size < 16) {
+      partition_body<QKIND, CKIND, HEAD_MAX, GROUP, 8>(a, s);
+      return;
+    }
+  }
+  partition_body<QKIND, CKIND, HEAD_MAX, GROUP, 16>(a, s);
 }
 
 // Merge the partitions of one (query head, sequence): weights 2^(lse - max), fp32.

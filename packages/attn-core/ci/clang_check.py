@@ -1,0 +1,150 @@
+"""Upstream clang's CUDA mode builds every native kernel cleanly (standard library only).
+
+    python packages/attn-core/ci/clang_check.py [--clang clang++-16] [--cache DIR] [--slots 1,6]
+
+CoreX's compiler is a clang, so a kernel that upstream clang compiles with a warning, or whose
+register arrays clang puts in local memory, is suspect on BI-V100 however clean nvcc is. For
+every library (one per head-slot count, csrc/paged_decode.cu ATTN_GROUP_SLOTS) and both modes
+(NVIDIA, ``-D__ILUVATAR__``) this compiles the device code to PTX for sm_80 and fails on:
+
+- any diagnostic clang prints (warnings included; "loop not unrolled" is one);
+- any kernel whose PTX declares or touches local memory (``.local``, ``__local_depot``,
+  ``ld.local`` / ``st.local``): a register array that was not kept in registers;
+- a library whose PTX holds fewer kernels than its dispatch table instantiates (a check that
+  compiled nothing would pass vacuously).
+
+No CUDA toolkit is needed: the CUDA headers, libdevice and ptxas come from the registry's
+``nvidia-cuda-runtime-cu12``, ``nvidia-cuda-nvcc-cu12`` and ``nvidia-cuda-cccl-cu12`` wheels,
+installed into ``--cache`` and laid out the way clang's ``--cuda-path`` expects (``include/``,
+``nvvm/libdevice/``, ``bin/ptxas``) with symlinks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
+SOURCES = ("paged_decode.cu",)
+SLOTS = tuple(range(1, 9))
+MODES = {"nvidia": (), "iluvatar": ("-D__ILUVATAR__",)}
+# 3 query kinds x 3 cache kinds (its own, fp8 e4m3, fp8 e5m2) x 3 head buckets, + 3 merges
+KERNELS_PER_LIBRARY = 3 * 3 * 3 + 3
+WHEELS = ("nvidia-cuda-runtime-cu12==12.9.*", "nvidia-cuda-nvcc-cu12==12.9.*",
+          "nvidia-cuda-cccl-cu12==12.9.*")  # fmt: skip
+# clang 16's CUDA wrapper includes this curand header unconditionally; the kernels use no
+# curand, and its wheel is 60 MB, so the layout gets an empty one.
+CURAND_STUB = "curand_mtgp32_kernel.h"
+
+_ENTRY = re.compile(r"^\.(?:visible|weak) \.entry (\S+)\(", re.M)
+_LOCAL = re.compile(r"__local_depot|\.local\b|ld\.local|st\.local")
+
+
+def cuda_path(cache: Path) -> Path:
+    """A ``--cuda-path`` directory built from the registry's wheels (installed once)."""
+    site, farm = cache / "site", cache / "cuda"
+    if not (site / "nvidia" / "cuda_nvcc" / "nvvm" / "libdevice").is_dir():
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               "--no-deps", "--target", str(site), *WHEELS]  # fmt: skip
+        subprocess.run(cmd, check=True)
+    if farm.exists():
+        shutil.rmtree(farm)
+    (farm / "include").mkdir(parents=True)
+    (farm / "bin").mkdir()
+    (farm / "nvvm").mkdir()
+    for part in ("cuda_runtime", "cuda_cccl", "cuda_nvcc"):
+        include = site / "nvidia" / part / "include"
+        for item in include.iterdir():
+            target = farm / "include" / item.name
+            if not target.exists():
+                target.symlink_to(item)
+    (farm / "include" / CURAND_STUB).write_text("// empty: the kernels use no curand\n")
+    (farm / "bin" / "ptxas").symlink_to(site / "nvidia" / "cuda_nvcc" / "bin" / "ptxas")
+    (farm / "nvvm" / "libdevice").symlink_to(site / "nvidia" / "cuda_nvcc" / "nvvm" / "libdevice")
+    return farm
+
+
+def compile_ptx(clang: str, cuda: Path, source: Path, slots: int, mode: str, out: Path):
+    """``(diagnostics, ptx)`` of one library in one mode."""
+    cmd = [clang, "-x", "cuda", f"--cuda-path={cuda}", "--cuda-gpu-arch=sm_80",
+           "--cuda-device-only", "-S", "-std=c++17", "-O3", "-Wall", "-Wextra",
+           "-Wno-unknown-cuda-version", f"-DATTN_GROUP_SLOTS={slots}", *MODES[mode],
+           "-I", str(CSRC), "-o", str(out), str(source)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    diagnostics = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        return diagnostics or f"exit {done.returncode}", ""
+    return diagnostics, out.read_text()
+
+
+def kernels_with_local_memory(ptx: str) -> list[str]:
+    """Names of the entry functions whose bodies use local memory."""
+    parts = _ENTRY.split(ptx)  # preamble, name, body, name, body, ...
+    pairs = zip(parts[1::2], parts[2::2], strict=True)
+    return [name for name, body in pairs if _LOCAL.search(body)]
+
+
+def check(clang: str, cuda: Path, slots: tuple[int, ...], work: Path, jobs: int) -> list[str]:
+    """Every problem found, one line each (empty: clean)."""
+    jobs_list = [(src, n, mode) for src in SOURCES for n in slots for mode in MODES]
+
+    def one(job):
+        src, n, mode = job
+        out = work / f"{Path(src).stem}_g{n}_{mode}.ptx"
+        diagnostics, ptx = compile_ptx(clang, cuda, CSRC / src, n, mode, out)
+        label = f"{src} slots={n} {mode}"
+        problems = [f"{label}: {line}" for line in diagnostics.splitlines() if line.strip()]
+        if ptx:
+            count = len(_ENTRY.findall(ptx))
+            if count < KERNELS_PER_LIBRARY:
+                problems.append(f"{label}: {count} kernels in the PTX, expected "
+                                f"{KERNELS_PER_LIBRARY}")  # fmt: skip
+            problems += [f"{label}: local memory in {k}" for k in kernels_with_local_memory(ptx)]
+        print(f"{label}: {'clean' if not problems else f'{len(problems)} problems'}", flush=True)
+        return problems
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return [p for found in pool.map(one, jobs_list) for p in found]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--clang", default=os.environ.get("CLANG", "clang++-16"))
+    ap.add_argument("--cache", default=".ci-cache/clang-cuda", help="wheels + --cuda-path")
+    ap.add_argument("--slots", default=",".join(map(str, SLOTS)), help="libraries to check")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    if shutil.which(args.clang) is None:
+        print(f"--clang must name a clang++ on PATH, got {args.clang!r} (apt-get install clang-16)")
+        return 2
+    slots = tuple(int(s) for s in args.slots.split(",") if s.strip())
+    bad = [s for s in slots if s not in SLOTS]
+    if bad or not slots:
+        print(f"--slots must list values in {SLOTS}, got {args.slots!r}")
+        return 2
+    cache = Path(args.cache).resolve()
+    cuda = cuda_path(cache)
+    work = cache / "ptx"
+    work.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    problems = check(args.clang, cuda, slots, work, max(1, args.jobs))
+    seconds = time.monotonic() - began
+    for line in problems:
+        print(line)
+    n = len(slots) * len(MODES) * len(SOURCES)
+    verdict = "FAILED" if problems else "clean"
+    print(f"clang CUDA check: {n} compilations in {seconds:.0f} s, {verdict} "
+          f"({len(problems)} problems)")  # fmt: skip
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
