@@ -2,11 +2,12 @@
 
     python bench/native_prefill_bench.py [--out results/] [--contexts 100000,250000]
         [--chunks 8192,2048] [--iters 5] [--fma-rows 100000/8192] [--budget-s 400]
-        [--libs DIR] [--quick]
+        [--libs DIR] [--vllm-sdist vllm-0.6.3.tar.gz] [--quick]
 
 Shape: Qwen3.6 (24 query / 4 KV heads, head 256, fp16), batch 1, block size 16. Per
 (context, chunk): the compute floor (attention FLOPs / the fp16 matmul rate measured in this
 run), ``native wmma`` and ``native fma`` (the latter only at ``--fma-rows``: it is ~10x slower),
+``vllm triton`` (vLLM 0.6.3's ``context_attention_fwd`` from its sdist, ``--vllm-sdist``),
 ``attn-core torch`` (``paged_prefix_prefill`` with the torch backend), ``sdpa contiguous``
 (torch SDPA on pre-gathered K/V expanded to every head, lower-right causal mask). Columns: median
 ms, TFLOP/s, share of the matmul rate, time over the floor, transient memory above inputs and
@@ -38,6 +39,7 @@ from _timing import (  # noqa: E402
     transient_peak_bytes,
     write_results,
 )
+from vllm_prefix_prefill import load_context_attention_fwd, vllm_prefill_fn  # noqa: E402
 
 from attn_core.native.prefill_launch import choose_launch, native_prefix_prefill  # noqa: E402
 from attn_core.native.prefill_library import load_prefill  # noqa: E402
@@ -66,6 +68,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         lib, why = load_prefill(mma, device, library_dir=args.libs)
         print(f"native {mma}: {why}", flush=True)
         libs[mma] = lib
+    vllm_fwd, vllm_why = (None, "no --vllm-sdist")
+    if args.vllm_sdist:
+        from pathlib import Path
+
+        vllm_fwd, vllm_why = load_context_attention_fwd(Path(args.vllm_sdist))
+    print(f"vllm triton: {vllm_why or 'loaded'}", flush=True)
     fma_rows = {tuple(int(x) for x in r.split("/")) for r in args.fma_rows.split(",") if r}
     for ctx in sorted(args.contexts, reverse=True):
         full = pb._case(ctx, max(args.chunks), shape, device, torch.float16)
@@ -90,6 +98,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                 _row(
                     payload, args, f"native {mma}", fn, out, want, check, base, iters, note, splits
                 )
+            if vllm_fwd is not None:
+                fn = vllm_prefill_fn(vllm_fwd, case, out)
+                _row(payload, args, "vllm triton", fn, out, want, check, base, 3, "0.6.3", None)
             fn, note = pb._attn_core_fn(case, "torch", device, out)
             _row(payload, args, "attn-core torch", fn, out, want, check, base, 3, note, None)
             k_all, v_all = pb._contiguous_kv(case, ctx_k, ctx_v)
@@ -160,6 +171,7 @@ def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--budget-s", type=float, default=400.0)
     p.add_argument("--libs", default=None, help="directory of prebuilt prefill libraries")
+    p.add_argument("--vllm-sdist", default=None, help="vllm-0.6.3.tar.gz for the Triton peer")
     p.add_argument("--quick", action="store_true", help="tiny shape and lengths")
     args = p.parse_args(argv)
     if args.quick:

@@ -65,15 +65,7 @@ def run_native(
     out = torch.full_like(case.query, math.nan)
     native_prefix_prefill(
         lib,
-        case.query,
-        case.key,
-        case.value,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.query_start_loc,
-        case.context_lens,
-        case.max_query_len,
+        *case.args(),  # paged_prefix_prefill's positional order
         scale,
         alibi_slopes=case.alibi_slopes,
         sliding_window=case.sliding_window,

@@ -121,8 +121,7 @@ def test_split_counts_agree(mma: str) -> None:
 def test_refusals_name_the_argument() -> None:
     lib = prefill_library("fma")
     case = cuda_prefill_case([(3, 4)], 4, 2, 64, 16, torch.float16)
-    args = (case.query, case.key, case.value, case.key_cache, case.value_cache,
-            case.block_tables, case.query_start_loc, case.context_lens, 4)  # fmt: skip
+    args = case.args()
     with pytest.raises(TypeError, match="query must be float16 or bfloat16"):
         native_prefix_prefill(lib, case.query.float(), *args[1:])
     with pytest.raises(TypeError, match="block_tables must be int32"):
@@ -131,7 +130,7 @@ def test_refusals_name_the_argument() -> None:
         wide = cuda_prefill_case([(3, 4)], 34, 2, 64, 16, torch.float16)
         native_prefix_prefill(
             lib, wide.query, wide.key, wide.value, wide.key_cache, wide.value_cache,
-            wide.block_tables, wide.query_start_loc, wide.context_lens, 4,
+            wide.block_tables, wide.query_start_loc, wide.seq_lens, wide.context_lens, 4,
             config=pabi.CONFIG_32K,
         )  # fmt: skip
 
@@ -148,3 +147,13 @@ def test_library_facts_fit_budgets() -> None:
                 assert small is not None and large is not None
                 assert small.smem_bytes <= 32 * 1024, (mma, bucket, small)
                 assert small.local_bytes == 0 and large.local_bytes == 0, (mma, bucket)
+
+
+@pytest.mark.parametrize("mma", MMAS)
+def test_benchmark_shape(mma: str) -> None:
+    """The benchmark's shape (Qwen3.6: 24 / 4 heads, head 256, fp16, block 16) with several
+    query tiles over a context of thousands, unsplit and split."""
+    case = cuda_prefill_case([(6000, 130)], 24, 4, 256, 16, torch.float16, seed=7)
+    want = reference(case)
+    assert_close(run_native(case, mma), want, torch.float16)
+    assert_close(run_native(case, mma, num_splits=3), want, torch.float16)

@@ -176,6 +176,7 @@ def native_prefix_prefill(
     value_cache: torch.Tensor,
     block_tables: torch.Tensor,
     query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
     context_lens: torch.Tensor,
     max_query_len: int,
     scale: Optional[float] = None,
@@ -200,6 +201,9 @@ def native_prefix_prefill(
         key_cache / value_cache: vLLM 0.6.3's layouts (fp8 caches as uint8).
         block_tables: ``[num_seqs, max_blocks]`` int32; query_start_loc ``[num_seqs + 1]`` and
             context_lens ``[num_seqs]`` (int32, or int64 converted here).
+        seq_lens: ``[num_seqs]``, ``context_lens + query lengths``: the positional order of
+            :func:`attn_core.paged_prefix_prefill`; only its shape is checked here (that
+            function validates the values; the kernel derives lengths from the other two).
         max_query_len: the longest query length (sizes the grid).
         max_context_len: the longest context (sizes the split); None reads it (one sync).
         config / num_splits: force a tile configuration / a split count (tests, sweeps).
@@ -216,6 +220,10 @@ def native_prefix_prefill(
     num_tokens, num_heads, head_size = query.shape
     num_kv_heads, block_size = key_cache.shape[1], key_cache.shape[3]
     num_seqs = context_lens.shape[0]
+    _check(
+        tuple(seq_lens.shape) == (num_seqs,),
+        f"seq_lens must be [{num_seqs}], got {tuple(seq_lens.shape)}",
+    )
     _check(max_query_len >= 1, f"max_query_len must be >= 1, got {max_query_len}")
     group = num_heads // num_kv_heads
     window = 0 if sliding_window is None or sliding_window <= 0 else int(sliding_window)

@@ -40,13 +40,15 @@ namespace attn {
 constexpr float kLog2eP = 1.4426950408889634f;
 constexpr int kMergeThreads = 256;
 
-// The two tile configurations. Large (config 0): 128 rows x 64 keys, 8 warps: S 4 x 2 warps
-// of 2 x 2 fragments, O 2 x 4 warps of 4 x (head / 64) fragments (128 fp32 registers at head
-// 256); ~187 KiB at head 256, one block per SM on the H200. Small (config 1): 16 rows x 32
+// The two tile configurations. Large (config 0): 128 rows x 64 keys, 16 warps: S 8 x 2 warps
+// of 1 x 2 fragments, O 4 x 4 warps of 2 x (head / 64) fragments (64 fp32 registers at head
+// 256); ~190 KiB at head 256, one block per SM on the H200. With 8 warps (O 128 registers per
+// thread) the H200 ran 100K / 8192 at 208 ms, ~21.7K cycles per tile against ~5.4K of smem and
+// HMMA throughput: two warps per SM sub-partition could not hide the load -> mma latencies. Small (config 1): 16 rows x 32
 // keys, one warp, K and V sharing a buffer, no V row skew: 28.6 KiB at head 256, inside BI-V100's 32 KiB.
 template <int DM>
-using LargeCfg = TileCfg<128, 64, DM, 8 / (ATTN_HW_WARP_SIZE / 32), 4 / (ATTN_HW_WARP_SIZE / 32),
-                         2 / (ATTN_HW_WARP_SIZE / 32), false>;
+using LargeCfg = TileCfg<128, 64, DM, 16 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_WARP_SIZE / 32),
+                         4 / (ATTN_HW_WARP_SIZE / 32), false>;
 template <int DM>
 using SmallCfg = TileCfg<16, 32, DM, 1, 1, 1, true, 0>;
 
