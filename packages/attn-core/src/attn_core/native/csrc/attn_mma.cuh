@@ -44,9 +44,15 @@
 #define ATTN_WARP_SYNC() __syncwarp()
 #endif
 
+#ifndef ATTN_QK_UNROLL
+#define ATTN_QK_UNROLL 2  // k steps of S = Q K^T unrolled together (wmma layers)
+#endif
+
 namespace attn {
 
 enum MmaKind : int { kMmaFma = 0, kMmaWmma = 1, kMmaCorexWmma = 2 };
+
+constexpr int kQkUnroll = ATTN_QK_UNROLL;
 
 // Tile geometry: M query rows x N keys per tile, head bucket DM, WARPS warps of the hardware's
 // width; QK_WR / PV_WR: warp-grid rows of the S and O products (columns = WARPS / rows).
@@ -135,7 +141,7 @@ struct FmaLayer {
 #pragma unroll
       for (int j = 0; j < kDJ; ++j) a.v[i][j] *= al;
     }
-#pragma unroll 2
+#pragma unroll 1  // unrolled twice, 16 bytes spilled at 128 registers (bf16, head 256)
     for (int n = 0; n < C::N; n += 2) {
       float2 p[kORows], v[kDJ];
 #pragma unroll
@@ -195,9 +201,13 @@ struct WmmaLayer {
   using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, FM, FN, FK, float>;
   static constexpr int kElems = FragC::num_elements;
 
+  static_assert(kElems <= 8, "rows are packed 4 bits per element in one word");
   struct Acc {
     FragC c[PF_R][PF_C];
-    int row[kElems];  // each element's row inside its 16 x 16 fragment
+    // each element's row inside its 16 x 16 fragment, 4 bits per element: eight separate ints
+    // spilled at 128 registers (16 warps, head 256; ptxas sm_90: up to 444 bytes)
+    uint32_t rows;
+    ATTN_DEVICE int row(int t) const { return (rows >> (4 * t)) & 15u; }
   };
 
   static ATTN_DEVICE const E* e(const uint16_t* p) { return reinterpret_cast<const E*>(p); }
@@ -210,7 +220,7 @@ struct WmmaLayer {
     for (int i = 0; i < QF_R; ++i)
 #pragma unroll
       for (int j = 0; j < QF_C; ++j) nvcuda::wmma::fill_fragment(s[i][j], 0.0f);
-#pragma unroll 2
+#pragma unroll kQkUnroll
     for (int k = 0; k < C::DM; k += FK) {
       FragA a[QF_R];
       FragB b[QF_C];
@@ -242,8 +252,9 @@ struct WmmaLayer {
     ATTN_WARP_SYNC();
     FragC idx;
     nvcuda::wmma::load_matrix_sync(idx, scratch, FN, nvcuda::wmma::mem_row_major);
+    a.rows = 0u;
 #pragma unroll
-    for (int t = 0; t < kElems; ++t) a.row[t] = static_cast<int>(idx.x[t]);
+    for (int t = 0; t < kElems; ++t) a.rows |= static_cast<uint32_t>(idx.x[t]) << (4 * t);
     ATTN_WARP_SYNC();
 #pragma unroll
     for (int i = 0; i < PF_R; ++i)
@@ -259,7 +270,7 @@ struct WmmaLayer {
     for (int i = 0; i < PF_R; ++i) {
       float al[kElems];
 #pragma unroll
-      for (int t = 0; t < kElems; ++t) al[t] = alpha[(r0 + i) * FM + a.row[t]];
+      for (int t = 0; t < kElems; ++t) al[t] = alpha[(r0 + i) * FM + a.row(t)];
 #pragma unroll
       for (int j = 0; j < PF_C; ++j)
 #pragma unroll
@@ -300,7 +311,7 @@ struct WmmaLayer {
       for (int j = 0; j < PF_C; ++j)
 #pragma unroll
         for (int t = 0; t < kElems; ++t)
-          f((r0 + i) * FM + a.row[t], (c0 + j) * FN + static_cast<int>(idx.x[t]), a.c[i][j].x[t]);
+          f((r0 + i) * FM + a.row(t), (c0 + j) * FN + static_cast<int>(idx.x[t]), a.c[i][j].x[t]);
   }
 };
 #endif

@@ -100,19 +100,20 @@ template <int QKIND, int CKIND, class C>
 struct Loader {
   static constexpr int kCB = elem_bytes(CKIND);
   static constexpr int kX = 16 / kCB;  // the cache layout's x
+  // Only indices are kept: base pointers are recomputed from the kernel parameters (constant
+  // memory) at each tile, as 8 more live registers made the 16-warp tile spill at head 256.
   const AttnPrefillArgs& a;
-  const uint8_t* kc;  // this KV head's cache bases
-  const uint8_t* vc;
-  const uint16_t* kn;  // this KV head's chunk key / value at the sequence's first token
-  const uint16_t* vn;
-  const int32_t* table;
-  int D, bs, tid;
+  int kvh, seq, q0, tid;
 
-  ATTN_DEVICE int64_t page(int pos) const { return table[pos / bs]; }
+  ATTN_DEVICE int64_t page(int pos) const {
+    return a.block_tables[seq * a.table_stride + pos / a.block_size];
+  }
 
   // K[key][dim] for dims < D (and zero pad columns up to DM).
   ATTN_DEVICE void load_k(uint16_t* Ks, const TileSrc& t) const {
+    const int D = a.head_size, bs = a.block_size;
     if (t.context) {
+      const uint8_t* kc = static_cast<const uint8_t*>(a.key_cache) + kvh * a.kc_head_stride * kCB;
       const int vecs = D / kX;
       for (int v = tid; v < C::N * vecs; v += C::T) {
         const int key = v % C::N, c = v / C::N;  // consecutive threads: consecutive keys of a page
@@ -136,6 +137,8 @@ struct Loader {
         }
       }
     } else {
+      const uint16_t* kn =
+          static_cast<const uint16_t*>(a.key) + q0 * a.k_tok_stride + kvh * a.k_head_stride;
       const int vecs = D / 8;
       for (int v = tid; v < C::N * vecs; v += C::T) {
         const int c = v % vecs, key = v / vecs;  // consecutive threads: one key's dims
@@ -153,7 +156,10 @@ struct Loader {
   // Vt[dim][key] for dims < D.
   ATTN_DEVICE void load_v(uint16_t* Vt, const TileSrc& t) const {
     constexpr int kG = C::N / 8;  // 8-key groups per row
+    const int D = a.head_size, bs = a.block_size;
     if (t.context) {
+      const uint8_t* vc =
+          static_cast<const uint8_t*>(a.value_cache) + kvh * a.vc_head_stride * kCB;
       for (int v = tid; v < D * kG; v += C::T) {
         const int g = v % kG, d = v / kG;
         uint16_t* dst = Vt + d * C::VP + g * 8;
@@ -177,6 +183,8 @@ struct Loader {
         }
       }
     } else {
+      const uint16_t* vn =
+          static_cast<const uint16_t*>(a.value) + q0 * a.v_tok_stride + kvh * a.v_head_stride;
       const int vecs = D / 8;
       for (int v = tid; v < C::N * vecs; v += C::T) {
         const int key = v % C::N, c = v / C::N;
@@ -242,18 +250,8 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
     return;
   }
 
-  constexpr int kCB = elem_bytes(CKIND);
   constexpr float kRescale = CKIND == kFp8E4M3 ? kE4M3Rescale : 1.0f;
-  const Loader<QKIND, CKIND, C> ld{
-      a,
-      static_cast<const uint8_t*>(a.key_cache) + kvh * a.kc_head_stride * kCB,
-      static_cast<const uint8_t*>(a.value_cache) + kvh * a.vc_head_stride * kCB,
-      static_cast<const uint16_t*>(a.key) + q0 * a.k_tok_stride + kvh * a.k_head_stride,
-      static_cast<const uint16_t*>(a.value) + q0 * a.v_tok_stride + kvh * a.v_head_stride,
-      a.block_tables + seq * a.table_stride,
-      D,
-      a.block_size,
-      tid};
+  const Loader<QKIND, CKIND, C> ld{a, kvh, seq, q0, tid};
   auto tile = [&](int i) -> TileSrc {
     if (i < nc) {
       const int base = (c_begin + i) * C::N;
@@ -467,12 +465,17 @@ Kernel pick_query(int config, int query_kind, int cache_kind) {
 
 Kernel kernel_for(int config, int query_kind, int cache_kind, int head_bucket) {
   if (config != 0 && config != 1) return {nullptr, 0, 0};
+#ifdef ATTN_PREFILL_ONLY_BUCKET  // a quick register / spill check of one head bucket
+  if (head_bucket != ATTN_PREFILL_ONLY_BUCKET) return {nullptr, 0, 0};
+  return pick_query<ATTN_PREFILL_ONLY_BUCKET>(config, query_kind, cache_kind);
+#else
   switch (head_bucket) {
     case 64: return pick_query<64>(config, query_kind, cache_kind);
     case 128: return pick_query<128>(config, query_kind, cache_kind);
     case 256: return pick_query<256>(config, query_kind, cache_kind);
     default: return {nullptr, 0, 0};
   }
+#endif
 }
 
 int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256; }
