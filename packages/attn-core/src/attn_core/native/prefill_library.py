@@ -2,8 +2,8 @@
 
 ``libattn_prefill_{fma,wmma,corex_wmma}.so`` from ``csrc/paged_prefill.cu`` with
 ``-DATTN_PREFILL_MMA=<kind>``, built by the decode library's toolchain (``toolchain.py``) into
-the same cache (``build.py``'s key: every file under ``csrc/``, compiler and targets), under a
-lock, appearing by atomic rename. A directory of prebuilt libraries can be named instead
+the same cache (``build.py``'s key plus the prefill-only sources: :func:`prefill_build_key`),
+under a lock, appearing by atomic rename. A directory of prebuilt libraries can be named instead
 (tests and benchmarks carry libraries compiled on a machine without a GPU). Nothing here
 raises for a missing toolkit: the answer is ``(None, why)``.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import functools
+import hashlib
 import os
 import tempfile
 import threading
@@ -24,7 +25,15 @@ from typing import Optional
 import torch
 
 from attn_core.native import prefill_abi as pabi
-from attn_core.native.build import CSRC, BuildError, _run, build_key, default_cache_dir, log_path
+from attn_core.native.build import (
+    CSRC,
+    BuildError,
+    _run,
+    build_key,
+    default_cache_dir,
+    log_path,
+    source_digest,
+)
 from attn_core.native.toolchain import Toolchain, find_toolchain
 
 SOURCE = CSRC / "paged_prefill.cu"
@@ -124,6 +133,14 @@ def build_prefill_library(toolchain: Toolchain, out_dir: Path, mma: str) -> tupl
         )
 
 
+def prefill_build_key(toolchain: Toolchain) -> str:
+    """Cache key: the decode library's (shared sources, compiler, targets) and the
+    prefill-only sources."""
+    h = hashlib.sha256(build_key(toolchain).encode())
+    h.update(source_digest(prefill=True).encode())
+    return "prefill-" + h.hexdigest()[:20]
+
+
 _LOCK = threading.Lock()
 
 
@@ -167,7 +184,7 @@ def _load(
     toolchain, why = find_toolchain(cuda_home, (arch,))
     if toolchain is None:
         return None, why
-    out_dir = Path(cache_dir or default_cache_dir()) / build_key(toolchain)
+    out_dir = Path(cache_dir or default_cache_dir()) / prefill_build_key(toolchain)
     if not (out_dir / library_name(mma)).is_file() and not build:
         return None, "no cached build and building is off"
     try:
