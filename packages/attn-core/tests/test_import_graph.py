@@ -23,7 +23,10 @@ PLANNERS = (
     "attn_core.decode.plan",
     "attn_core.decode.plan_native",
     "attn_core.prefill.plan",
+    "attn_core.prefill.plan_native",
+    "attn_core.prefill.cost",
     "attn_core.native.split",
+    "attn_core.native.prefill_split",
 )
 KERNEL_STEPS = {
     "attn_core.native.build",
@@ -32,6 +35,10 @@ KERNEL_STEPS = {
     "attn_core.native.verify",
     "attn_core.native.readiness",
     "attn_core.native.launch",
+    "attn_core.native.prefill_library",
+    "attn_core.native.prefill_verify",
+    "attn_core.native.prefill_readiness",
+    "attn_core.native.prefill_launch",
     "attn_core.core.verify_once",
     "attn_core.runtime.resolve",
 }
@@ -54,6 +61,7 @@ EXECUTORS = {
     "attn_core.runtime.prefill",
     "attn_core.prefill.torch_path",
     "attn_core.prefill.fused",
+    "attn_core.prefill.native_path",
     "attn_core.prefill.backends",
     "attn_core.prefill.verify",
     "attn_core.decode.gather",

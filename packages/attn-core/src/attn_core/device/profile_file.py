@@ -133,6 +133,7 @@ PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
     "register_sub_partitions": (1, 16),
     "max_registers_per_block": (1024, 4 * MiB),
     "launch_gap_s": (0.0, 0.1),
+    "shared_mem_per_block_optin": (0, 64 * MiB),
 }
 
 
