@@ -189,6 +189,8 @@ def native_prefill_caps(
     if overrides.backend not in (None, "native"):
         return caps, {}
     not_here = unsupported(shape, spec)
+    if device.type != "cuda":
+        not_here = f"needs a CUDA device, got {device.type}"
     if not_here:
         return dataclasses.replace(caps, native_prefill=(), native_prefill_why=not_here), {}
     variants = [v for v in VARIANTS if overrides.native_mma in (None, v)]
