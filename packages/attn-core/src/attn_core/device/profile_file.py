@@ -34,7 +34,14 @@ _FLOAT_FIELDS = frozenset(
     f.name for f in dataclasses.fields(DeviceSpec) if f.type in ("float", float)
 )
 # Fields that may be 0 (everything else must be > 0).
-_ZERO_OK = frozenset({"shared_mem_reserved_per_block", "launch_gap_s", "launch_overhead_s"})
+_ZERO_OK = frozenset(
+    {
+        "shared_mem_reserved_per_block",
+        "launch_gap_s",
+        "launch_overhead_s",
+        "shared_mem_per_block_optin",
+    }
+)
 
 
 def is_profile_path(name_or_path: str) -> bool:
