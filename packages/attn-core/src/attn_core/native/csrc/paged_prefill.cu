@@ -42,9 +42,12 @@ constexpr int kMergeThreads = 256;
 
 // The two tile configurations. Large (config 0): 128 rows x 64 keys, 16 warps: S 8 x 2 warps
 // of 1 x 2 fragments, O 4 x 4 warps of 2 x (head / 64) fragments (64 fp32 registers at head
-// 256); ~190 KiB at head 256, one block per SM on the H200. With 8 warps (O 128 registers per
-// thread) the H200 ran 100K / 8192 at 208 ms, ~21.7K cycles per tile against ~5.4K of smem and
-// HMMA throughput: two warps per SM sub-partition could not hide the load -> mma latencies. Small (config 1): 16 rows x 32
+// 256); ~190 KiB at head 256, one block per SM on the H200. H200, Qwen3.6 shape, 100K / 8192
+// (bench/native_prefill_bench.py, 2026-12-01 22:41 UTC): 8 warps (O in 128 registers per
+// thread) 194 ms, 16 warps 175 ms, ~18K cycles per key tile against ~5.4K of smem and HMMA
+// throughput. ncu (30K / 2048): 16 warps per SM (registers and shared memory allow one block),
+// issue slots 47% busy, stalls split between fixed-latency dependencies (31%) and shared-memory
+// scoreboards (30%), ALU the busiest pipe (34%): latency- and integer-bound, not HMMA-bound. Small (config 1): 16 rows x 32
 // keys, one warp, K and V sharing a buffer, no V row skew: 28.6 KiB at head 256, inside BI-V100's 32 KiB.
 template <int DM>
 using LargeCfg = TileCfg<128, 64, DM, 16 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_WARP_SIZE / 32),
