@@ -56,13 +56,13 @@ EFFICIENCY: dict[str, Efficiency] = {
     "vendor_flash": Efficiency(
         "fp16_flops", 0.30, 1.0, "assumed: as SDPA after a gather (not measured on BI-V100)"
     ),
-    # 208 ms at 100K / 8192 with the 8-warp large tile (commit 94f4fa3): 21 TFLOP in 208 ms,
-    # 101 TFLOP/s, 0.10 of the datasheet rate. Re-measure after the 16-warp tile.
+    # 175 ms at 100K / 8192 with the 16-warp large tile (194 ms with 8; commit 6ec3a5c, ncu:
+    # latency- and ALU-bound): 21.0 TFLOP in 175 ms, 120 TFLOP/s, 0.12 of the datasheet rate.
     "native:wmma": Efficiency(
-        "fp16_flops", 0.10, 1.0, "measured: H200, 8-warp wmma tile, 208 ms at 100K / 8192"
+        "fp16_flops", 0.12, 1.0, "measured: H200, 16-warp wmma tile, 175 ms at 100K / 8192"
     ),
     "native:corex_wmma": Efficiency(
-        "fp16_flops", 0.10, 1.0, "assumed: as the NVIDIA wmma tile (never run on CoreX)"
+        "fp16_flops", 0.12, 1.0, "assumed: as the NVIDIA wmma tile (never run on CoreX)"
     ),
     # The issue's target for the CUDA-core tile: 40% of the H200's measured fp32 FMA rate
     # (50.6 TFLOP/s, device-facts), i.e. 0.30 of the 67 TFLOP/s datasheet figure.
