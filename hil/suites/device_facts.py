@@ -1,7 +1,7 @@
 """device-facts suite: measure the target's profile facts, each with its method.
 
 Usage: python device_facts.py --out DIR [--junit FILE] [--quick] [--device cuda|cpu]
-                              [--target NAME] [--sections driver,rates,tiers,v1]
+                              [--target NAME] [--sections driver,rates,tiers,prefill,v1]
 
 Writes OUT/device_facts.json (``bi100-attn/device-facts/1``, what ``python -m attn_sim
 profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one case per section:
@@ -12,6 +12,8 @@ profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one ca
   overhead, CUDA-graph launch gap (device_facts_rates.py);
 - ``tiers``: attn-core's one_pass / partitioned tiers and the native kernel (where built and
   verified) at batch x context around the tier threshold (device_facts_tiers.py);
+- ``prefill``: which native prefill MMA variant builds and verifies, and its attention rate on
+  one chunk over a long context (device_facts_prefill.py);
 - ``v1``: vLLM's compiled ``paged_attention_v1`` reach at Qwen3.6's shape by bisection, one
   subprocess per probe, and the V2 probe (device_facts_v1.py). Last, because a probe that
   hangs may wedge the device; the other sections are written by then.
@@ -40,7 +42,7 @@ import torch
 from device_facts_record import absent, document, is_absent, measured
 
 # v1 last: its probes are the only step that may wedge the device (a HANG)
-SECTIONS = ("driver", "rates", "tiers", "v1")
+SECTIONS = ("driver", "rates", "tiers", "prefill", "v1")
 FACTS_FILE = "device_facts.json"
 
 
@@ -56,11 +58,14 @@ class Sizes:
     tier_repeats: int
     v1_cap: int  # longest context the V1 bisection tries
     probe_timeout_s: float  # per V1 / V2 probe subprocess (vLLM's import included)
+    prefill_chunk: int = 8192  # the native prefill's timed chunk ...
+    prefill_context: int = 102400  # ... over this much context (the issue's 100K / 8192 row)
+    prefill_repeats: int = 3
 
 
 FULL = Sizes(1 << 30, 8192, 20, 1000, 5, (1, 4, 16),
              (2048, 4096, 8192, 16384, 32768, 65536), 20, 262144, 120.0)  # fmt: skip
-QUICK = Sizes(64 << 20, 2048, 5, 200, 3, (1, 4), (2048, 8192), 5, 16384, 60.0)
+QUICK = Sizes(64 << 20, 2048, 5, 200, 3, (1, 4), (2048, 8192), 5, 16384, 60.0, 2048, 8192, 2)
 
 UNITS = {
     "native_v1_max_seq_len": "tokens",
@@ -69,6 +74,7 @@ UNITS = {
     "decode_tiers": "s",
     "decode_tier_errors": "",
     "native_decode": "",
+    "native_prefill": "",
 }
 
 
@@ -82,6 +88,7 @@ def section_names(section: str) -> dict:
         "rates": RATE_UNITS,
         "v1": {k: UNITS[k] for k in ("native_v1_max_seq_len", "native_v1_probes", "v2_probe")},
         "tiers": {k: UNITS[k] for k in ("decode_tiers", "native_decode")},
+        "prefill": {"native_prefill": UNITS["native_prefill"]},
     }
     return names[section]
 
@@ -158,7 +165,21 @@ def run_tiers(sizes: Sizes, notes: dict) -> dict:
     return facts
 
 
-RUNNERS = {"driver": run_driver, "rates": run_rates, "v1": run_v1, "tiers": run_tiers}
+def run_prefill(sizes: Sizes, notes: dict) -> dict:
+    from device_facts_prefill import prefill_facts
+
+    return prefill_facts(
+        sizes.prefill_chunk, sizes.prefill_context, sizes.prefill_repeats, torch.device("cuda")
+    )
+
+
+RUNNERS = {
+    "driver": run_driver,
+    "rates": run_rates,
+    "v1": run_v1,
+    "tiers": run_tiers,
+    "prefill": run_prefill,
+}
 
 
 # ---------------------------------------------------------------- reporting

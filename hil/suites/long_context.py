@@ -13,6 +13,8 @@ Writes OUT/long_context_metrics.json: a list of self-describing records (kind, n
 context_len, query_len, num_heads, num_kv_heads, head_size, block_size, dtype, median_s,
 kv_bytes, bandwidth_bytes_per_s, peak_bytes, rel_error, max_abs_error, device, ...) which
 ``attn_sim calibrate`` reads; OUT/long_context_table.md; and a JUnit report (one case each).
+With prefill, a whole 128K prompt is also prefilled in 8K chunks natively and by the torch path
+and the two compared (long_context_prompt.py; a GPU only, skipped with the reason elsewhere).
 Quick mode (--quick or HIL_QUICK=1/true/yes/on): tiny sizes on any device, seconds on a CPU.
 A bad option or variable (HIL_QUICK=maybe, HIL_LC_KINDS=bogus, HIL_LC_DTYPE=bogus,
 HIL_LC_CONTEXTS=abc) is a config error: one line naming it, a JUnit error case "config", exit 2.
@@ -47,6 +49,8 @@ from attn_core.core.shapes import AttentionShape
 
 FULL_CONTEXTS = (32 * 1024, 64 * 1024, 100_000, 128 * 1024, 256 * 1024)
 QUICK_CONTEXTS = (257, 1000)
+# The whole-prompt case (long_context_prompt.py): a 128K prompt in 8K chunks (quick: 4K in 1K).
+FULL_PROMPT, QUICK_PROMPT = (128 * 1024, 8192), (4096, 1024)
 # relative L2 error of the whole output against float64; fp16/bf16 cache values are exact in
 # the reference, so what remains is accumulation and output rounding (about 1e-3 for fp16)
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
@@ -372,7 +376,12 @@ def table(records: list) -> str:
 
     rows = []
     for r in records:
-        if "median_s" in r:
+        if r["kind"] == "prompt" and "rel_error" in r:
+            times = f"native {r['native_s'] * 1e3:.1f} / torch {r['torch_s'] * 1e3:.1f} ms"
+            ok = "ok" if r["rel_error"] <= r["tolerance"] else "FAIL"
+            rows.append(["prompt", r["backend"], r["context_len"], r["dtype"],
+                         f"{r['rel_error']:.2e}", "-", "-", "-", f"{ok} ({times})"])  # fmt: skip
+        elif "median_s" in r:
             peak = "-" if r.get("peak_bytes") is None else f"{r['peak_bytes'] / 1e9:.2f}"
             rows.append(
                 [
@@ -484,6 +493,23 @@ def config_error(args, message: str) -> int:
     return 2
 
 
+def prompt_case(shape: Shape, dtype, device: str, args) -> dict:
+    """A whole prompt prefilled natively and by the torch path, compared (GPU only)."""
+    from long_context_prompt import prompt_record
+
+    prompt, chunk = QUICK_PROMPT if args.quick else FULL_PROMPT
+    print(f"[long-context] whole prompt {prompt} in {chunk} chunks, native vs torch", flush=True)
+    try:
+        rec = prompt_record(prompt, chunk, shape, dtype, device, args.seed)
+    except Exception:
+        rec = {"kind": "prompt", "backend": "native vs torch", "context_len": prompt,
+               "dtype": str(dtype).replace("torch.", ""),
+               "exception": traceback.format_exc()}  # fmt: skip
+        print(rec["exception"], flush=True)
+    rec["tolerance"] = TOLERANCE[str(dtype).replace("torch.", "")]
+    return rec
+
+
 def runs(kinds: list, device: str) -> list:
     """``(kind, backend)`` pairs: decode as attn-core picks it and, on a GPU, the torch path
     beside it (the native kernel's reference point); prefill once."""
@@ -535,6 +561,8 @@ def main(argv=None) -> int:
                 torch.cuda.empty_cache()
             measured = [r for r in records if "median_s" in r]
             (args.out / "long_context_metrics.json").write_text(json.dumps(measured, indent=1))
+    if "prefill" in args.kinds:
+        records.append(prompt_case(shape, dtype, device, args))
     text = table(records)
     print(text, flush=True)
     (args.out / "long_context_table.md").write_text(text + "\n")

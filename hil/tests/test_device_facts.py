@@ -93,7 +93,9 @@ def test_registered_suite_runs_with_the_local_executor(make_ctx):
 def test_sections_argument_names_the_bad_value(capsys):
     with pytest.raises(SystemExit):
         device_facts.parse_args(["--sections", "driver,bogus"])
-    assert "--sections must name some of driver, rates, tiers, v1" in capsys.readouterr().err
+    assert (
+        "--sections must name some of driver, rates, tiers, prefill, v1" in capsys.readouterr().err
+    )
 
 
 def test_a_section_that_raises_fails_the_suite_but_its_facts_say_why(tmp_path, monkeypatch):
@@ -383,3 +385,38 @@ def test_device_facts_quick_in_a_cpu_container(engine, wheels_dir, make_ctx):
     facts = read_facts(Path(result.artifacts) / device_facts.FACTS_FILE)
     assert facts.target == "cpu-local" and facts.quick and facts.device_name == "cpu"
     assert all(CPU_WHY in f.absent for f in facts.facts.values())
+
+
+def test_prefill_section_reports_each_variant_and_why(monkeypatch):
+    """A variant that does not build, one that does not verify and one that raises are rows
+    saying so (no GPU: the loader and the check are fakes; the timing is not reached)."""
+    import device_facts_prefill as prefill
+
+    from attn_core.core import verify_once
+    from attn_core.native import prefill_library, prefill_verify
+
+    class Lib:
+        def __init__(self, mma):
+            self.path = Path(f"/fake/libattn_prefill_{mma}.so")
+
+    def load(mma, device):
+        if mma == "corex_wmma":
+            return None, "no CoreX toolkit"
+        if mma == "fma":
+            raise OSError("bad ELF")
+        return Lib(mma), "cached build"
+
+    monkeypatch.setattr(prefill_library, "load_prefill", load)
+    verify_once.register(prefill_verify.KIND, lambda d, c, s: verify_once.Verdict(False, "3e-1"))
+    verify_once.forget(prefill_verify.KIND)
+    try:
+        facts = prefill.prefill_facts(4, 8, 1, torch.device("cpu"))
+    finally:
+        verify_once.forget(prefill_verify.KIND)
+        verify_once.register(prefill_verify.KIND, prefill_verify._check)
+    rows = facts["native_prefill"]["value"]
+    assert rows["wmma"] == {"builds": True, "library": "cached build", "verified": False,
+                            "detail": "3e-1"}  # fmt: skip
+    assert rows["corex_wmma"] == {"builds": False, "library": "no CoreX toolkit"}
+    assert rows["fma"] == {"builds": False, "library": "raised OSError: bad ELF"}
+    assert "verify_native_prefill" in facts["native_prefill"]["method"]

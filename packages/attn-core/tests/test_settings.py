@@ -74,6 +74,7 @@ BAD_VALUES = [
     ("ATTN_CORE_DECODE_GATHER_BYTES", "4"),
     ("ATTN_CORE_DECODE_BACKEND", "triton"),
     ("ATTN_CORE_PREFILL_BACKEND", "triton"),
+    ("ATTN_CORE_PREFILL_MMA", "mma_sync"),
 ]
 
 

@@ -1,5 +1,6 @@
 """``engine-patch status``: report contents, tables, JSON, and every exit code."""
 
+import dataclasses
 import json
 import sys
 
@@ -206,3 +207,37 @@ def test_plans_show_the_platform_v2_once_it_matched(monkeypatch, clean_state):
 def test_status_is_the_default_command(no_vllm, capsys):
     assert cli.main(["--json", "--no-self-test", "--contexts", "1024"]) == EXIT_OK
     assert json.loads(capsys.readouterr().out)["decode_plans"][0]["context"] == 1024
+
+
+def test_prefill_plans_report_the_native_backend_and_reason(monkeypatch, clean_state):
+    """forward_prefix runs attn-core's paged_prefix_prefill, whose resolver decides native:
+    status reports each plan's backend and reason; forcing native on a machine that cannot
+    run it reaches the patched forward_prefix as the resolver's named error."""
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    fake_vllm.install(monkeypatch, plugins=register)
+    half = dataclasses.replace(SMALL, dtype=torch.float16)
+    report = collect(half, CPU, contexts=(1024,), self_test=False)
+    row = report["prefill_plans"][0]
+    assert row["backend"] == "torch" and row["variant"] == "-"
+    assert "native prefill: needs a CUDA device, got cpu" in row["reason"]
+    assert report["native_prefill"] == []  # no GPU: no library to report
+    assert "native prefill: needs a CUDA device" in render(report)
+
+    monkeypatch.setenv("ATTN_CORE_PREFILL_BACKEND", "native")
+    report = collect(half, CPU, contexts=(1024,), self_test=False)
+    row = report["prefill_plans"][0]
+    assert row["backend"] == "unavailable" and "needs a CUDA device" in row["reason"]
+    from vllm.attention.ops.paged_attn import PagedAttention
+
+    from attn_core.testing import make_prefill_case
+
+    case = make_prefill_case(
+        [(20, 5)], half.num_heads, half.num_kv_heads, half.head_size, 16, torch.float16
+    )
+    args = case.args()
+    with pytest.raises(ValueError, match=r"backend 'native'.*needs a CUDA device"):
+        PagedAttention.forward_prefix(
+            args[0], args[1], args[2], "auto", args[3], args[4], args[5], args[6], args[7],
+            args[8], args[9], None, None, 1.0, 1.0,
+        )  # fmt: skip
+    assert "triton_context_attention_fwd" not in fake_vllm.CALLS

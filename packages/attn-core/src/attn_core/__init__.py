@@ -21,6 +21,7 @@ from attn_core.device.capabilities import Capabilities, probe_capabilities, prof
 from attn_core.device.detect import detect_device_spec
 from attn_core.device.spec import DEVICE_SPECS, DeviceSpec, get_device_spec
 from attn_core.prefill.plan import PrefillLengths, PrefillPlan, plan_prefill
+from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.runtime.decode import paged_decode
 from attn_core.runtime.prefill import paged_prefix_prefill, prefill_plan_for
 from attn_core.runtime.resolve import decode_plan_for
@@ -44,6 +45,7 @@ __all__ = [
     "DeviceSpec",
     "KernelStep",
     "PrefillPlan",
+    "NativePrefillPlan",
     "detect_device_spec",
     "get_device_spec",
     "paged_decode",

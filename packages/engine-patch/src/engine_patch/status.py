@@ -18,6 +18,7 @@ import attn_core
 import attn_core.core.settings
 from attn_core.core import verify_once
 from attn_core.core.shapes import AttentionShape
+from attn_core.runtime.prefill_status import native_prefill_report, prefill_plan_row
 from engine_patch import native_v2, routing, triton_guard
 from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
 from engine_patch.native_decode import native_decode_report
@@ -113,24 +114,17 @@ def _decode_plans(shape: AttentionShape, device: torch.device, num_seqs: int, co
 
 
 def _prefill_plans(shape: AttentionShape, device: torch.device, contexts, chunk: int) -> list:
-    rows = []
-    for context in contexts:
-        plan = attn_core.prefill_plan_for(
-            shape, attn_core.PrefillLengths(min(chunk, context), context), device
-        )
-        rows.append(
-            {
-                "context": context,
-                "chunk": min(chunk, context),
-                "backend": plan.backend,
-                "query_tile": plan.query_tile,
-                "key_tile": plan.key_tile,
-                "stream_chunk": plan.stream_chunk,
-                "workspace_bytes": plan.workspace_bytes,
-                "reason": plan.backend_reason,
-            }
-        )
-    return rows
+    """attn-core's resolved prefill plan per context: backend (native: its MMA variant and
+    split), tiles, workspace, price and the plan's reason (the native CLI prints the same)."""
+    return [prefill_plan_row(shape, device, min(chunk, c), c) for c in contexts]
+
+
+def _native_prefill(shape: AttentionShape, device: torch.device, verify: bool) -> list:
+    """Each native prefill MMA variant: library, verdict for the model's shape, tile resources
+    (a GPU only; elsewhere the plans' reasons say why there is none)."""
+    if device.type != "cuda":
+        return []
+    return native_prefill_report(shape, device, verify=verify)
 
 
 def collect(
@@ -210,6 +204,7 @@ def collect(
         "decode_plans": _decode_plans(shape, device, num_seqs, contexts),
         "prefill_plans": _prefill_plans(shape, device, contexts, prefill_chunk),
         "native_decode": native_decode_report(shape, device, verify=self_test),
+        "native_prefill": _native_prefill(shape, device, self_test),
         "self_test": [c.to_dict() for c in run_self_test(shape, device)] if self_test else [],
     }
     # last: every kernel checked so far (the plans', the self-test's), attn-core's and V2 alike
@@ -275,8 +270,13 @@ def render(report: dict[str, Any]) -> str:
     cols = ("context", "route", "backend", "tier", "partitions", "partition_size",
             "workspace_bytes", "reason", "backend_reason")  # fmt: skip
     parts.append(tabulate([[r[c] for c in cols] for r in report["decode_plans"]], headers=cols))
-    cols = ("context", "chunk", "backend", "query_tile", "key_tile", "stream_chunk")
+    parts.append("prefill plans (forward_prefix goes through attn-core's paged_prefix_prefill):")
+    cols = ("context", "chunk", "backend", "variant", "splits", "query_tile", "key_tile",
+            "stream_chunk", "price_ms", "reason")  # fmt: skip
     parts.append(tabulate([[r[c] for c in cols] for r in report["prefill_plans"]], headers=cols))
+    if report["native_prefill"]:
+        parts.append("native prefill kernel (attn-core prices it against the torch path):")
+        parts.append(tabulate(report["native_prefill"], headers="keys"))
     native = report["native_decode"]
     rows = [[k.replace("_", " "), v] for k, v in native.items() if v is not None]
     parts.append("native decode kernel (attn-core uses it once verified on this device):")

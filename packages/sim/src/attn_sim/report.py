@@ -9,7 +9,10 @@ block 16):
   limits it, waves and tail, shared memory against the budget, analytic time;
 - decode and prefill as traced from attn-core, contexts 1K..1M, batches 1..64: tier and
   partitions (decode), backend and tiles (prefill), launches, bytes, FLOPs, waves, shared memory
-  vs budget, predicted time, transient memory and whether K+V + transient fit the device.
+  vs budget, predicted time, transient memory and whether K+V + transient fit the device;
+- attention time per full-attention layer to prefill a whole 32K / 128K / 256K prompt in 2K /
+  8K chunks on bi-v100 and h200, torch path vs the native kernel (:mod:`attn_sim.prefill_ttft`,
+  attn-core's own plans and cost function), with the rates behind it.
 
 Writes ``report.md`` (:mod:`attn_sim.report_text`), ``report.json`` and ``report.png``
 (:mod:`attn_sim.report_plot`) into the output directory.
@@ -38,6 +41,9 @@ from attn_sim.designs import (
     vllm_v2,
 )
 from attn_sim.native_design import native_rows
+from attn_sim.prefill_ttft import PROFILES as TTFT_PROFILES
+from attn_sim.prefill_ttft import rate_rows, ttft_rows
+from attn_sim.profiles import load_profile
 from attn_sim.report_plot import plot
 from attn_sim.report_text import headline, markdown, shape_text  # noqa: F401 (the CLI's)
 from attn_sim.simulate import CaseResult, simulate
@@ -240,11 +246,19 @@ def build(spec: DeviceSpec, shape: AttentionShape = QWEN36) -> dict:
         "results": [r.to_json() for r in results],
         "decode": decode,
         "prefill": prefill,
+        "prefill_ttft": ttft_rows(shape, _ttft_specs(spec)),
+        "prefill_rates": rate_rows(_ttft_specs(spec)),
         "over_device_memory": [
             r.label for r in results if r.kv_bytes + r.transient_bytes > spec.memory_bytes
         ],
         "elapsed_s": time.perf_counter() - start,
     }
+
+
+def _ttft_specs(spec: DeviceSpec) -> list[DeviceSpec]:
+    """bi-v100 and h200 always (the issue's comparison), and the report's own profile."""
+    specs = [load_profile(name) for name in TTFT_PROFILES]
+    return specs if spec.name in TTFT_PROFILES else [*specs, spec]
 
 
 def parse_shape(text: str) -> AttentionShape:

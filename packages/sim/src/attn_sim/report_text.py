@@ -97,6 +97,19 @@ def _section(title: str, rows: list[dict], *notes: Optional[str]) -> list[str]:
     return out
 
 
+TTFT_LEGEND = (
+    "Seconds of attention for one full-attention layer to prefill the whole prompt chunk by "
+    "chunk (chunk i over i chunks of context), priced by attn-core's prefill cost function "
+    "(attn_core.prefill.cost) from each profile's rates. `torch_s`: the torch path; "
+    "`native_matrix_s`: the native kernel's matrix variant (`matrix_variant`; never run on "
+    "bi-v100: CoreX's wmma is unverified and its fp16 rate a datasheet figure); `native_fma_s`: "
+    "its CUDA-core tile; `plan_s` / `plan_picks`: what attn-core's plan picks per chunk when the "
+    "traceable fused backend and every native variant are taken as verified. The native "
+    "efficiency is one H200 measurement of an early tile (see the prices table): re-price after "
+    "the benchmark."
+)
+
+
 def headline(text: str) -> str:
     """The start of a :func:`markdown` report up to its second section: the title, the
     assumptions line and the first table (decode: native kernel vs torch path vs the floor),
@@ -149,4 +162,11 @@ def markdown(report: dict) -> str:
         memory_warning(report["prefill"], memory, "prefill"),
         PREFILL_LEGEND,
     )
+    if report.get("prefill_ttft"):
+        parts += _section(
+            "Prefill: attention per full-attention layer for a whole prompt (time to first token)",
+            report["prefill_ttft"],
+            TTFT_LEGEND,
+        )
+        parts += _section("Prefill prices: rates and efficiencies", report["prefill_rates"])
     return "\n".join(parts)

@@ -31,7 +31,8 @@ DECODE_TIERS = ("single_tile", "one_pass", "partitioned")
 DECODE_BACKENDS = ("torch", "native")
 DECODE_SCORES = ("fp32", "compute")
 GATHER_BYTES = (8, 16)
-PREFILL_BACKENDS = ("torch", "sdpa", "vendor_flash")
+PREFILL_BACKENDS = ("torch", "sdpa", "vendor_flash", "native")
+PREFILL_MMAS = ("wmma", "corex_wmma", "fma")  # the native prefill's matrix-tile variants
 SCORE_DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -127,8 +128,10 @@ class PrefillOverrides:
     """Prefill plan decisions forced from outside; None means "the plan decides".
 
     Attributes:
-        backend: one of :data:`PREFILL_BACKENDS` (a forced fused backend that is unavailable or
-            fails its reference check raises instead of falling back).
+        backend: one of :data:`PREFILL_BACKENDS` (a forced fused or native backend that is
+            unavailable or fails its reference check raises instead of falling back).
+        native_mma: the native kernel's MMA variant (:data:`PREFILL_MMAS`); None: the cheapest
+            verified one.
         budget_bytes: bound on transient memory beyond the gathered context.
         stream: True always streams the context, False never; None decides by the budget.
         query_tile / key_tile: tile sizes of the torch backend (tests and sweeps).
@@ -142,10 +145,12 @@ class PrefillOverrides:
     query_tile: Optional[int] = None
     key_tile: Optional[int] = None
     score_dtype: Optional[str] = None
+    native_mma: Optional[str] = None
 
     def __post_init__(self) -> None:
         owner = "PrefillOverrides"
         _check_optional_choice(owner, "backend", self.backend, PREFILL_BACKENDS)
+        _check_optional_choice(owner, "native_mma", self.native_mma, PREFILL_MMAS)
         _check_optional_choice(owner, "stream", self.stream, (True, False))
         _check_optional_choice(owner, "score_dtype", self.score_dtype, SCORE_DTYPES)
         for name in ("budget_bytes", "query_tile", "key_tile"):
@@ -255,7 +260,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("ATTN_CORE_DECODE_GATHER_BYTES", "decode", "gather_bytes", _choice(GATHER_BYTES),
            "16", "torch path: element width of the block gathers"),
     EnvVar("ATTN_CORE_PREFILL_BACKEND", "prefill", "backend", _choice(PREFILL_BACKENDS),
-           "plan", "force a prefill backend (raises if unavailable or unverified)"),
+           "cheapest verified", "force a prefill backend: torch, sdpa, vendor_flash or native "
+           "(raises if unavailable or unverified)"),
+    EnvVar("ATTN_CORE_PREFILL_MMA", "prefill", "native_mma", _choice(PREFILL_MMAS),
+           "cheapest verified", "native prefill: only this MMA variant (wmma, corex_wmma, fma)"),
     EnvVar("ATTN_CORE_PREFILL_BUDGET_BYTES", "prefill", "budget_bytes", _positive,
            "1073741824", "prefill transient budget beyond the gathered context"),
     EnvVar("ATTN_CORE_PREFILL_STREAM", "prefill", "stream", _bool_or_none, "by budget",

@@ -45,6 +45,9 @@ class Capabilities:
             resolver, :mod:`attn_core.runtime.resolve`, from :mod:`attn_core.native.readiness`).
         native_decode_why: why not, in words ("needs a CUDA device, got cpu", "not built:
             ..."); empty when ``native_decode``.
+        native_prefill: the native prefill kernel's MMA variants that loaded and matched the
+            float64 reference here for the call's configuration (set by the resolver).
+        native_prefill_why: why none (or why a variant is missing), in words.
     """
 
     device_type: str = "cuda"
@@ -53,6 +56,8 @@ class Capabilities:
     fused_prefill: tuple[str, ...] = ()
     native_decode: bool = False
     native_decode_why: str = ""
+    native_prefill: tuple[str, ...] = ()
+    native_prefill_why: str = ""
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.fused_prefill if name not in FUSED_ORDER]

@@ -34,7 +34,14 @@ _FLOAT_FIELDS = frozenset(
     f.name for f in dataclasses.fields(DeviceSpec) if f.type in ("float", float)
 )
 # Fields that may be 0 (everything else must be > 0).
-_ZERO_OK = frozenset({"shared_mem_reserved_per_block", "launch_gap_s", "launch_overhead_s"})
+_ZERO_OK = frozenset(
+    {
+        "shared_mem_reserved_per_block",
+        "launch_gap_s",
+        "launch_overhead_s",
+        "shared_mem_per_block_optin",
+    }
+)
 
 
 def is_profile_path(name_or_path: str) -> bool:
@@ -133,6 +140,7 @@ PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
     "register_sub_partitions": (1, 16),
     "max_registers_per_block": (1024, 4 * MiB),
     "launch_gap_s": (0.0, 0.1),
+    "shared_mem_per_block_optin": (0, 64 * MiB),
 }
 
 

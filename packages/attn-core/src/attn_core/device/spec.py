@@ -49,6 +49,10 @@ class DeviceSpec:
     # latency plus a tiny kernel's ramp, seconds. Eager steps pay launch_overhead_s on the host
     # as well; graph replay pays only this.
     launch_gap_s: float = 0.0
+    # Shared memory one block may opt in to beyond ``shared_mem_per_block`` (CUDA's
+    # cudaFuncAttributeMaxDynamicSharedMemorySize); 0 where there is no opt-in. The native
+    # prefill's large tile needs it (:mod:`attn_core.prefill.plan_native`).
+    shared_mem_per_block_optin: int = 0
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -107,6 +111,8 @@ _BI_V100 = DeviceSpec(
         "max_registers_per_block": "assumed: 64K registers per block, as CUDA",
         "launch_gap_s": "assumed: 3 us, near the H200's measured 2.8 us (no graph-replay "
         "measurement on the platform yet)",
+        "shared_mem_per_block_optin": "assumed: 0, no opt-in (the vendor's vLLM keeps every "
+        "kernel within 32 KiB per block)",
     },
 )
 
@@ -140,6 +146,7 @@ _H200 = DeviceSpec(
     launch_overhead_s=4e-6,
     l2_bytes=60 * 1024 * KiB,
     launch_gap_s=2.8e-6,
+    shared_mem_per_block_optin=227 * KiB,
     provenance={
         "sm_count": "datasheet: H200 SXM, 132 SMs",
         "warp_size": "datasheet",
@@ -168,6 +175,7 @@ _H200 = DeviceSpec(
         "max_registers_per_block": "datasheet: CUDA compute capability 9.0",
         "launch_gap_s": "measured: GPU run 1 (H200, torch 2.11), CUDA-graph replay of attn-core "
         "decode at 1x8K: 0.209 ms for 64 launches moving ~0.12 GB (~0.03 ms) => ~2.8 us each",
+        "shared_mem_per_block_optin": "datasheet: 227 KiB with opt-in, cc 9.0",
     },
 )
 
@@ -192,6 +200,7 @@ _A100 = DeviceSpec(
     launch_overhead_s=4e-6,
     l2_bytes=40 * 1024 * KiB,
     launch_gap_s=3e-6,
+    shared_mem_per_block_optin=163 * KiB,
     provenance={
         "sm_count": "datasheet: A100 SXM4 80GB, 108 SMs",
         "warp_size": "datasheet",
@@ -214,6 +223,7 @@ _A100 = DeviceSpec(
         "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 8.0",
         "max_registers_per_block": "datasheet: CUDA compute capability 8.0",
         "launch_gap_s": "assumed: 3 us, near the H200's measured 2.8 us",
+        "shared_mem_per_block_optin": "datasheet: 163 KiB with opt-in, cc 8.0",
     },
 )
 

@@ -2,7 +2,9 @@
 
 - ``status``: where the library comes from (prebuilt, cached build, built now) or why there is
   none, each kernel's registers, shared memory and occupancy as the driver reports them, and
-  the verify-once registry's verdicts (fp16, head 256, block 16 checked for each group).
+  the verify-once registry's verdicts (fp16, head 256, block 16 checked for each group); the
+  native prefill's MMA variants (library, tile resources, verdict for Qwen3.6's shape) and the
+  prefill plan of an 8192-token chunk over 100K of context with its reason.
 - ``build [--arch sm_90,...]``: build every head-slot library now, in parallel, without a GPU
   (the lab image's build step); without ``--arch``, ``ATTN_CORE_NATIVE_ARCH`` or every target
   the compiler supports.
@@ -32,6 +34,22 @@ OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
 DTYPES = (("fp16", 1), ("bf16", 2), ("fp32", 0))  # names and attn_core.native.abi kinds
 
 
+# The prefill call status plans: Qwen3.6's full-attention layer, an 8192-token chunk over 100K.
+PREFILL_SHAPE = (24, 4, 256, 16)  # heads, KV heads, head size, block size
+PREFILL_CHUNK, PREFILL_CONTEXT = 8192, 100_000
+
+
+def _prefill_lines(device) -> list[str]:
+    """The prefill section (a CLI is an entry point: it may reach the resolver)."""
+    import torch
+
+    from attn_core.core.shapes import AttentionShape
+    from attn_core.runtime.prefill_status import status_lines
+
+    shape = AttentionShape(*PREFILL_SHAPE, dtype=torch.float16)
+    return status_lines(shape, device, PREFILL_CHUNK, PREFILL_CONTEXT)
+
+
 def _status(groups: tuple[int, ...]) -> int:
     import torch
     from tabulate import tabulate
@@ -44,7 +62,9 @@ def _status(groups: tuple[int, ...]) -> int:
         toolchain, why = find_toolchain(settings.cuda_home)
         found = f"{toolchain.kind} {toolchain.version}" if toolchain else why
         print(f"no CUDA device: the native kernel cannot run here (compiler: {found})")
+        print("\n".join(_prefill_lines(torch.device("cpu"))))
         return UNAVAILABLE
+    print("\n".join(_prefill_lines(torch.device("cuda"))))
     rows = []
     for group in groups:
         lib, status = load_native(settings, torch.device("cuda"), group)

@@ -42,11 +42,19 @@ class BuildError(RuntimeError):
     """The compiler failed; the message carries its command and the tail of its output."""
 
 
-def source_digest() -> str:
-    """A hash of every file under ``csrc/`` (names and bytes)."""
+# Files only the prefill library compiles (attn_core/native/prefill_library.py): outside the
+# decode digest, so a prefill edit neither rebuilds decode nor stales kernel_facts.json.
+PREFILL_SOURCES = frozenset(
+    {"paged_prefill.cu", "attn_mma.cuh", "attn_async.cuh", "attn_prefill_abi.h"}
+)
+
+
+def source_digest(*, prefill: bool = False) -> str:
+    """A hash of every file under ``csrc/`` (names and bytes); the prefill-only files count
+    only with ``prefill``."""
     h = hashlib.sha256()
     for path in sorted(CSRC.iterdir()):
-        if path.is_file():
+        if path.is_file() and (prefill or path.name not in PREFILL_SOURCES):
             h.update(path.name.encode())
             h.update(path.read_bytes())
     return h.hexdigest()

@@ -31,8 +31,9 @@ How the numbers are chosen (torch backend):
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -41,6 +42,13 @@ from attn_core.core.settings import PrefillOverrides
 from attn_core.core.shapes import AttentionShape, dtype_from_name
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.spec import DeviceSpec
+from attn_core.prefill.cost import PrefillCost, prefill_work, price
+from attn_core.prefill.plan_native import (
+    VARIANTS,
+    NativePrefillPlan,
+    plan_native_prefill,
+    unsupported,
+)
 
 BACKEND_ENV = "ATTN_CORE_PREFILL_BACKEND"  # named in reasons and errors (settings reads it)
 DEFAULT_BUDGET_BYTES = 1 << 30  # the issue's bound on transient memory beyond the context
@@ -70,6 +78,7 @@ class PrefillPlan:
             differs from ``score_dtype`` only for bf16 on CUDA, where QK^T writes fp32 scores.
         pv_dtype: dtype P @ [V | 1] writes (fp32 where the GEMM can write it).
         budget_bytes: bound on transient memory beyond the gathered context.
+        cost: the price the choice compared (:mod:`attn_core.prefill.cost`).
         workspace_bytes: what the per-call buffers take (score tile, state, query tile, P@V).
         steps: launches of one (query tile, key tile) update, for the simulator; run
             :meth:`num_tile_updates` times per sequence.
@@ -92,6 +101,7 @@ class PrefillPlan:
     workspace_bytes: int
     device_name: str
     steps: tuple[KernelStep, ...]
+    cost: Optional[PrefillCost] = None  # its price (attn_core.prefill.cost); None: not priced
 
     @property
     def group_size(self) -> int:
@@ -119,10 +129,15 @@ class PrefillLengths:
     Attributes:
         max_query_len: the longest chunk of new tokens in the batch (tiles are sized for it).
         max_context_len: the longest cached context; decides streaming unless forced.
+        num_seqs: sequences in the batch (the native grid and the prices count them).
+        num_tokens: tokens of the packed chunk (sizes the native kernel's partials); 0 means
+            ``num_seqs * max_query_len``.
     """
 
     max_query_len: int
     max_context_len: int = 0
+    num_seqs: int = 1
+    num_tokens: int = 0
 
     def __post_init__(self) -> None:
         q, c = self.max_query_len, self.max_context_len
@@ -130,6 +145,24 @@ class PrefillLengths:
             raise ValueError(f"max_query_len must be a positive int, got {q!r}")
         if isinstance(c, bool) or not isinstance(c, int) or c < 0:
             raise ValueError(f"max_context_len must be a non-negative int, got {c!r}")
+        n, t = self.num_seqs, self.num_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"num_seqs must be a positive int, got {n!r}")
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= n * q:
+            raise ValueError(
+                f"num_tokens must be an int in 0..num_seqs * max_query_len = {n * q}, got {t!r}"
+            )
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the packed chunk (``num_tokens``, or the bound when 0)."""
+        return self.num_tokens or self.num_seqs * self.max_query_len
+
+
+AnyPrefillPlan = Union[PrefillPlan, NativePrefillPlan]
+# Overrides only the torch / fused plans understand: a forced native backend with one of them
+# contradicts itself, and an unforced plan that has one set keeps to those backends.
+PORTABLE_ONLY_OVERRIDES = ("stream", "query_tile", "key_tile", "score_dtype")
 
 
 def plan_prefill(
@@ -141,7 +174,7 @@ def plan_prefill(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
-) -> PrefillPlan:
+) -> AnyPrefillPlan:
     """Plan one prefill call: a pure function of its arguments (no environment, no kernels).
 
     Args:
@@ -150,11 +183,128 @@ def plan_prefill(
         spec: the device profile the launch grids are sized for.
         caps: what the device's torch can do; ``caps.fused_prefill`` are the fused backends
             the plan may pick (the caller narrows it to verified ones, see
-            :mod:`attn_core.prefill.verify`).
+            :mod:`attn_core.prefill.verify`); ``caps.native_prefill`` the native kernel's
+            verified MMA variants (the resolver's answer).
         overrides: forced backend, budget, streaming, tiles, score dtype (None: the plan's).
-        alibi / sliding_window: features of the call (the fused backends take neither).
+        alibi / sliding_window: features of the call (the fused backends take neither; the
+            native kernel takes both).
+
+    The backend is the cheapest (:mod:`attn_core.prefill.cost`) of the torch path, the fused
+    backend where the call allows it, and each verified native variant; a forced one is taken
+    as asked (a forced ``"native"`` that cannot run raises, naming why). Where the BLAS matrix
+    units beat the CUDA-core tile, the torch / fused path stays the default until a matrix
+    variant verifies.
     """
     overrides = overrides if overrides is not None else PrefillOverrides()
+    if overrides.backend == "native":
+        return _forced_native(shape, lengths, spec, caps, overrides)
+    plan = _portable_plan(shape, lengths, spec, caps, overrides, alibi, sliding_window)
+    if overrides.backend is not None:
+        return plan
+    native, why = _cheapest_native(shape, lengths, spec, caps, overrides)
+    if native is None:
+        reason = plan.backend_reason + (f"; native prefill: {why}" if why else "")
+        return dataclasses.replace(plan, backend_reason=reason)
+    assert plan.cost is not None
+    mine, theirs = plan.cost.seconds, native.cost.seconds
+    if theirs < mine:
+        return dataclasses.replace(
+            native,
+            backend_reason=f"native {native.variant} (verified here) priced {_ms(theirs)}, "
+            f"below {plan.backend} at {_ms(mine)}",
+        )
+    reason = (
+        f"{plan.backend_reason}; priced {_ms(mine)}, at or below the verified native "
+        f"{native.variant} at {_ms(theirs)}"
+    )
+    return dataclasses.replace(plan, backend_reason=reason)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _native_variants(caps: Capabilities, overrides: PrefillOverrides) -> tuple[str, ...]:
+    return tuple(
+        v for v in VARIANTS
+        if v in caps.native_prefill and overrides.native_mma in (None, v)
+    )  # fmt: skip
+
+
+def _cheapest_native(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    spec: DeviceSpec,
+    caps: Capabilities,
+    overrides: PrefillOverrides,
+) -> tuple[Optional[NativePrefillPlan], str]:
+    """The cheapest verified native plan, or ``(None, why none)``."""
+    portable = [n for n in PORTABLE_ONLY_OVERRIDES if getattr(overrides, n) is not None]
+    if portable:
+        return None, f"override(s) {', '.join(portable)} are the torch / fused plans'"
+    not_here = unsupported(shape, spec)
+    if not_here:
+        return None, not_here
+    variants = _native_variants(caps, overrides)
+    if not variants:
+        mma = f" ({overrides.native_mma} only)" if overrides.native_mma else ""
+        return None, (caps.native_prefill_why or "no verified variant") + mma if (
+            caps.native_prefill_why or mma
+        ) else ""
+    plans = [
+        plan_native_prefill(
+            shape,
+            spec,
+            v,
+            num_seqs=lengths.num_seqs,
+            num_tokens=lengths.tokens,
+            max_query_len=lengths.max_query_len,
+            max_context_len=lengths.max_context_len,
+        )  # fmt: skip
+        for v in variants
+    ]
+    return min(plans, key=lambda p: p.cost.seconds), ""
+
+
+def _forced_native(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    spec: DeviceSpec,
+    caps: Capabilities,
+    overrides: PrefillOverrides,
+) -> NativePrefillPlan:
+    asked = f"prefill backend 'native' (forced by {BACKEND_ENV} / backend=)"
+    portable = [n for n in PORTABLE_ONLY_OVERRIDES if getattr(overrides, n) is not None]
+    if portable:
+        raise ValueError(
+            f"{asked} contradicts the torch / fused override(s) {', '.join(portable)}: drop one"
+        )
+    not_here = unsupported(shape, spec)
+    if not_here:
+        raise ValueError(f"{asked} cannot serve this call: {not_here}")
+    variants = _native_variants(caps, overrides)
+    if not variants:
+        mma = f" (ATTN_CORE_PREFILL_MMA={overrides.native_mma})" if overrides.native_mma else ""
+        raise ValueError(
+            f"{asked}, but no MMA variant{mma} is built and verified here: "
+            f"{caps.native_prefill_why or 'not checked'} (python -m attn_core.native status)"
+        )
+    plan, _ = _cheapest_native(shape, lengths, spec, caps, overrides)
+    assert plan is not None
+    reason = f"{asked}; {plan.variant} verified here, priced {_ms(plan.cost.seconds)}"
+    return dataclasses.replace(plan, backend_reason=reason)
+
+
+def _portable_plan(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    spec: DeviceSpec,
+    caps: Capabilities,
+    overrides: PrefillOverrides,
+    alibi: bool,
+    sliding_window: int,
+) -> PrefillPlan:
+    """The torch or fused plan (the cheaper of the two where the fused one may run)."""
     dtype, head_size = shape.dtype, shape.head_size
     budget = overrides.budget_bytes or DEFAULT_BUDGET_BYTES
     forced_scores = dtype_from_name(overrides.score_dtype) if overrides.score_dtype else None
@@ -169,8 +319,15 @@ def plan_prefill(
         separate_probs=matmul_dtype != score_dtype,
         alibi=alibi,
     )
+    fused = None
     if chosen != "torch":
-        return _fused_plan(chosen, reason, shape, lengths, overrides, sizing, budget, spec)
+        fused = _priced(
+            _fused_plan(chosen, reason, shape, lengths, overrides, sizing, budget, spec), shape,
+            lengths, spec,
+        )  # fmt: skip
+        if overrides.backend is not None:
+            return fused
+        reason = f"{chosen} priced above the torch path ({_ms(fused.cost.seconds)})"  # type: ignore[union-attr]
     tk = overrides.key_tile if overrides.key_tile is not None else DEFAULT_KEY_TILE
     tq = overrides.query_tile or sizing.query_tile(tk, lengths.max_query_len, budget)
     if overrides.query_tile is None and overrides.key_tile is None:
@@ -181,8 +338,8 @@ def plan_prefill(
         overrides.stream, lengths.max_context_len, shape.num_kv_heads, head_size,
         shape.element_size, budget, tk,
     )  # fmt: skip
-    return PrefillPlan(
-        backend=chosen,
+    torch_plan = PrefillPlan(
+        backend="torch",
         backend_reason=reason,
         num_heads=shape.num_heads,
         num_kv_heads=shape.num_kv_heads,
@@ -200,6 +357,21 @@ def plan_prefill(
         device_name=spec.name,
         steps=_tile_steps(spec, shape.num_kv_heads, shape.group, head_size, tq, tk, alibi=alibi),
     )
+    torch_plan = _priced(torch_plan, shape, lengths, spec)
+    if fused is not None and fused.cost.seconds <= torch_plan.cost.seconds:  # type: ignore[union-attr]
+        return fused
+    return torch_plan
+
+
+def _priced(
+    plan: PrefillPlan, shape: AttentionShape, lengths: PrefillLengths, spec: DeviceSpec
+) -> PrefillPlan:
+    """``plan`` with its price: the torch path launches its steps once per tile update; a
+    fused backend its kernel once per call of its loop."""
+    work = prefill_work(shape, lengths.num_seqs, lengths.max_query_len, lengths.max_context_len)
+    updates = plan.num_tile_updates(lengths.max_query_len, lengths.max_context_len)
+    launches = lengths.num_seqs * updates * len(plan.steps)
+    return dataclasses.replace(plan, cost=price(plan.backend, work, spec, launches=launches))
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ def _run_check(
         Capabilities(device_type=device.type),
         PrefillOverrides(backend=name, stream=True, query_tile=8),
     )
+    assert isinstance(plan, PrefillPlan)  # a forced fused backend's plan
     plan = dataclasses.replace(plan, stream_chunk=32)
     try:
         got = run(case, plan)

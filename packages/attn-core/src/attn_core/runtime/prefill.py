@@ -15,10 +15,12 @@ from attn_core.core.cache_layout import COMPUTE_DTYPES, check_block_tables, vali
 from attn_core.core.checks import check_positive, check_positive_finite, check_tensor, resolve_scale
 from attn_core.core.settings import PrefillOverrides
 from attn_core.core.shapes import AttentionShape
-from attn_core.core.workspace import Workspace, check_workspace
+from attn_core.core.workspace import Workspace, check_workspace, default_workspace
 from attn_core.device.spec import DeviceSpec
 from attn_core.prefill.fused import run_fused_prefill
-from attn_core.prefill.plan import PrefillLengths, PrefillPlan
+from attn_core.prefill.native_path import run_native_prefill
+from attn_core.prefill.plan import AnyPrefillPlan, PrefillLengths, PrefillPlan
+from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.prefill.problem import Problem, SeqSpan
 from attn_core.prefill.torch_path import run_torch_prefill
 from attn_core.prefill.verify import ensure_verified
@@ -47,7 +49,7 @@ def paged_prefix_prefill(
     k_scale: float = 1.0,
     v_scale: float = 1.0,
     out: Optional[torch.Tensor] = None,
-    plan: Optional[PrefillPlan] = None,
+    plan: Optional[AnyPrefillPlan] = None,
     workspace: Optional[Workspace] = None,
     backend: Optional[str] = None,
 ) -> torch.Tensor:
@@ -79,9 +81,9 @@ def paged_prefix_prefill(
         workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
             then allocate only the gathered context); None allocates them per call. One
             thread's only: another thread using it raises ``RuntimeError``.
-        backend: ``"torch"``, ``"sdpa"`` or ``"vendor_flash"`` (wins over
-            ``ATTN_CORE_PREFILL_BACKEND``); a forced fused backend that is unavailable or did
-            not match the reference raises instead of falling back.
+        backend: ``"torch"``, ``"sdpa"``, ``"vendor_flash"`` or ``"native"`` (wins over
+            ``ATTN_CORE_PREFILL_BACKEND``); a forced fused or native backend that is unavailable
+            or did not match the reference raises instead of falling back.
 
     Host syncs: one. ``query_start_loc``, ``seq_lens`` and ``context_lens`` are read to the
     host together once per call; per-sequence slicing and tile counts need them. Nothing else
@@ -119,7 +121,9 @@ def paged_prefix_prefill(
             query.dtype,
             problem.layout.kv_cache_dtype,
         )
-        lengths = PrefillLengths(max_query_len, max((s.ctx for s in spans), default=0))
+        lengths = PrefillLengths(
+            max_query_len, _max_context(spans), num_seqs=len(spans), num_tokens=query.shape[0]
+        )
         plan = prefill_plan_for(
             shape,
             lengths,
@@ -129,6 +133,10 @@ def paged_prefix_prefill(
             backend=backend,
         )
     _check_plan(plan, query, problem, max_query_len)
+    if isinstance(plan, NativePrefillPlan):
+        lengths_on_device = (query_start_loc, seq_lens, context_lens)
+        _run_native(plan, problem, spans, lengths_on_device, max_query_len, out, workspace)
+        return out
     # Checked once per process; a failed check raises here. Meta tensors (the simulator's
     # traces) run no kernel, so there is nothing to verify there.
     if plan.backend != "torch" and query.device.type != "meta":
@@ -147,7 +155,7 @@ def prefill_plan_for(
     alibi: bool = False,
     sliding_window: int = 0,
     backend: Optional[str] = None,
-) -> PrefillPlan:
+) -> AnyPrefillPlan:
     """:func:`attn_core.runtime.resolve.prefill_plan_for` with this module's check runner: the
     profile, the probed capabilities with fused backends narrowed to those that matched the
     reference
@@ -165,6 +173,27 @@ def verify_prefill_backend(
     ``RuntimeError`` if it is unavailable or does not match. For registration-time checks and
     benchmarks; :func:`paged_prefix_prefill` does the same lazily."""
     ensure_verified(name, torch.device(device), dtype, head_size, _run_unverified)
+
+
+def _max_context(spans: list[SeqSpan]) -> int:
+    return max((s.ctx for s in spans), default=0)
+
+
+def _run_native(
+    plan: NativePrefillPlan,
+    problem: Problem,
+    spans: list[SeqSpan],
+    lengths: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    max_query_len: int,
+    out: torch.Tensor,
+    workspace: Optional[Workspace],
+) -> None:
+    """The native kernel (a caller's plan gets its verified library once per plan and
+    device); partials from ``workspace`` or this thread's default one."""
+    if plan.library is None:
+        plan = resolve.with_prefill_library(plan, problem.query.device)
+    ws = workspace if workspace is not None else default_workspace()
+    run_native_prefill(plan, problem, lengths, max_query_len, _max_context(spans), out, ws)
 
 
 def _execute(
@@ -336,7 +365,9 @@ def _check_out(out: Optional[torch.Tensor], query: torch.Tensor) -> torch.Tensor
     return out
 
 
-def _check_plan(plan: PrefillPlan, query: torch.Tensor, problem: Problem, max_query_len: int):
+def _check_plan(
+    plan: AnyPrefillPlan, query: torch.Tensor, problem: Problem, max_query_len: int
+) -> None:
     heads, head_size = query.shape[1], query.shape[2]
     want = (heads, problem.layout.num_kv_heads, head_size, query.dtype)
     got = (plan.num_heads, plan.num_kv_heads, plan.head_size, plan.dtype)
@@ -344,7 +375,14 @@ def _check_plan(plan: PrefillPlan, query: torch.Tensor, problem: Problem, max_qu
         raise ValueError(
             f"plan must be for (num_heads, num_kv_heads, head_size, dtype) = {want}, got {got}"
         )
-    if plan.backend != "torch":
+    if isinstance(plan, NativePrefillPlan):
+        cache = (problem.layout.block_size, problem.layout.kv_cache_dtype)
+        if cache != (plan.block_size, plan.kv_cache_dtype):
+            raise ValueError(
+                f"plan must be for (block_size, kv_cache_dtype) = {cache}, "
+                f"got {(plan.block_size, plan.kv_cache_dtype)}"
+            )
+    if plan.backend not in ("torch", "native"):
         if problem.alibi_slopes is not None or problem.window > 0:
             raise ValueError(
                 f"plan.backend {plan.backend!r} supports neither alibi_slopes nor sliding_window; "

@@ -39,8 +39,19 @@ from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.device.capabilities import Capabilities, probe_capabilities
 from attn_core.device.detect import detect_device_spec
 from attn_core.device.spec import DeviceSpec
+from attn_core.native.prefill_readiness import prefill_variant_ready
 from attn_core.native.readiness import native_ready
-from attn_core.prefill.plan import PrefillLengths, PrefillPlan, plan_prefill
+from attn_core.prefill.plan import (
+    AnyPrefillPlan,
+    PrefillLengths,
+    plan_prefill,
+)
+from attn_core.prefill.plan_native import (
+    VARIANTS,
+    NativePrefillPlan,
+    plan_native_prefill,
+    unsupported,
+)
 from attn_core.prefill.verify import Runner, verified_capabilities
 
 
@@ -132,11 +143,12 @@ def prefill_plan_for(
     sliding_window: int = 0,
     backend: Optional[str] = None,
     run: Runner,
-) -> PrefillPlan:
+) -> AnyPrefillPlan:
     """The prefill plan for ``device``, resolved: the profile, the probed capabilities with
     fused backends narrowed to those that matched the reference (``run`` runs the check case;
-    checked once per process, :mod:`attn_core.prefill.verify`), and ``overrides`` (default: the
-    settings'), ``backend`` winning over both."""
+    checked once per process, :mod:`attn_core.prefill.verify`), the native kernel's variants
+    that loaded and verified (:func:`native_prefill_caps`), and ``overrides`` (default: the
+    settings'), ``backend`` winning over both. A native plan carries its verified library."""
     device = torch.device(device)
     _check_backend(backend, PREFILL_BACKENDS)
     settings = current_overrides()
@@ -147,9 +159,84 @@ def prefill_plan_for(
     caps: Capabilities = probe_capabilities(device, shape.dtype)
     if caps.fused_prefill and chosen.backend is None and not alibi and not sliding_window:
         caps = verified_capabilities(caps, device, shape.dtype, shape.head_size, run)
-    return plan_prefill(
+    caps, libs = native_prefill_caps(
+        caps, shape, lengths, spec, chosen, device, alibi=alibi, sliding_window=sliding_window
+    )
+    plan = plan_prefill(
         shape, lengths, spec, caps, chosen, alibi=alibi, sliding_window=sliding_window
     )
+    if isinstance(plan, NativePrefillPlan):
+        plan = dataclasses.replace(plan, library=libs[plan.variant])
+    return plan
+
+
+def native_prefill_caps(
+    caps: Capabilities,
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    spec: DeviceSpec,
+    overrides: PrefillOverrides,
+    device: torch.device,
+    *,
+    alibi: bool = False,
+    sliding_window: int = 0,
+) -> tuple[Capabilities, dict]:
+    """``caps`` with ``native_prefill`` set to the variants that loaded and verified here, and
+    their libraries. Only variants that could win are loaded (a build or a check costs
+    seconds): all of them (or ``native_mma``) where native is forced; otherwise those the price
+    puts below the torch / fused plan, cheapest first, stopping at the first that verifies.
+    Nothing is loaded where another backend is forced or the kernel cannot take the shape."""
+    if overrides.backend not in (None, "native"):
+        return caps, {}
+    not_here = unsupported(shape, spec)
+    if device.type != "cuda":
+        not_here = f"needs a CUDA device, got {device.type}"
+    if not_here:
+        return dataclasses.replace(caps, native_prefill=(), native_prefill_why=not_here), {}
+    variants = [v for v in VARIANTS if overrides.native_mma in (None, v)]
+    priced = sorted(
+        (plan_native_prefill(
+            shape, spec, v, num_seqs=lengths.num_seqs, num_tokens=lengths.tokens,
+            max_query_len=lengths.max_query_len, max_context_len=lengths.max_context_len,
+        ) for v in variants),
+        key=lambda p: p.cost.seconds,
+    )  # fmt: skip
+    bar, rival = float("inf"), ""
+    if overrides.backend is None:
+        portable = plan_prefill(
+            shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window
+        )
+        if portable.cost is not None:
+            bar, rival = portable.cost.seconds, portable.backend
+    libs: dict = {}
+    why: list[str] = []
+    for native in priced:
+        if native.cost.seconds >= bar:
+            why.append(f"{native.variant} priced above {rival}, not loaded")
+            continue
+        settings = current_overrides().native
+        lib, not_ready = prefill_variant_ready(settings, device, shape, native.variant)
+        if lib is None:
+            why.append(not_ready)
+            continue
+        libs[native.variant] = lib
+        break  # the cheapest verified variant is the one a plan would take
+    caps = dataclasses.replace(caps, native_prefill=tuple(libs), native_prefill_why="; ".join(why))
+    return caps, libs
+
+
+@functools.lru_cache(maxsize=64)
+def with_prefill_library(plan: NativePrefillPlan, device: torch.device) -> NativePrefillPlan:
+    """A caller's native prefill plan with its verified library attached; kept per (plan,
+    device). ``ValueError`` naming why where the variant cannot serve it here."""
+    shape = AttentionShape(
+        plan.num_heads, plan.num_kv_heads, plan.head_size, plan.block_size, plan.dtype,
+        plan.kv_cache_dtype,
+    )  # fmt: skip
+    lib, why = prefill_variant_ready(current_overrides().native, device, shape, plan.variant)
+    if lib is None:
+        raise ValueError(f"plan.backend is 'native' ({plan.variant}) but it cannot run here: {why}")
+    return dataclasses.replace(plan, library=lib)
 
 
 def _check_backend(backend: Optional[str], choices: tuple[str, ...]) -> None:

@@ -1,0 +1,570 @@
+// Chunked prefill over vLLM 0.6.3's paged cache, read in place: a flash-attention forward.
+//
+// Grid: (query tiles, num_seqs x num_kv_heads, num_splits). One block serves M GQA-packed
+// query rows (row r = token (r / group), head (r % group) of one KV head: M / group tokens of
+// one sequence) against a range of key tiles of N keys: first the sequence's cached context
+// (pages via block_tables), then the chunk's own keys from `key` / `value`, only the tiles the
+// causal mask and the sliding window leave. Every K/V byte of a tile is read once per KV head
+// per query tile, for the whole group. With num_splits > 1 the tiles are divided evenly among
+// the splits, each writes fp32 partials (normalised output, base-2 log-sum-exp) and
+// merge_kernel weighs them.
+//
+// Per key tile:
+//   1. S = Q K^T on the matrix layer (attn_mma.cuh), fp32 in shared memory;
+//   2. softmax rows: T / M threads per row, each over N / (T / M) columns (rotated so a warp's
+//      reads hit distinct banks); scale, mask (causal, window, tile end), ALiBi, running max
+//      (exchanged through shared memory), probabilities, per-row rescale factor alpha;
+//   3. O = alpha * O + P V on the matrix layer; O stays in registers (fp32) for all tiles.
+// Loads (16-byte vectors) overlap compute where the platform has asynchronous copies: the
+// next tile's K is issued after this tile's S, the next V after this tile's P V (one buffer
+// each; a SHARED_KV config alternates K and V in one buffer to fit 32 KiB).
+//
+// fp8 caches: bytes are decoded to the query's 16-bit type when staged (e4m3 as value / 256,
+// exact; attn_convert.cuh) and the scales act in fp32 only: k_scale (and the 256) on the
+// context tiles' scores, v_scale (and the 256) on the accumulator once, when the chunk's
+// tiles begin (or at the end). The chunk's own K/V are never scaled (vLLM's semantics).
+// Masked keys are zero in shared memory (a reused page may hold NaN past a sequence's end).
+
+#include "attn_async.cuh"
+#include "attn_convert.cuh"
+#include "attn_mma.cuh"
+#include "attn_platform.cuh"
+#include "attn_prefill_abi.h"
+
+#ifndef ATTN_PREFILL_MMA
+#error "build one library per matrix layer: -DATTN_PREFILL_MMA=0 (FMA), 1 (wmma), 2 (CoreX wmma)"
+#endif
+
+namespace attn {
+
+constexpr float kLog2eP = 1.4426950408889634f;
+constexpr int kMergeThreads = 256;
+
+// The two tile configurations. Large (config 0): 128 rows x 64 keys, 16 warps: S 8 x 2 warps
+// of 1 x 2 fragments, O 4 x 4 warps of 2 x (head / 64) fragments (64 fp32 registers at head
+// 256); ~190 KiB at head 256, one block per SM on the H200. H200, Qwen3.6 shape, 100K / 8192
+// (bench/native_prefill_bench.py, 2026-12-01 22:41 UTC): 8 warps (O in 128 registers per
+// thread) 194 ms, 16 warps 175 ms, ~18K cycles per key tile against ~5.4K of smem and HMMA
+// throughput. ncu (30K / 2048): 16 warps per SM (registers and shared memory allow one block),
+// issue slots 47% busy, stalls split between fixed-latency dependencies (31%) and shared-memory
+// scoreboards (30%), ALU the busiest pipe (34%): latency- and integer-bound, not HMMA-bound. Small (config 1): 16 rows x 32
+// keys, one warp, K and V sharing a buffer, no V row skew: 28.6 KiB at head 256, inside BI-V100's 32 KiB.
+template <int DM>
+using LargeCfg = TileCfg<128, 64, DM, 16 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_WARP_SIZE / 32),
+                         4 / (ATTN_HW_WARP_SIZE / 32), false>;
+template <int DM>
+using SmallCfg = TileCfg<16, 32, DM, 1, 1, 1, true, 0>;
+
+template <class C, bool P16>
+struct SmemPlan {
+  // 128-byte region starts: wmma fragment pointers must be 32-byte aligned
+  static constexpr int up16(int b) { return (b + 127) / 128 * 128; }
+  static constexpr int kQ = 0;
+  static constexpr int kK = up16(kQ + C::M * C::QP * 2);
+  static constexpr int kKBytes = C::N * C::QP * 2, kVBytes = C::DM * C::VP * 2;
+  static constexpr int kV = C::SHARED_KV ? kK : up16(kK + kKBytes);
+  static constexpr int kS = C::SHARED_KV ? up16(kK + (kKBytes > kVBytes ? kKBytes : kVBytes))
+                                         : up16(kV + kVBytes);
+  static constexpr int kP = up16(kS + C::M * C::SP * 4);
+  static constexpr int kAlpha = up16(kP + (P16 ? C::M * C::PP * 2 : 0));
+  static constexpr int kRow = up16(kAlpha + C::M * 4);  // per-row 1 / l, then lse
+  static constexpr int kRed = up16(kRow + 2 * C::M * 4);
+  static constexpr int kBytes = up16(kRed + C::T * 4);
+  static_assert(C::M * C::SP >= C::WARPS * 256, "S doubles as the fragment index scratch");
+  static_assert(!C::SHARED_KV || kBytes <= 32 * 1024, "the shared-K/V config is the 32 KiB one");
+};
+
+// One 16-bit element from a float (the cache's decoded values are exact in either type).
+template <int QKIND>
+ATTN_DEVICE uint16_t to_bits16(float f) {
+  if (QKIND == kFloat16) return __half_as_ushort(__float2half_rn(f));
+  return float_to_bf16_bits(f);
+}
+
+template <int QKIND>
+ATTN_DEVICE void store8(uint16_t* dst, const float* v) {  // 8 elements, 16 bytes
+  Vec16 o;
+#pragma unroll
+  for (int w = 0; w < 4; ++w)
+    o.w[w] = to_bits16<QKIND>(v[2 * w]) | (static_cast<uint32_t>(to_bits16<QKIND>(v[2 * w + 1])) << 16);
+  *reinterpret_cast<Vec16*>(dst) = o;
+}
+
+ATTN_DEVICE void zero16(void* dst) { *reinterpret_cast<Vec16*>(dst) = Vec16{{0u, 0u, 0u, 0u}}; }
+
+// Where one block's tiles come from.
+struct TileSrc {
+  bool context;  // from the cache pages, else from the chunk's key / value
+  int base;      // context: first key position; chunk: first chunk-token index
+  int valid;     // keys of the tile that exist (the rest are zero)
+};
+
+template <int QKIND, int CKIND, class C>
+struct Loader {
+  static constexpr int kCB = elem_bytes(CKIND);
+  static constexpr int kX = 16 / kCB;  // the cache layout's x
+  // Only indices are kept: base pointers are recomputed from the kernel parameters (constant
+  // memory) at each tile, as 8 more live registers made the 16-warp tile spill at head 256.
+  const AttnPrefillArgs& a;
+  int kvh, seq, q0, tid;
+
+  ATTN_DEVICE int64_t page(int pos) const {
+    return a.block_tables[seq * a.table_stride + pos / a.block_size];
+  }
+
+  // K[key][dim] for dims < D (and zero pad columns up to DM).
+  ATTN_DEVICE void load_k(uint16_t* Ks, const TileSrc& t) const {
+    const int D = a.head_size, bs = a.block_size;
+    if (t.context) {
+      const uint8_t* kc = static_cast<const uint8_t*>(a.key_cache) + kvh * a.kc_head_stride * kCB;
+      const int vecs = D / kX;
+      for (int v = tid; v < C::N * vecs; v += C::T) {
+        const int key = v % C::N, c = v / C::N;  // consecutive threads: consecutive keys of a page
+        uint16_t* dst = Ks + key * C::QP + c * kX;
+        if (key >= t.valid) {
+          zero16(dst);
+          if (kCB == 1) zero16(dst + 8);
+          continue;
+        }
+        const int pos = t.base + key;
+        const uint8_t* src = kc + page(pos) * a.kc_block_stride * kCB +
+                             (static_cast<int64_t>(c) * bs + pos % bs) * 16;
+        if (kCB == 2) {
+          copy16(dst, src);
+        } else {
+          const Vec16 raw = load_vec<Vec16>(src);
+          float f[16];
+          unpack<CKIND, 4>(raw.w, f);
+          store8<QKIND>(dst, f);
+          store8<QKIND>(dst + 8, f + 8);
+        }
+      }
+    } else {
+      const uint16_t* kn =
+          static_cast<const uint16_t*>(a.key) + q0 * a.k_tok_stride + kvh * a.k_head_stride;
+      const int vecs = D / 8;
+      for (int v = tid; v < C::N * vecs; v += C::T) {
+        const int c = v % vecs, key = v / vecs;  // consecutive threads: one key's dims
+        uint16_t* dst = Ks + key * C::QP + c * 8;
+        if (key < t.valid) copy16(dst, kn + (t.base + key) * a.k_tok_stride + c * 8);
+        else zero16(dst);
+      }
+    }
+    for (int v = tid; v < C::N * ((C::DM - D) / 8); v += C::T) {  // pad columns
+      const int pads = (C::DM - D) / 8;
+      zero16(Ks + (v / pads) * C::QP + D + (v % pads) * 8);
+    }
+  }
+
+  // Vt[dim][key] for dims < D.
+  ATTN_DEVICE void load_v(uint16_t* Vt, const TileSrc& t) const {
+    constexpr int kG = C::N / 8;  // 8-key groups per row
+    const int D = a.head_size, bs = a.block_size;
+    if (t.context) {
+      const uint8_t* vc =
+          static_cast<const uint8_t*>(a.value_cache) + kvh * a.vc_head_stride * kCB;
+      for (int v = tid; v < D * kG; v += C::T) {
+        const int g = v % kG, d = v / kG;
+        uint16_t* dst = Vt + d * C::VP + g * 8;
+        const int n = min(8, t.valid - g * 8);
+        if (n <= 0) {
+          zero16(dst);
+          continue;
+        }
+        const int pos = t.base + g * 8;  // 8 keys of one page (block sizes are multiples of 8)
+        const uint8_t* src = vc + page(pos) * a.vc_block_stride * kCB +
+                             (static_cast<int64_t>(d) * bs + pos % bs) * kCB;
+        if (kCB == 2) {
+          copy16_zfill(dst, src, n * 2);
+        } else {
+          const Vec8 raw = load_vec<Vec8>(src);
+          float f[8];
+          unpack<CKIND, 2>(raw.w, f);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) f[i] = i < n ? f[i] : 0.0f;
+          store8<QKIND>(dst, f);
+        }
+      }
+    } else {
+      const uint16_t* vn =
+          static_cast<const uint16_t*>(a.value) + q0 * a.v_tok_stride + kvh * a.v_head_stride;
+      const int vecs = D / 8;
+      for (int v = tid; v < C::N * vecs; v += C::T) {
+        const int key = v % C::N, c = v / C::N;
+        Vec16 raw = {{0u, 0u, 0u, 0u}};
+        if (key < t.valid) raw = load_vec<Vec16>(vn + (t.base + key) * a.v_tok_stride + c * 8);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          Vt[(c * 8 + i) * C::VP + key] = static_cast<uint16_t>(raw.w[i / 2] >> (16 * (i % 2)));
+      }
+    }
+  }
+};
+
+template <int QKIND, int CKIND, int MMA, class C>
+__global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) {
+  using L = typename MmaSelect<MMA, QKIND, C>::type;
+  using Plan = SmemPlan<C, L::kWantsP16>;
+  constexpr int kTPR = C::T / C::M;      // softmax threads per row
+  constexpr int kCols = C::N / kTPR;     // columns per softmax thread
+  static_assert(C::T % C::M == 0 && C::N % kTPR == 0, "softmax mapping");
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* Qs = reinterpret_cast<uint16_t*>(smem + Plan::kQ);
+  uint16_t* Ks = reinterpret_cast<uint16_t*>(smem + Plan::kK);
+  uint16_t* Vt = reinterpret_cast<uint16_t*>(smem + Plan::kV);
+  float* S = reinterpret_cast<float*>(smem + Plan::kS);
+  uint16_t* P = reinterpret_cast<uint16_t*>(smem + Plan::kP);
+  float* alpha = reinterpret_cast<float*>(smem + Plan::kAlpha);
+  float* rowv = reinterpret_cast<float*>(smem + Plan::kRow);
+  float* red = reinterpret_cast<float*>(smem + Plan::kRed);
+
+  const int tid = threadIdx.x;
+  const int G = a.num_heads / a.num_kv_heads;
+  const int tokens_per_tile = C::M / G;
+  const int kvh = blockIdx.y % a.num_kv_heads, seq = blockIdx.y / a.num_kv_heads;
+  const int split = blockIdx.z;
+  const int q0 = a.query_start_loc[seq];
+  const int qlen = a.query_start_loc[seq + 1] - q0;
+  const int t0 = blockIdx.x * tokens_per_tile;
+  if (t0 >= qlen) return;
+  const int ntok = min(tokens_per_tile, qlen - t0);
+  const int nrows = ntok * G;
+  // Lengths beyond the table row are clamped: memory-safe whatever the caller passed.
+  const int ctx = max(0, min(a.context_lens[seq], a.table_width * a.block_size));
+  const int D = a.head_size;
+
+  // This block's key tiles: context tiles [c_begin, c_end) then chunk tiles [j_begin, j_end),
+  // minus what the window excludes for every row; divided evenly among the splits.
+  const int lo = a.sliding_window > 0 ? max(0, ctx + t0 - a.sliding_window + 1) : 0;
+  const int c_end = (ctx + C::N - 1) / C::N;
+  const int c_begin = lo < ctx ? lo / C::N : c_end;
+  const int j_begin = max(lo - ctx, 0) / C::N;
+  const int j_end = (t0 + ntok + C::N - 1) / C::N;
+  const int nc = c_end - c_begin, n_tiles = nc + (j_end - j_begin);
+  const int per = (n_tiles + a.num_splits - 1) / a.num_splits;
+  const int b = split * per, e = min(n_tiles, b + per);
+  const int row = tid / kTPR, part = tid % kTPR;
+  if (b >= e) {  // an empty split: nothing to merge from it
+    if (part == 0 && row < nrows) {
+      const int tok = q0 + t0 + row / G, head = kvh * G + row % G;
+      a.part_lse[(static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head] =
+          -INFINITY;
+    }
+    return;
+  }
+
+  constexpr float kRescale = CKIND == kFp8E4M3 ? kE4M3Rescale : 1.0f;
+  const Loader<QKIND, CKIND, C> ld{a, kvh, seq, q0, tid};
+  auto tile = [&](int i) -> TileSrc {
+    if (i < nc) {
+      const int base = (c_begin + i) * C::N;
+      return {true, base, min(C::N, ctx - base)};
+    }
+    const int base = (j_begin + i - nc) * C::N;
+    return {false, base, min(C::N, qlen - base)};
+  };
+
+  // Queries: rows past the tile's tokens and dims past D are zero.
+  {
+    const uint16_t* q = static_cast<const uint16_t*>(a.query);
+    constexpr int kVecs = C::DM / 8;
+    for (int v = tid; v < C::M * kVecs; v += C::T) {
+      const int c = v % kVecs, r = v / kVecs;
+      uint16_t* dst = Qs + r * C::QP + c * 8;
+      if (r < nrows && c * 8 < D) {
+        const int tok = q0 + t0 + r / G, head = kvh * G + r % G;
+        copy16(dst, q + tok * a.q_tok_stride + head * a.q_head_stride + c * 8);
+      } else {
+        zero16(dst);
+      }
+    }
+  }
+  ld.load_k(Ks, tile(b));
+  if (!C::SHARED_KV) ld.load_v(Vt, tile(b));
+  async_commit();
+
+  typename L::Acc acc;
+  L::zero(acc, S, tid);
+
+  // This thread's softmax row.
+  const bool row_valid = row < nrows;
+  const int qpos = ctx + t0 + (row_valid ? row / G : 0);
+  const float slope = a.alibi_slopes != nullptr && row_valid
+                          ? a.alibi_slopes[kvh * G + row % G] * kLog2eP
+                          : 0.0f;
+  const float ctx_scale = a.scale * a.k_scale * kRescale * kLog2eP;
+  const float new_scale = a.scale * kLog2eP;
+  const float v_ctx = a.v_scale * kRescale;
+  float m_run = -INFINITY, l_part = 0.0f;
+  bool v_applied = false;  // v_ctx folded into the accumulator yet
+  // rotate each thread's column order so a warp's S reads fall on distinct banks
+  const int rot = ((row >> 3) * kTPR + part) % kCols;
+
+  async_wait<0>();
+  __syncthreads();
+  for (int i = b; i < e; ++i) {
+    const TileSrc t = tile(i);
+    // 1. scores
+    L::qk(S, Qs, Ks, tid);
+    __syncthreads();  // S complete; K free
+    if (C::SHARED_KV) ld.load_v(Vt, t);
+    else if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+    async_commit();
+
+    // 2. softmax over this thread's columns of its row
+    const int kpos0 = t.context ? t.base : ctx + t.base;
+    const float sc = t.context ? ctx_scale : new_scale;
+    const int lo_key = a.sliding_window > 0 ? qpos - a.sliding_window + 1 : 0;
+    const int hi_key = min(qpos, kpos0 + t.valid - 1);  // causal and tile end
+    float* srow = S + row * C::SP + part * kCols;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int j = 0; j < kCols; ++j) {
+      const int c = (j + rot) % kCols;
+      const int kpos = kpos0 + part * kCols + c;
+      float s = -INFINITY;
+      if (row_valid && kpos <= hi_key && kpos >= lo_key)
+        s = fmaf(slope, static_cast<float>(kpos - qpos), srow[c] * sc);
+      srow[c] = s;
+      mx = fmaxf(mx, s);
+    }
+    red[tid] = mx;
+    __syncthreads();
+    float m_new = m_run;
+#pragma unroll
+    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[row * kTPR + p]);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+    float al = exp2f(m_run - m_use);
+    m_run = m_new;
+    float sum = 0.0f;
+    uint16_t* prow = P + row * C::PP + part * kCols;
+#pragma unroll 8
+    for (int j = 0; j < kCols; ++j) {
+      const int c = (j + rot) % kCols;
+      const float p = exp2f(srow[c] - m_use);
+      sum += p;
+      if (L::kWantsP16) prow[c] = to_bits16<QKIND>(p);
+      else srow[c] = p;
+    }
+    l_part = l_part * al + sum;
+    if (!t.context && !v_applied) {  // first chunk tile: the context part takes its v scale
+      al *= v_ctx;
+      v_applied = true;
+    }
+    if (part == 0) alpha[row] = al;
+    if (C::SHARED_KV) async_wait<0>();
+    else async_wait<1>();  // this tile's V (the next K may still be in flight)
+    __syncthreads();  // P, alpha and V visible
+
+    // 3. O = alpha O + P V
+    L::rescale_pv(acc, alpha, S, P, Vt, tid);
+    __syncthreads();  // V, P, S free
+    if (i + 1 < e) {
+      if (C::SHARED_KV) ld.load_k(Ks, tile(i + 1));
+      else ld.load_v(Vt, tile(i + 1));
+    }
+    async_commit();
+    if (C::SHARED_KV) async_wait<0>();
+    else async_wait<1>();  // the next K
+    __syncthreads();
+  }
+  // v_applied is uniform across the block (it follows the tile sequence), so the out scale is.
+  const float out_scale = v_applied ? 1.0f : v_ctx;
+
+  // Row sums, then the output (or this split's partials).
+  red[tid] = l_part;
+  __syncthreads();
+  if (part == 0) {
+    float l = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kTPR; ++p) l += red[row * kTPR + p];
+    rowv[row] = l > 0.0f ? out_scale / l : 0.0f;
+    rowv[C::M + row] = l > 0.0f ? m_run + log2f(l) : -INFINITY;
+  }
+  __syncthreads();
+  const bool single = a.num_splits == 1;
+  if (!single && part == 0 && row_valid) {
+    const int tok = q0 + t0 + row / G, head = kvh * G + row % G;
+    a.part_lse[(static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head] =
+        rowv[C::M + row];
+  }
+  L::for_each(acc, tid, S, [&](int r, int col, float value) {
+    if (r >= nrows || col >= D) return;
+    const int tok = q0 + t0 + r / G, head = kvh * G + r % G;
+    const float o = value * rowv[r];
+    if (single) {
+      store_elem<QKIND>(a.out, tok * a.out_tok_stride + head * a.out_head_stride + col, o);
+    } else {
+      const int64_t at = (static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head;
+      a.part_out[at * D + col] = o;
+    }
+  });
+}
+
+// out[token, head, :] = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max), fp32; one block
+// per token, threads over (head, dim).
+template <int QKIND>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const AttnPrefillArgs a) {
+  const int tok = blockIdx.x, D = a.head_size;
+  const int64_t plane = static_cast<int64_t>(a.num_tokens) * a.num_heads;
+  for (int i = threadIdx.x; i < a.num_heads * D; i += kMergeThreads) {
+    const int head = i / D, d = i % D;
+    const int64_t at = static_cast<int64_t>(tok) * a.num_heads + head;
+    float m = -INFINITY;
+    for (int s = 0; s < a.num_splits; ++s) m = fmaxf(m, a.part_lse[s * plane + at]);
+    float num = 0.0f, den = 0.0f;
+    if (m != -INFINITY) {
+      for (int s = 0; s < a.num_splits; ++s) {
+        const float lse = a.part_lse[s * plane + at];
+        if (lse == -INFINITY) continue;  // an empty split wrote no output
+        const float w = exp2f(lse - m);
+        den += w;
+        num = fmaf(w, a.part_out[(s * plane + at) * D + d], num);
+      }
+    }
+    store_elem<QKIND>(a.out, tok * a.out_tok_stride + head * a.out_head_stride + d,
+                      den > 0.0f ? num / den : 0.0f);
+  }
+}
+
+// ------------------------------------------------------------------------------ dispatch
+using KernelPtr = void (*)(const AttnPrefillArgs);
+
+struct Kernel {
+  KernelPtr fn;
+  int threads, smem;
+};
+
+template <int QKIND, int CKIND, class C>
+Kernel make_kernel() {
+  using L = typename MmaSelect<ATTN_PREFILL_MMA, QKIND, C>::type;
+  if constexpr (std::is_same<L, void>::value) {
+    return {nullptr, 0, 0};
+  } else {
+    return {prefill_kernel<QKIND, CKIND, ATTN_PREFILL_MMA, C>, C::T,
+            SmemPlan<C, L::kWantsP16>::kBytes};
+  }
+}
+
+template <int QKIND, int DM>
+Kernel pick_cache(int config, int cache_kind) {
+#define ATTN_CFG(CK) \
+  (config == 0 ? make_kernel<QKIND, CK, LargeCfg<DM>>() : make_kernel<QKIND, CK, SmallCfg<DM>>())
+  if (cache_kind == QKIND) return ATTN_CFG(QKIND);
+  if (cache_kind == kFp8E4M3) return ATTN_CFG(kFp8E4M3);
+  if (cache_kind == kFp8E5M2) return ATTN_CFG(kFp8E5M2);
+#undef ATTN_CFG
+  return {nullptr, 0, 0};
+}
+
+template <int DM>
+Kernel pick_query(int config, int query_kind, int cache_kind) {
+  switch (query_kind) {
+    case kFloat16: return pick_cache<kFloat16, DM>(config, cache_kind);
+    case kBFloat16: return pick_cache<kBFloat16, DM>(config, cache_kind);
+    default: return {nullptr, 0, 0};  // fp32 queries: the torch path
+  }
+}
+
+Kernel kernel_for(int config, int query_kind, int cache_kind, int head_bucket) {
+  if (config != 0 && config != 1) return {nullptr, 0, 0};
+#ifdef ATTN_PREFILL_ONLY_BUCKET  // a quick register / spill check of one head bucket
+  if (head_bucket != ATTN_PREFILL_ONLY_BUCKET) return {nullptr, 0, 0};
+  return pick_query<ATTN_PREFILL_ONLY_BUCKET>(config, query_kind, cache_kind);
+#else
+  switch (head_bucket) {
+    case 64: return pick_query<64>(config, query_kind, cache_kind);
+    case 128: return pick_query<128>(config, query_kind, cache_kind);
+    case 256: return pick_query<256>(config, query_kind, cache_kind);
+    default: return {nullptr, 0, 0};
+  }
+#endif
+}
+
+int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256; }
+
+int config_rows(int config) { return config == 0 ? LargeCfg<64>::M : SmallCfg<64>::M; }
+
+KernelPtr merge_for(int query_kind) {
+  if (query_kind == kFloat16) return merge_kernel<kFloat16>;
+  if (query_kind == kBFloat16) return merge_kernel<kBFloat16>;
+  return nullptr;
+}
+
+cudaError_t prepare(const Kernel& k) {
+  // above 48 KiB the kernel must opt in (once per process is enough; repeating is cheap)
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(k.fn),
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem);
+}
+
+}  // namespace attn
+
+extern "C" {
+
+int attn_prefill_abi_version(void) { return ATTN_PREFILL_ABI_VERSION; }
+
+int attn_prefill_mma(void) { return ATTN_PREFILL_MMA; }
+
+const char* attn_prefill_platform(void) { return ATTN_PLATFORM; }
+
+const char* attn_prefill_error_string(int code) {
+  return cudaGetErrorString(static_cast<cudaError_t>(code));
+}
+
+int attn_prefill(const AttnPrefillArgs* args, void* stream) {
+  using namespace attn;
+  const AttnPrefillArgs& a = *args;
+  const int group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 0;
+  const int rows = config_rows(a.config);
+  const int x = 16 / elem_bytes(a.cache_kind);
+  if (a.num_seqs < 1 || a.num_tokens < 1 || group < 1 || a.num_heads % a.num_kv_heads != 0 ||
+      group > rows || a.head_size < 8 || a.head_size > 256 || a.head_size % 8 != 0 ||
+      a.head_size % x != 0 || a.block_size < 8 || a.block_size > 256 ||
+      (a.block_size & (a.block_size - 1)) != 0 || a.max_query_len < 1 || a.num_splits < 1 ||
+      a.sliding_window < 0 || (a.num_splits > 1 && (a.part_out == nullptr || a.part_lse == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  const Kernel k = kernel_for(a.config, a.query_kind, a.cache_kind, head_bucket(a.head_size));
+  const KernelPtr merge = merge_for(a.query_kind);
+  if (k.fn == nullptr || merge == nullptr) return cudaErrorInvalidValue;
+  cudaError_t err = prepare(k);
+  if (err != cudaSuccess) return err;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int tokens_per_tile = rows / group;
+  const dim3 grid((a.max_query_len + tokens_per_tile - 1) / tokens_per_tile,
+                  a.num_seqs * a.num_kv_heads, a.num_splits);
+  k.fn<<<grid, k.threads, k.smem, s>>>(a);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || a.num_splits == 1) return err;
+  merge<<<a.num_tokens, kMergeThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+int attn_prefill_config_info(int config, int query_kind, int cache_kind, int head_bucket,
+                             AttnPrefillConfig* info) {
+  using namespace attn;
+  if (info == nullptr) return cudaErrorInvalidValue;
+  const Kernel k = kernel_for(config, query_kind, cache_kind, head_bucket);
+  *info = AttnPrefillConfig{};
+  info->rows = config_rows(config);
+  info->keys = config == 0 ? LargeCfg<64>::N : SmallCfg<64>::N;
+  if (k.fn == nullptr) return cudaSuccess;  // available = 0
+  cudaError_t err = prepare(k);
+  if (err != cudaSuccess) return err;
+  cudaFuncAttributes attr;
+  err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(k.fn));
+  if (err != cudaSuccess) return err;
+  int blocks = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, reinterpret_cast<const void*>(k.fn),
+                                                      k.threads, k.smem);
+  if (err != cudaSuccess) return err;
+  info->threads = k.threads;
+  info->smem_bytes = k.smem;
+  info->num_regs = attr.numRegs;
+  info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
+  info->blocks_per_sm = blocks;
+  info->available = 1;
+  return cudaSuccess;
+}
+
+}  // extern "C"
