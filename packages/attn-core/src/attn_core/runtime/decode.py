@@ -16,9 +16,10 @@ holds at least ``block_size - 1`` masked slots after its last token):
    first block, which is all real tokens unless the sequence is shorter than one block; those
    short sequences take their output from the first block alone (one ``[G, block]`` bmm and a
    ``where`` at the end);
-4. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm (scale folded into q where that is
-   exact), ALiBi, masked slots set to ``-1e30`` (finite: an all-masked partition then yields
-   finite statistics whose merge weight is exactly 0; whatever a masked key produced, inf and NaN
+4. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm (the scale applied in fp32: folded
+   into an fp32 q, else onto the scores; never into a 2-byte q, where it can overflow), ALiBi,
+   masked slots set to ``-1e30`` (finite: an all-masked partition then yields finite
+   statistics whose merge weight is exactly 0; whatever a masked key produced, inf and NaN
    included, is replaced);
 5. ``single_tile`` / ``one_pass``: fp32 softmax, cast, one ``P . V`` bmm, written to ``out``;
    ``partitioned``: per-partition max / exp / sum on the score tensor, probabilities normalised

@@ -7,6 +7,7 @@ backend).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -133,8 +134,25 @@ def paged_prefix_prefill(
     # traces) run no kernel, so there is nothing to verify there.
     if plan.backend != "torch" and query.device.type != "meta":
         ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
-    _execute(plan, problem, spans, out, workspace)
+    _execute(_fit_scale(plan, problem.scale), problem, spans, out, workspace)
     return out
+
+
+def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
+    """The torch backend's plan for a softmax ``scale > 1``: fp32 scores.
+
+    A 2-byte score tile holds logits up to 65504; with ``scale = 65536`` a logit of 1 is
+    already inf and the softmax NaN where the float64 reference is finite (issue 18). Scales
+    <= 1 cannot push a logit past the unscaled product, so the plan stands. Above 1 the
+    scale goes onto fp32 scores (``prefill.torch_path``), at twice the score tile's bytes:
+    such scales are far from any model's ``1 / sqrt(head_size)``.
+    """
+    if plan.backend != "torch" or scale <= 1.0 or plan.score_dtype == torch.float32:
+        return plan
+    if plan.pv_dtype == torch.float32:  # the GEMM writes fp32 from 2-byte operands
+        return dataclasses.replace(plan, score_dtype=torch.float32)
+    f32 = torch.float32
+    return dataclasses.replace(plan, score_dtype=f32, matmul_dtype=f32, pv_dtype=f32)
 
 
 def prefill_plan_for(
