@@ -82,7 +82,8 @@ def _check_optional_int(owner: str, name: str, value: object, minimum: int = 1) 
 
 
 def _check_optional_choice(owner: str, name: str, value: object, choices: tuple) -> None:
-    if value is not None and value not in choices:
+    # by type as well as value: 1 == True and 8.0 == 8, yet neither is a valid choice
+    if value is not None and not any(type(value) is type(c) and value == c for c in choices):
         raise ValueError(f"{owner}.{name} must be None or one of {choices}, got {value!r}")
 
 

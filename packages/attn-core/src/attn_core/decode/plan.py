@@ -48,6 +48,7 @@ from typing import Optional, Union
 
 import torch
 
+from attn_core.core.checks import check_types
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.settings import DecodeOverrides
 from attn_core.core.shapes import AttentionShape
@@ -300,6 +301,11 @@ def plan_decode(
         :class:`~attn_core.decode.plan_native.NativeDecodePlan`,
         its ``backend_reason`` saying why (:func:`attn_core.decode.plan_native.choose_backend`).
     """
+    check_types(
+        ("shape", shape, AttentionShape), ("lengths", lengths, DecodeLengths),
+        ("spec", spec, DeviceSpec), ("caps", caps, Capabilities),
+        ("overrides", overrides, DecodeOverrides),
+    )  # fmt: skip
     overrides = overrides or DecodeOverrides()
     backend, why = choose_backend(caps, overrides)
     if backend == "native":

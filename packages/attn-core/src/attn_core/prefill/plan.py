@@ -36,6 +36,7 @@ from typing import Optional
 
 import torch
 
+from attn_core.core.checks import check_type, check_types, check_window
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.settings import PrefillOverrides
 from attn_core.core.shapes import AttentionShape, dtype_from_name
@@ -154,6 +155,13 @@ def plan_prefill(
         overrides: forced backend, budget, streaming, tiles, score dtype (None: the plan's).
         alibi / sliding_window: features of the call (the fused backends take neither).
     """
+    check_types(
+        ("shape", shape, AttentionShape), ("lengths", lengths, PrefillLengths),
+        ("spec", spec, DeviceSpec), ("caps", caps, Capabilities),
+        ("overrides", overrides, PrefillOverrides),
+    )  # fmt: skip
+    check_type("alibi", alibi, bool, "a bool")
+    check_window(sliding_window)
     overrides = overrides if overrides is not None else PrefillOverrides()
     dtype, head_size = shape.dtype, shape.head_size
     budget = overrides.budget_bytes or DEFAULT_BUDGET_BYTES

@@ -53,13 +53,17 @@ from attn_core.core.cache_layout import (
     validate_caches,
 )
 from attn_core.core.checks import (
+    check_backend,
+    check_heads,
+    check_out,
     check_positive,
     check_positive_finite,
     check_tensor,
+    check_type,
     resolve_scale,
     value_checks_enabled,
 )
-from attn_core.core.settings import generation
+from attn_core.core.settings import DECODE_BACKENDS, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace, is_capturing
 from attn_core.decode.bounds import check_decode_bounds
@@ -123,6 +127,9 @@ def paged_decode(
     values are read only with ``ATTN_CORE_CHECKS=1``; :mod:`attn_core.decode.bounds` lists what
     each bad value does without it (an error or an exact result, never another block's tokens).
     """
+    check_backend(backend, DECODE_BACKENDS)
+    if device_spec is not None:
+        check_type("device_spec", device_spec, DeviceSpec, "None or a DeviceSpec")
     layout = _validate(
         query,
         key_cache,
@@ -192,6 +199,7 @@ def _validate(
     )
     num_seqs, num_heads, _ = query.shape
     check_tensor("query", query, shape=(None, None, layout.head_size))
+    check_heads(query)
     if num_heads % layout.num_kv_heads:
         raise ValueError(
             f"query's num_heads must be divisible by num_kv_heads ({layout.num_kv_heads}), "
@@ -207,8 +215,8 @@ def _validate(
         )
     check_positive_finite("k_scale", k_scale)
     check_positive_finite("v_scale", v_scale)
-    if out is not None:
-        check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=device)
+    if out is not None:  # any strides (vLLM's empty_like of a strided query), but no overlap
+        check_out(out, query.shape, query.dtype, device)
     return layout
 
 

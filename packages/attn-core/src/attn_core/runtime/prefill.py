@@ -13,8 +13,18 @@ from typing import Optional
 import torch
 
 from attn_core.core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
-from attn_core.core.checks import check_positive, check_positive_finite, check_tensor, resolve_scale
-from attn_core.core.settings import PrefillOverrides
+from attn_core.core.checks import (
+    check_backend,
+    check_heads,
+    check_out,
+    check_positive,
+    check_positive_finite,
+    check_tensor,
+    check_type,
+    check_window,
+    resolve_scale,
+)
+from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace
 from attn_core.device.spec import DeviceSpec
@@ -91,6 +101,9 @@ def paged_prefix_prefill(
     Returns:
         ``out``: ``[num_tokens, num_heads, head_size]`` in query's dtype.
     """
+    check_backend(backend, PREFILL_BACKENDS)
+    if plan is not None:
+        check_type("plan", plan, PrefillPlan, "None or an attn_core PrefillPlan")
     problem, spans = _validate(
         query,
         key,
@@ -239,6 +252,7 @@ def _validate(
     layout = validate_caches(
         key_cache, value_cache, kv_cache_dtype, compute_dtype=query.dtype, device=device
     )
+    check_heads(query)
     if head_size != layout.head_size:
         raise ValueError(
             f"query's head_size (dimension 2) must match the caches' head_size "
@@ -260,7 +274,7 @@ def _validate(
         check_tensor(
             "alibi_slopes", alibi_slopes, shape=(heads,), dtype=torch.float32, device=device
         )
-    window = _resolve_window(sliding_window)
+    window = check_window(sliding_window)
     check_positive_finite("k_scale", k_scale)
     check_positive_finite("v_scale", v_scale)
     spans = _spans(
@@ -270,6 +284,7 @@ def _validate(
         num_tokens,
         max_query_len,
         max_blocks * layout.block_size,
+        layout.num_blocks,
     )
     problem = Problem(
         query=query,
@@ -288,16 +303,6 @@ def _validate(
     return problem, spans
 
 
-def _resolve_window(sliding_window: Optional[int]) -> int:
-    if sliding_window is None:
-        return 0
-    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
-        raise ValueError(f"sliding_window must be an int or None, got {sliding_window!r}")
-    if sliding_window < -1:
-        raise ValueError(f"sliding_window must be >= -1 (-1 and 0: none), got {sliding_window}")
-    return max(sliding_window, 0)
-
-
 def _spans(
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -305,6 +310,7 @@ def _spans(
     num_tokens: int,
     max_query_len: int,
     capacity: int,
+    num_blocks: int,
 ) -> list[SeqSpan]:
     """Per-sequence token ranges; the call's one host read of device values."""
     n = seq_lens.shape[0]
@@ -336,6 +342,11 @@ def _spans(
                 f"seq_lens must equal context_lens + query lengths, got seq_lens[{i}]={lens[i]}, "
                 f"expected {ctxs[i]} + {qlen} = {ctxs[i] + qlen}"
             )
+        if ctxs[i] > 0 and num_blocks == 0:
+            raise ValueError(
+                f"key_cache must hold at least one block when a sequence has context, got 0 "
+                f"blocks and context_lens[{i}]={ctxs[i]}"
+            )
         if ctxs[i] > capacity:
             raise ValueError(
                 f"context_lens[{i}] must fit the block table's capacity of {capacity} tokens, "
@@ -348,10 +359,7 @@ def _spans(
 def _check_out(out: Optional[torch.Tensor], query: torch.Tensor) -> torch.Tensor:
     if out is None:
         return torch.empty_like(query)
-    check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=query.device)
-    if not out.is_contiguous():
-        raise ValueError(f"out must be contiguous, got strides {out.stride()}")
-    return out
+    return check_out(out, query.shape, query.dtype, query.device, contiguous=True)
 
 
 def _check_plan(plan: PrefillPlan, query: torch.Tensor, problem: Problem, max_query_len: int):
