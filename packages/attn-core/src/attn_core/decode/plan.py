@@ -372,7 +372,10 @@ def _choose_tier(inputs: _Inputs, spec: DeviceSpec) -> tuple[str, int]:
         inputs.largest, inputs.subscription, _threads(spec),
     )  # fmt: skip
     if inputs.forced_partition is not None:
-        ps = inputs.forced_partition
+        # capped at the span: a longer partition only pads the step with masked slots (a
+        # forced 2^24 for a 100-token step sized 211 MB of scratch; issue 18). Capped, the
+        # partitioned tier runs one partition of the span.
+        ps = min(inputs.forced_partition, inputs.span)
     if inputs.forced_tier is not None:
         return inputs.forced_tier, ps
     if inputs.span <= inputs.tile_max:
