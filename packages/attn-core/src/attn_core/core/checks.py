@@ -171,10 +171,8 @@ def check_backend(backend: object, choices: tuple[str, ...]) -> Optional[str]:
     if backend is None:
         return None
     if not isinstance(backend, str) or backend not in choices:
-        raise ValueError(
-            f"backend must be None or one of {', '.join(choices)}, got "
-            f"{type_name(backend)} {backend!r}"
-        )
+        got = repr(backend) if isinstance(backend, str) else f"{type_name(backend)} {backend!r}"
+        raise ValueError(f"backend must be None or one of {', '.join(choices)}, got {got}")
     return backend
 
 
