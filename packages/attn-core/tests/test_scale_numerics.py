@@ -10,11 +10,13 @@ near-one-hot softmax of a huge scale as for the uniform one of a tiny scale.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import poisoned_like
 from decode_helpers import plan_of
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from attn_core import paged_decode, paged_prefix_prefill
@@ -62,12 +64,28 @@ def _used_max(value_cache: torch.Tensor, block_tables: torch.Tensor, lens: list)
     return float(value_cache[torch.tensor(ids, device=value_cache.device)].abs().max())
 
 
-def _check(out: torch.Tensor, ref: torch.Tensor, values_max: float, dtype: torch.dtype) -> None:
+def _logit_error(scale: float, q: torch.Tensor, k: torch.Tensor) -> float:
+    """A bound on the absolute error of an fp32 logit ``scale * q . k``: ``head_size`` fp32
+    roundings of products up to ``max|q| max|k|``. Every path computes logits in fp32 (so
+    does vLLM): at ``scale = 65536`` and magnitude 64 a logit is ~10^10 and only known to
+    ~10^3, so near-ties may legitimately swap weight; where the bound is small (all ordinary
+    scales, and huge ones on small magnitudes) the check below is tight."""
+    eps = torch.finfo(torch.float32).eps
+    return q.shape[-1] * eps * scale * float(q.abs().max()) * float(k.abs().max())
+
+
+def _check(
+    out: torch.Tensor, ref: torch.Tensor, values_max: float, dtype: torch.dtype, logit_err: float
+) -> None:
+    """Finite wherever the reference is, and within the dtype's rounding plus what the fp32
+    logits' own error can move the weights (``exp(delta) - 1``, capped at the value range:
+    every output is a convex combination of values)."""
     assert torch.isfinite(ref).all(), "the reference itself is not finite: a bad test case"
     got = out.double().cpu()
     assert torch.isfinite(got).all(), "NaN/inf where the float64 reference is finite"
     err = float((got - ref).abs().max())
-    assert err <= REL_TOL[dtype] * values_max + 1e-30, (err, values_max)
+    weights = min(2.0, math.expm1(min(2 * logit_err, 5.0)))
+    assert err <= (REL_TOL[dtype] + weights) * values_max + 1e-30, (err, values_max, logit_err)
 
 
 @pytest.mark.parametrize(("device", "backend"), DECODE_BACKENDS)
@@ -101,7 +119,8 @@ def test_decode_finite_and_close_at_extreme_scales(
     ref = reference_decode(
         case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, scale
     )
-    _check(out, ref, _used_max(case.value_cache, case.block_tables, lens), dtype)
+    logit_err = _logit_error(scale, case.query, case.key_cache)
+    _check(out, ref, _used_max(case.value_cache, case.block_tables, lens), dtype, logit_err)
 
 
 @pytest.mark.parametrize(("device", "backend"), PREFILL_BACKENDS)
@@ -116,6 +135,12 @@ def test_decode_finite_and_close_at_extreme_scales(
 def test_prefill_finite_and_close_at_extreme_scales(
     device, backend, dtype, scale, magnitude, seqs, seed
 ) -> None:
+    if device == "cuda" and backend == "torch" and dtype != torch.float32 and scale <= 1.0:
+        # The CUDA plan's 2-byte score tile (fp16) or 2-byte scaled query (bf16) holds a logit
+        # to 2^-11 / 2^-8 of its size: the plan's documented trade-off for logits of ~30
+        # (prefill/plan.py, _score_dtypes), not this issue's. Logits of 10^4 (magnitude 64 at
+        # scale 1) would put near-ties off by whole units; a scale > 1 runs with fp32 scores.
+        assume(magnitude <= 1.0)
     case = make_prefill_case(seqs, 8, 2, 64, 16, dtype, device, seed=seed)
     for name in ("query", "key", "value", "key_cache", "value_cache"):
         setattr(case, name, _magnified(getattr(case, name), magnitude))
@@ -132,7 +157,8 @@ def test_prefill_finite_and_close_at_extreme_scales(
     )  # fmt: skip
     cached = _used_max(case.value_cache, case.block_tables, [c for c, _ in seqs])
     values_max = max(float(case.value.abs().max()), cached)
-    _check(out, ref, values_max, dtype)
+    keys_max = torch.stack([case.key.abs().max(), case.key_cache.abs().max()]).max()
+    _check(out, ref, values_max, dtype, _logit_error(scale, case.query, keys_max))
 
 
 @pytest.mark.parametrize("scale", (0.5, 16384.0, 65536.0))
