@@ -108,7 +108,8 @@ def paged_decode(
         scale: score scale; ``None`` means ``1 / sqrt(head_size)``.
         alibi_slopes: ``[num_heads]`` float32 or ``None``.
         kv_cache_dtype: ``"auto"`` or ``"fp8"`` / ``"fp8_e4m3"`` / ``"fp8_e5m2"`` (caches uint8).
-        out: ``[num_seqs, num_heads, head_size]`` in the query's dtype, written in place.
+        out: ``[num_seqs, num_heads, head_size]`` in the query's dtype, written in place; any
+            strides whose elements do not overlap (an expanded view is a ``ValueError``).
         workspace: scratch buffers (default: the thread's shared workspace); one thread's only
             (another thread using it raises ``RuntimeError``, see :mod:`attn_core.core.workspace`).
         device_spec: the profile to plan for (default: ``ATTN_CORE_DEVICE``, else detected).

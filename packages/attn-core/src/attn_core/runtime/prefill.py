@@ -81,11 +81,13 @@ def paged_prefix_prefill(
         seq_lens: ``[num_seqs]``, ``context_lens + query lengths``.
         context_lens: ``[num_seqs]``, cached tokens per sequence (0: plain causal attention).
         max_query_len: the longest query length (sizes the tiles).
-        scale: softmax scale; None means ``1/sqrt(head_size)``.
+        scale: softmax scale; None means ``1/sqrt(head_size)``. Applied in fp32 on every
+            backend (a scale > 1 runs the torch backend with fp32 scores, see ``_fit_scale``).
         alibi_slopes: ``[num_heads]`` float32 or None.
         sliding_window: None, 0 or -1 (none), or the window in tokens.
         kv_cache_dtype / k_scale / v_scale: cache storage ("auto" or fp8) and its scales.
-        out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, written in place.
+        out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, contiguous,
+            written in place.
         plan: a prebuilt :class:`PrefillPlan` (bench sweeps, tests); default plans this call.
         workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
             then allocate only the gathered context); None allocates them per call. One
