@@ -63,7 +63,11 @@ class BuildPyWithNative(build_py):
             return
         toolchain_mod = _load("native/toolchain.py")
         build_mod = _load("native/build.py")
-        forced = tuple(a for a in env.get("ATTN_CORE_NATIVE_ARCH", "").split(",") if a.strip())
+        arch_text = env.get("ATTN_CORE_NATIVE_ARCH", "")
+        # the one validator of targets (a bad one fails the install, naming the variable)
+        forced = (
+            settings.parse_archs("ATTN_CORE_NATIVE_ARCH", arch_text) if arch_text.strip() else ()
+        )
         home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
         toolchain, why = toolchain_mod.find_toolchain(home, forced or _gpu_archs() or None)
         if toolchain is None:

@@ -102,12 +102,14 @@ def test_op_count_does_not_grow_with_context_or_batch(tier: str, clean_decode_en
     big = record(make_paged_case((900, 33, 1, 517, 64, 64, 2), 8, 2, 64, 16, torch.float16), **ov)
     assert small.ops == big.ops
     # "a fixed, small number of batched ops": every op that would launch a kernel. On this
-    # CPU (fp16 bmm cannot write fp32 scores, so keys are upcast: +1): 16 single-tile /
-    # one-pass, 25 partitioned (59 before the one-pass rewrite); a loop would multiply these.
+    # CPU (fp16 bmm cannot write fp32 scores, so keys are upcast: +1, and the query is
+    # upcast, then scaled in fp32: +1, since torch.mul(fp16, s, out=fp32) computes in fp16 and
+    # overflowed at scale 65536, issue 18): 17 single-tile / one-pass, 26 partitioned (59
+    # before the one-pass rewrite); a loop would multiply these.
     # Where torch has no fp16 bmm (2.1's CPU), matmuls run in fp32: +3 casts (V, two results).
     plan = plan_of(make_paged_case((70,), 8, 2, 64, 16, torch.float16), **ov)
     extra = 3 if plan.matmul_dtype != plan.compute_dtype else 0
-    assert sum(big.ops.values()) <= {"partitioned": 25}.get(tier, 16) + extra, big.ops
+    assert sum(big.ops.values()) <= {"partitioned": 26}.get(tier, 17) + extra, big.ops
 
 
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32), ids=str)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from attn_core.core.settings import parse_archs
 from attn_core.native import abi, build, facts
 from attn_core.native.__main__ import main as native_main
-from attn_core.native.toolchain import Toolchain, find_toolchain, parse_archs
+from attn_core.native.toolchain import Toolchain, find_toolchain
 
 CSRC = build.CSRC
 

@@ -103,8 +103,16 @@ def test_overrides_are_an_explicit_argument(monkeypatch) -> None:
     ("name", "value", "match"),
     [
         ("partition_size", 40, "partition_size must be a multiple of block"),
-        ("partition_size", 0, "DecodeOverrides.partition_size must be None or an int >= 1"),
-        ("stream_tokens", 0, "DecodeOverrides.stream_tokens must be None or an int >= 1"),
+        (
+            "partition_size",
+            0,
+            r"DecodeOverrides.partition_size must be None or an int in \[1, 16777216\]",
+        ),
+        (
+            "stream_tokens",
+            0,
+            r"DecodeOverrides.stream_tokens must be None or an int in \[1, 16777216\]",
+        ),
         ("tier", "fast", "DecodeOverrides.tier must be None or one of"),
         ("scores", "fp16", "DecodeOverrides.scores must be None or one of"),
     ],

@@ -97,6 +97,14 @@ ISSUE_ITEMS = {
         [],
         ["ATTN_CORE_DECODE_PARTITION_SIZE=24", "partition_size must be a multiple"],
     ),
+    # issue 18, class 4: the native CLI's validator of targets, and bounded numbers
+    "native arch": ({"ATTN_CORE_NATIVE_ARCH": "sm90"}, [], ["ATTN_CORE_NATIVE_ARCH", "'sm90'"]),
+    "native arch empty": ({"ATTN_CORE_NATIVE_ARCH": ","}, [], ["ATTN_CORE_NATIVE_ARCH", "','"]),
+    "partition 1e31": (
+        {"ATTN_CORE_DECODE_PARTITION_SIZE": "1" + "0" * 31},
+        [],
+        ["ATTN_CORE_DECODE_PARTITION_SIZE must be an integer in [1, 16777216]"],
+    ),
     "tp without model": ({}, ["--tp", "2"], ["--tp applies only with --model"]),
     "model not a checkpoint": ({}, ["--model", "/nonexistent"], ["--model must be a checkpoint"]),
 }

@@ -94,6 +94,11 @@ def validate_caches(
             f"{compute_name} dtype {compute_dtype}, got {key_cache.dtype}"
         )
     num_blocks, num_kv_heads, head_chunks, block_size, x = key_cache.shape
+    if num_kv_heads < 1:  # every GQA group size divides by it
+        raise ValueError(
+            "key_cache's num_kv_heads (dimension 1) must be >= 1, got shape "
+            f"{tuple(key_cache.shape)}"
+        )
     want_x = vector_width(key_cache.element_size())
     if x != want_x:
         raise ValueError(

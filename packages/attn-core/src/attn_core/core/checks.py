@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -85,6 +85,130 @@ def _fmt_shape(shape: Optional[Sequence[Dim]]) -> str:
     if shape is None:
         return "[...]"
     return "[" + ", ".join("*" if d is None else str(d) for d in shape) + "]"
+
+
+class ArgumentTypeError(ValueError, TypeError):
+    """An argument of the wrong Python type: both a ``TypeError`` (what it is) and a
+    ``ValueError`` (what attn-core's entry points raise for every bad argument, so callers that
+    catch one keep working)."""
+
+
+def type_name(value: object) -> str:
+    """``value``'s type as an error message shows it (``torch.Tensor``, ``DecodePlan``, ...)."""
+    kind = type(value)
+    return "torch.Tensor" if isinstance(value, torch.Tensor) else kind.__name__
+
+
+def check_type(name: str, value: object, types: Union[type, tuple], expected: str) -> Any:
+    """``value`` must be an instance of ``types`` (bool is no int here); returns it.
+
+    ``expected`` says what in words: ``"an AttentionShape"``, ``"None or a DeviceSpec"``.
+    """
+    wanted = types if isinstance(types, tuple) else (types,)
+    bool_sneaks_in = isinstance(value, bool) and bool not in wanted
+    if bool_sneaks_in or not isinstance(value, wanted):
+        raise ArgumentTypeError(f"{name} must be {expected}, got {type_name(value)} {value!r}")
+    return value
+
+
+def check_device(name: str, value: object) -> torch.device:
+    """A ``torch.device`` or a device string (``"cpu"``, ``"cuda:0"``); returns the device."""
+    if isinstance(value, torch.device):
+        return value
+    if isinstance(value, str):
+        try:
+            return torch.device(value)
+        except (RuntimeError, ValueError):
+            pass
+    raise ArgumentTypeError(
+        f"{name} must be a torch.device or a device string such as 'cpu' or 'cuda:0', "
+        f"got {type_name(value)} {value!r}"
+    )
+
+
+def check_out(
+    out: object,
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    contiguous: bool = False,
+) -> torch.Tensor:
+    """The entry points' ``out=``: a tensor of ``shape`` / ``dtype`` / ``device`` whose
+    elements are distinct memory (an expanded or self-overlapping view would have two results
+    written to one place; torch refuses some of those writes with an error that does not name
+    ``out``, and silently keeps the last one elsewhere). ``contiguous``: also dense, row-major.
+    """
+    check_tensor("out", out, shape=tuple(shape), dtype=dtype, device=device)
+    assert isinstance(out, torch.Tensor)
+    if _may_overlap(out):
+        raise ValueError(
+            f"out must not have overlapping elements (an expanded or overlapping view), got "
+            f"shape {tuple(out.shape)} with strides {out.stride()}"
+        )
+    if contiguous and not out.is_contiguous():
+        raise ValueError(f"out must be contiguous, got strides {out.stride()}")
+    return out
+
+
+def _may_overlap(t: torch.Tensor) -> bool:
+    """True unless every element of ``t`` has its own memory: each dimension (by increasing
+    stride) must step past everything the smaller ones reach."""
+    if t.numel() <= 1:
+        return False
+    reach = 0  # the largest offset the dimensions seen so far reach
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1)
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
+def check_backend(backend: object, choices: tuple[str, ...]) -> Optional[str]:
+    """``backend=`` of an entry point or resolver: None or one of ``choices`` (a str; a list,
+    bytes or bool is refused, never hashed into a plan cache key)."""
+    if backend is None:
+        return None
+    if not isinstance(backend, str) or backend not in choices:
+        got = repr(backend) if isinstance(backend, str) else f"{type_name(backend)} {backend!r}"
+        raise ValueError(f"backend must be None or one of {', '.join(choices)}, got {got}")
+    return backend
+
+
+def check_types(*checks: tuple[str, object, type]) -> None:
+    """``(name, value, type)`` triples, each value an instance of its attn-core type: the
+    planners' arguments, whose fields they read at once (a wrong object would otherwise be an
+    ``AttributeError`` from inside them). A type whose name ends in ``Overrides`` also takes
+    None."""
+    for name, value, kind in checks:
+        optional = kind.__name__.endswith("Overrides")
+        if optional and value is None:
+            continue
+        check_type(name, value, kind, ("None or " if optional else "") + f"a {kind.__name__}")
+
+
+def check_window(sliding_window: object) -> int:
+    """``sliding_window``: None, 0 or -1 (none), or a window in tokens; returns 0 for none."""
+    if sliding_window is None:
+        return 0
+    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
+        raise ArgumentTypeError(
+            f"sliding_window must be an int or None, got {type_name(sliding_window)} "
+            f"{sliding_window!r}"
+        )
+    if sliding_window < -1:
+        raise ValueError(f"sliding_window must be >= -1 (-1 and 0: none), got {sliding_window}")
+    return max(sliding_window, 0)
+
+
+def check_heads(query: torch.Tensor) -> None:
+    """``query [tokens, num_heads, head_size]`` has at least one head (a shape that divides
+    by any KV-head count, and plans nothing)."""
+    if query.shape[1] < 1:
+        raise ValueError(
+            f"query's num_heads (dimension 1) must be >= 1, got shape {tuple(query.shape)}"
+        )
 
 
 def check_positive(name: str, value: object) -> int:

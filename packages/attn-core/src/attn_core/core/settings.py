@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -51,17 +52,52 @@ def parse_bool(name: str, raw: Optional[str], default: Optional[bool] = False) -
     )
 
 
-def parse_int(name: str, raw: Optional[str], *, minimum: int = 1) -> Optional[int]:
-    """``raw`` as an int ``>= minimum``; None when unset or empty."""
+# Upper bounds of the numeric overrides. A bound keeps a typo (or 10**31) from reaching the
+# planners, where it overflowed a float in the engine-patch self-test (issue 18) or sized
+# buffers for it. Tokens: 2**24 = 16 M, 16x the longest context of any model the platform
+# serves (1 M); bytes: 2**50 = 1 PiB, beyond any device's memory; the subscription factor
+# multiplies the device's thread slots (default 2): 1024 is far past any useful value.
+MAX_TOKENS = 1 << 24
+MAX_BYTES = 1 << 50
+MAX_SUBSCRIPTION = 1024
+
+
+def parse_int(
+    name: str, raw: Optional[str], *, minimum: int = 1, maximum: Optional[int] = None
+) -> Optional[int]:
+    """``raw`` as an int in ``[minimum, maximum]``; None when unset or empty."""
     if raw is None or raw.strip() == "":
         return None
+    bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
     try:
         value = int(raw.strip())
     except ValueError:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {raw!r}")
+        raise ValueError(f"{name} must be an integer {bounds}, got {raw!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be an integer {bounds}, got {raw!r}")
     return value
+
+
+# Native build targets: sm_XX (SASS), compute_XX (PTX) with an optional "a" (arch-specific
+# features), ivcoreNN (Iluvatar CoreX).
+_ARCH = re.compile(r"^(sm_\d+a?|compute_\d+a?|ivcore\d+)$")
+
+
+def parse_archs(name: str, text: str) -> tuple[str, ...]:
+    """Comma-separated native build targets (``sm_90``, ``sm_90a``, ``compute_90``,
+    ``ivcore10``): the one validator of ``ATTN_CORE_NATIVE_ARCH``, ``python -m
+    attn_core.native build --arch`` and ``setup.py``. A ``ValueError`` naming ``name`` (the
+    option or variable) for a bad target, and for text that names none (``,``): an empty
+    list would mean "every target", a 19-minute build nobody asked for."""
+    archs = tuple(a.strip() for a in text.split(",") if a.strip())
+    bad = [a for a in archs if not _ARCH.match(a)]
+    if bad:
+        raise ValueError(
+            f"{name} must list targets such as sm_90, compute_90 or ivcore10, got {bad[0]!r}"
+        )
+    if not archs:
+        raise ValueError(f"{name} must name targets such as sm_90 or ivcore10, got {text!r}")
+    return archs
 
 
 def parse_choice(name: str, raw: Optional[str], choices: tuple) -> Optional[Any]:
@@ -75,15 +111,20 @@ def parse_choice(name: str, raw: Optional[str], choices: tuple) -> Optional[Any]
     raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {raw!r}")
 
 
-def _check_optional_int(owner: str, name: str, value: object, minimum: int = 1) -> None:
+def _check_optional_int(
+    owner: str, name: str, value: object, maximum: int, minimum: int = 1
+) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}.{name} must be None or an int >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(
+            f"{owner}.{name} must be None or an int in [{minimum}, {maximum}], got {value!r}"
+        )
 
 
 def _check_optional_choice(owner: str, name: str, value: object, choices: tuple) -> None:
-    if value is not None and value not in choices:
+    # by type as well as value: 1 == True and 8.0 == 8, yet neither is a valid choice
+    if value is not None and not any(type(value) is type(c) and value == c for c in choices):
         raise ValueError(f"{owner}.{name} must be None or one of {choices}, got {value!r}")
 
 
@@ -119,8 +160,9 @@ class DecodeOverrides:
         _check_optional_choice(owner, "tier", self.tier, DECODE_TIERS)
         _check_optional_choice(owner, "scores", self.scores, DECODE_SCORES)
         _check_optional_choice(owner, "gather_bytes", self.gather_bytes, GATHER_BYTES)
-        for name in ("partition_size", "single_tile_max", "subscription", "stream_tokens"):
-            _check_optional_int(owner, name, getattr(self, name))
+        for name in ("partition_size", "single_tile_max", "stream_tokens"):
+            _check_optional_int(owner, name, getattr(self, name), MAX_TOKENS)
+        _check_optional_int(owner, "subscription", self.subscription, MAX_SUBSCRIPTION)
 
 
 @dataclass(frozen=True)
@@ -153,8 +195,9 @@ class PrefillOverrides:
         _check_optional_choice(owner, "native_mma", self.native_mma, PREFILL_MMAS)
         _check_optional_choice(owner, "stream", self.stream, (True, False))
         _check_optional_choice(owner, "score_dtype", self.score_dtype, SCORE_DTYPES)
-        for name in ("budget_bytes", "query_tile", "key_tile"):
-            _check_optional_int(owner, name, getattr(self, name))
+        _check_optional_int(owner, "budget_bytes", self.budget_bytes, MAX_BYTES)
+        for name in ("query_tile", "key_tile"):
+            _check_optional_int(owner, name, getattr(self, name), MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -222,8 +265,23 @@ def _flag_on(name: str, raw: Optional[str]) -> bool:
     return bool(parse_bool(name, raw, default=True))
 
 
-def _positive(name: str, raw: Optional[str]) -> Optional[int]:
-    return parse_int(name, raw, minimum=1)
+def _tokens(name: str, raw: Optional[str]) -> Optional[int]:
+    return parse_int(name, raw, minimum=1, maximum=MAX_TOKENS)
+
+
+def _bytes(name: str, raw: Optional[str]) -> Optional[int]:
+    return parse_int(name, raw, minimum=1, maximum=MAX_BYTES)
+
+
+def _subscription(name: str, raw: Optional[str]) -> Optional[int]:
+    return parse_int(name, raw, minimum=1, maximum=MAX_SUBSCRIPTION)
+
+
+def _archs(name: str, raw: Optional[str]) -> Optional[str]:
+    """Validated targets, comma-joined as given (``sm_90,sm_80``); None when unset or empty."""
+    if raw is None or raw.strip() == "":
+        return None
+    return ",".join(parse_archs(name, raw))
 
 
 def _text(name: str, raw: Optional[str]) -> Optional[str]:
@@ -246,14 +304,16 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "force the torch path or the native kernel (raises where native is unusable)"),
     EnvVar("ATTN_CORE_DECODE_TIER", "decode", "tier", _choice(DECODE_TIERS), "plan",
            "force a decode tier"),
-    EnvVar("ATTN_CORE_DECODE_PARTITION_SIZE", "decode", "partition_size", _positive,
-           "even-share", "tokens per partition (a multiple of block_size)"),
-    EnvVar("ATTN_CORE_DECODE_SINGLE_TILE_MAX", "decode", "single_tile_max", _positive,
-           "shared-memory fit", "longest context the single_tile tier takes"),
-    EnvVar("ATTN_CORE_DECODE_SUBSCRIPTION", "decode", "subscription", _positive, "2",
-           "even-share subscription factor"),
-    EnvVar("ATTN_CORE_DECODE_STREAM_TOKENS", "decode", "stream_tokens", _positive, "off",
-           "torch path: stream the context in chunks of this many tokens (bounded workspace)"),
+    EnvVar("ATTN_CORE_DECODE_PARTITION_SIZE", "decode", "partition_size", _tokens,
+           "even-share", "tokens per partition (a multiple of block_size, at most 2^24; one "
+           "longer than a step's context is capped at it)"),
+    EnvVar("ATTN_CORE_DECODE_SINGLE_TILE_MAX", "decode", "single_tile_max", _tokens,
+           "shared-memory fit", "longest context the single_tile tier takes (at most 2^24)"),
+    EnvVar("ATTN_CORE_DECODE_SUBSCRIPTION", "decode", "subscription", _subscription, "2",
+           "even-share subscription factor (at most 1024)"),
+    EnvVar("ATTN_CORE_DECODE_STREAM_TOKENS", "decode", "stream_tokens", _tokens, "off",
+           "torch path: stream the context in chunks of this many tokens (bounded workspace; at "
+           "most 2^24)"),
     EnvVar("ATTN_CORE_DECODE_SCORES", "decode", "scores", _choice(DECODE_SCORES), "fp32",
            "torch path: compute rounds scores to the compute dtype where bmm cannot write "
            "fp32 (saves the fp32 key copy; vLLM does not round)"),
@@ -264,14 +324,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "(raises if unavailable or unverified)"),
     EnvVar("ATTN_CORE_PREFILL_MMA", "prefill", "native_mma", _choice(PREFILL_MMAS),
            "cheapest verified", "native prefill: only this MMA variant (wmma, corex_wmma, fma)"),
-    EnvVar("ATTN_CORE_PREFILL_BUDGET_BYTES", "prefill", "budget_bytes", _positive,
-           "1073741824", "prefill transient budget beyond the gathered context"),
+    EnvVar("ATTN_CORE_PREFILL_BUDGET_BYTES", "prefill", "budget_bytes", _bytes,
+           "1073741824", "prefill transient budget beyond the gathered context (at most 2^50)"),
     EnvVar("ATTN_CORE_PREFILL_STREAM", "prefill", "stream", _bool_or_none, "by budget",
            "on: always stream the prefill context; off: never"),
     EnvVar("ATTN_CORE_NATIVE_BUILD", "native", "build", _flag_on, "on",
            "JIT-build the native kernel in a source checkout when no prebuilt one is found"),
-    EnvVar("ATTN_CORE_NATIVE_ARCH", "native", "arch", _text, "the device's",
-           "target of native builds (sm_90, ivcore10, ivcore11, ...)"),
+    EnvVar("ATTN_CORE_NATIVE_ARCH", "native", "arch", _archs, "the device's",
+           "targets of native builds, comma-separated (sm_90, compute_90, ivcore10, ...)"),
     EnvVar("ATTN_CORE_NATIVE_CACHE", "native", "cache_dir", _text, "~/.cache/attn_core",
            "directory of JIT-built native kernels"),
     EnvVar("CUDA_HOME", "native", "cuda_home", _text, "CUDA_PATH, then /usr/local/cuda",

@@ -48,6 +48,7 @@ from typing import Optional, Union
 
 import torch
 
+from attn_core.core.checks import check_types
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.settings import DecodeOverrides
 from attn_core.core.shapes import AttentionShape
@@ -300,6 +301,11 @@ def plan_decode(
         :class:`~attn_core.decode.plan_native.NativeDecodePlan`,
         its ``backend_reason`` saying why (:func:`attn_core.decode.plan_native.choose_backend`).
     """
+    check_types(
+        ("shape", shape, AttentionShape), ("lengths", lengths, DecodeLengths),
+        ("spec", spec, DeviceSpec), ("caps", caps, Capabilities),
+        ("overrides", overrides, DecodeOverrides),
+    )  # fmt: skip
     overrides = overrides or DecodeOverrides()
     backend, why = choose_backend(caps, overrides)
     if backend == "native":
@@ -366,7 +372,10 @@ def _choose_tier(inputs: _Inputs, spec: DeviceSpec) -> tuple[str, int]:
         inputs.largest, inputs.subscription, _threads(spec),
     )  # fmt: skip
     if inputs.forced_partition is not None:
-        ps = inputs.forced_partition
+        # capped at the span: a longer partition only pads the step with masked slots (a
+        # forced 2^24 for a 100-token step sized 211 MB of scratch; issue 18). Capped, the
+        # partitioned tier runs one partition of the span.
+        ps = min(inputs.forced_partition, inputs.span)
     if inputs.forced_tier is not None:
         return inputs.forced_tier, ps
     if inputs.span <= inputs.tile_max:

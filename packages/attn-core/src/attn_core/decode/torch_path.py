@@ -8,7 +8,6 @@ Scratch comes from the caller's :class:`~attn_core.core.workspace.Workspace`.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -24,10 +23,6 @@ from attn_core.decode.plan import DecodePlan
 MASKED_SCORE = -1e30
 
 
-def _is_power_of_two(x: float) -> bool:
-    return x > 0 and math.frexp(x)[0] == 0.5
-
-
 def run_torch_decode(
     plan: DecodePlan, inputs: DecodeInputs, out: torch.Tensor, ws: Workspace
 ) -> None:
@@ -41,15 +36,20 @@ def run_torch_decode(
         k_scale = v_scale = 1.0
     score_scale = inputs.scale * k_scale  # fp8 keys are dequantised unscaled; k_scale rides on q
     # Grouped queries [kv_heads * S, group, D] in the score bmm's input dtype: row (h, s) holds
-    # query heads h*group..+group. Folding the scale into q rounds q once more in fp16/bf16,
-    # so it is folded only where exact (fp32 q, or a power-of-two scale: head 64 / 256).
+    # query heads h*group..+group. The scale is applied in fp32 only: folded into q where q is
+    # fp32 for the bmm, else onto the fp32 scores. Folding it into a 2-byte q (once done for
+    # power-of-two scales, where it is exact) overflows: fp16 q * 65536 is inf for |q| >= 1,
+    # and the step returned NaN where the float64 reference is finite (issue 18).
     qg = ws.take("q", (kv_heads, num_seqs, group, head_size), plan.score_input_dtype, query.device)
     by_head = query.reshape(num_seqs, kv_heads, group, head_size).transpose(0, 1)
-    fold = query.dtype == torch.float32 or _is_power_of_two(score_scale)
-    if fold:
+    fold = qg.dtype == torch.float32
+    if query.dtype == torch.float32:
         torch.mul(by_head, score_scale, out=qg)
     else:
+        # torch.mul(fp16, s, out=fp32) computes in fp16 and overflows: copy, then scale in fp32
         qg.copy_(by_head)
+        if fold:
+            qg.mul_(score_scale)
     step = _Step(
         plan, ws, inputs, qg.view(rows, group, head_size),
         None if inputs.alibi_slopes is None else inputs.alibi_slopes.view(kv_heads, 1, group, 1),

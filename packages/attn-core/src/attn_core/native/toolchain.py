@@ -15,7 +15,6 @@ an isolated environment without torch.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -140,18 +139,3 @@ def _version(compiler: str) -> str:
         return ""
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-_ARCH = re.compile(r"^(sm_\d+a?|compute_\d+a?|ivcore\d+)$")
-
-
-def parse_archs(name: str, text: str) -> tuple[str, ...]:
-    """Comma-separated targets (``sm_90``, ``sm_90a``, ``compute_90``, ``ivcore10``); a
-    ``ValueError`` naming ``name`` (the option or variable) for anything else."""
-    archs = tuple(a.strip() for a in text.split(",") if a.strip())
-    bad = [a for a in archs if not _ARCH.match(a)]
-    if bad:
-        raise ValueError(
-            f"{name} must list targets such as sm_90, compute_90 or ivcore10, got {bad[0]!r}"
-        )
-    return archs

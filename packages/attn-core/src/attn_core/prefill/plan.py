@@ -37,6 +37,7 @@ from typing import Optional, Union
 
 import torch
 
+from attn_core.core.checks import check_type, check_types, check_window
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.settings import PrefillOverrides
 from attn_core.core.shapes import AttentionShape, dtype_from_name
@@ -195,6 +196,13 @@ def plan_prefill(
     units beat the CUDA-core tile, the torch / fused path stays the default until a matrix
     variant verifies.
     """
+    check_types(
+        ("shape", shape, AttentionShape), ("lengths", lengths, PrefillLengths),
+        ("spec", spec, DeviceSpec), ("caps", caps, Capabilities),
+        ("overrides", overrides, PrefillOverrides),
+    )  # fmt: skip
+    check_type("alibi", alibi, bool, "a bool")
+    check_window(sliding_window)
     overrides = overrides if overrides is not None else PrefillOverrides()
     if overrides.backend == "native":
         return _forced_native(shape, lengths, spec, caps, overrides)

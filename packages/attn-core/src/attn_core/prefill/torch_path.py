@@ -142,12 +142,27 @@ class _SoftmaxState:
         self.t, self.rows, self.first_pos = t, self.group * t, first_pos
         n = self.kvh * self.rows
         self.q = self._q[: n * self.hs].view(self.kvh, self.rows, self.hs)
-        # Scale folded into the query once per tile: [t, kvh, g, hs] -> [kvh, g, t, hs].
-        torch.mul(
-            query.view(t, self.kvh, self.group, self.hs).permute(1, 2, 0, 3),
-            self.problem.scale,
-            out=self.q.view(self.kvh, self.group, t, self.hs),
-        )
+        # The scale is folded into the query once per tile ([t, kvh, g, hs] -> [kvh, g, t, hs])
+        # where that cannot overflow: into an fp32 query tile (computed in fp32:
+        # torch.mul(fp16, s, out=fp32) would compute in fp16), or a 2-byte one when scale <= 1.
+        # A larger scale on 2-byte operands is applied to the fp32 score tile instead
+        # (fp16 q * 65536 is inf for |q| >= 1: NaN where the float64 reference is finite).
+        src = query.view(t, self.kvh, self.group, self.hs).permute(1, 2, 0, 3)
+        dst = self.q.view(self.kvh, self.group, t, self.hs)
+        scale = self.problem.scale
+        foldable = dst.dtype == torch.float32 or scale <= 1.0
+        if foldable and dst.dtype == query.dtype:
+            torch.mul(src, scale, out=dst)
+        else:
+            dst.copy_(src)
+            if foldable:
+                dst.mul_(scale)
+        self.score_scale = 1.0 if foldable else scale
+        if self.score_scale != 1.0 and self._scores.dtype != torch.float32:
+            raise ValueError(
+                f"scale {scale} > 1 needs fp32 scores (a {self._scores.dtype} score tile "
+                "overflows); plan with score_dtype float32 (attn_core.runtime.prefill does)"
+            )
         self.acc = self._acc[: n * self.hs].view(self.kvh, self.rows, self.hs).zero_()
         # Finite start: a row that has seen only masked keys gets exp(-inf - min) = 0, no NaN.
         self.m = self._m[:n].view(self.kvh, self.rows).fill_(torch.finfo(self._m.dtype).min)
@@ -174,6 +189,8 @@ class _SoftmaxState:
         count = self.kvh * self.rows
         s = self._scores[: count * n].view(self.kvh, self.rows, n)
         _bmm_into(self.q, keys.transpose(1, 2), s)  # fp32 s from 2-byte operands: GEMM writes it
+        if self.score_scale != 1.0:  # a scale > 1 with 2-byte operands (see begin)
+            s.mul_(self.score_scale)
         s4 = s.view(self.kvh, self.group, self.t, n)
         if self._slopes is not None:
             self._add_alibi(s4, self._slopes, lo, n)

@@ -16,9 +16,10 @@ holds at least ``block_size - 1`` masked slots after its last token):
    first block, which is all real tokens unless the sequence is shorter than one block; those
    short sequences take their output from the first block alone (one ``[G, block]`` bmm and a
    ``where`` at the end);
-4. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm (scale folded into q where that is
-   exact), ALiBi, masked slots set to ``-1e30`` (finite: an all-masked partition then yields
-   finite statistics whose merge weight is exactly 0; whatever a masked key produced, inf and NaN
+4. scores ``[kv_heads * S, group, C]`` in fp32 by one bmm (the scale applied in fp32: folded
+   into an fp32 q, else onto the scores; never into a 2-byte q, where it can overflow), ALiBi,
+   masked slots set to ``-1e30`` (finite: an all-masked partition then yields finite
+   statistics whose merge weight is exactly 0; whatever a masked key produced, inf and NaN
    included, is replaced);
 5. ``single_tile`` / ``one_pass``: fp32 softmax, cast, one ``P . V`` bmm, written to ``out``;
    ``partitioned``: per-partition max / exp / sum on the score tensor, probabilities normalised
@@ -52,13 +53,17 @@ from attn_core.core.cache_layout import (
     validate_caches,
 )
 from attn_core.core.checks import (
+    check_backend,
+    check_heads,
+    check_out,
     check_positive,
     check_positive_finite,
     check_tensor,
+    check_type,
     resolve_scale,
     value_checks_enabled,
 )
-from attn_core.core.settings import generation
+from attn_core.core.settings import DECODE_BACKENDS, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace, is_capturing
 from attn_core.decode.bounds import check_decode_bounds
@@ -103,7 +108,8 @@ def paged_decode(
         scale: score scale; ``None`` means ``1 / sqrt(head_size)``.
         alibi_slopes: ``[num_heads]`` float32 or ``None``.
         kv_cache_dtype: ``"auto"`` or ``"fp8"`` / ``"fp8_e4m3"`` / ``"fp8_e5m2"`` (caches uint8).
-        out: ``[num_seqs, num_heads, head_size]`` in the query's dtype, written in place.
+        out: ``[num_seqs, num_heads, head_size]`` in the query's dtype, written in place; any
+            strides whose elements do not overlap (an expanded view is a ``ValueError``).
         workspace: scratch buffers (default: the thread's shared workspace); one thread's only
             (another thread using it raises ``RuntimeError``, see :mod:`attn_core.core.workspace`).
         device_spec: the profile to plan for (default: ``ATTN_CORE_DEVICE``, else detected).
@@ -122,6 +128,9 @@ def paged_decode(
     values are read only with ``ATTN_CORE_CHECKS=1``; :mod:`attn_core.decode.bounds` lists what
     each bad value does without it (an error or an exact result, never another block's tokens).
     """
+    check_backend(backend, DECODE_BACKENDS)
+    if device_spec is not None:
+        check_type("device_spec", device_spec, DeviceSpec, "None or a DeviceSpec")
     layout = _validate(
         query,
         key_cache,
@@ -191,6 +200,7 @@ def _validate(
     )
     num_seqs, num_heads, _ = query.shape
     check_tensor("query", query, shape=(None, None, layout.head_size))
+    check_heads(query)
     if num_heads % layout.num_kv_heads:
         raise ValueError(
             f"query's num_heads must be divisible by num_kv_heads ({layout.num_kv_heads}), "
@@ -206,8 +216,8 @@ def _validate(
         )
     check_positive_finite("k_scale", k_scale)
     check_positive_finite("v_scale", v_scale)
-    if out is not None:
-        check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=device)
+    if out is not None:  # any strides (vLLM's empty_like of a strided query), but no overlap
+        check_out(out, query.shape, query.dtype, device)
     return layout
 
 

@@ -7,13 +7,24 @@ backend).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
 
 from attn_core.core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
-from attn_core.core.checks import check_positive, check_positive_finite, check_tensor, resolve_scale
-from attn_core.core.settings import PrefillOverrides
+from attn_core.core.checks import (
+    check_backend,
+    check_heads,
+    check_out,
+    check_positive,
+    check_positive_finite,
+    check_tensor,
+    check_type,
+    check_window,
+    resolve_scale,
+)
+from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace
 from attn_core.device.spec import DeviceSpec
@@ -72,11 +83,13 @@ def paged_prefix_prefill(
         seq_lens: ``[num_seqs]``, ``context_lens + query lengths``.
         context_lens: ``[num_seqs]``, cached tokens per sequence (0: plain causal attention).
         max_query_len: the longest query length (sizes the tiles).
-        scale: softmax scale; None means ``1/sqrt(head_size)``.
+        scale: softmax scale; None means ``1/sqrt(head_size)``. Applied in fp32 on every
+            backend (a scale > 1 runs the torch backend with fp32 scores, see ``_fit_scale``).
         alibi_slopes: ``[num_heads]`` float32 or None.
         sliding_window: None, 0 or -1 (none), or the window in tokens.
         kv_cache_dtype / k_scale / v_scale: cache storage ("auto" or fp8) and its scales.
-        out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, written in place.
+        out: optional ``[num_tokens, num_heads, head_size]`` in query's dtype, contiguous,
+            written in place.
         plan: a prebuilt :class:`PrefillPlan` (bench sweeps, tests); default plans this call.
         workspace: reusable scratch for the torch backend's tile buffers (steady-state calls
             then allocate only the gathered context); None allocates them per call. One
@@ -92,6 +105,9 @@ def paged_prefix_prefill(
     Returns:
         ``out``: ``[num_tokens, num_heads, head_size]`` in query's dtype.
     """
+    check_backend(backend, PREFILL_BACKENDS)
+    if plan is not None:
+        check_type("plan", plan, PrefillPlan, "None or an attn_core PrefillPlan")
     problem, spans = _validate(
         query,
         key,
@@ -141,8 +157,25 @@ def paged_prefix_prefill(
     # traces) run no kernel, so there is nothing to verify there.
     if plan.backend != "torch" and query.device.type != "meta":
         ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
-    _execute(plan, problem, spans, out, workspace)
+    _execute(_fit_scale(plan, problem.scale), problem, spans, out, workspace)
     return out
+
+
+def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
+    """The torch backend's plan for a softmax ``scale > 1``: fp32 scores.
+
+    A 2-byte score tile holds logits up to 65504; with ``scale = 65536`` a logit of 1 is
+    already inf and the softmax NaN where the float64 reference is finite (issue 18). Scales
+    <= 1 cannot push a logit past the unscaled product, so the plan stands. Above 1 the
+    scale goes onto fp32 scores (``prefill.torch_path``), at twice the score tile's bytes:
+    such scales are far from any model's ``1 / sqrt(head_size)``.
+    """
+    if plan.backend != "torch" or scale <= 1.0 or plan.score_dtype == torch.float32:
+        return plan
+    if plan.pv_dtype == torch.float32:  # the GEMM writes fp32 from 2-byte operands
+        return dataclasses.replace(plan, score_dtype=torch.float32)
+    f32 = torch.float32
+    return dataclasses.replace(plan, score_dtype=f32, matmul_dtype=f32, pv_dtype=f32)
 
 
 def prefill_plan_for(
@@ -250,6 +283,7 @@ def _validate(
     layout = validate_caches(
         key_cache, value_cache, kv_cache_dtype, compute_dtype=query.dtype, device=device
     )
+    check_heads(query)
     if head_size != layout.head_size:
         raise ValueError(
             f"query's head_size (dimension 2) must match the caches' head_size "
@@ -271,7 +305,7 @@ def _validate(
         check_tensor(
             "alibi_slopes", alibi_slopes, shape=(heads,), dtype=torch.float32, device=device
         )
-    window = _resolve_window(sliding_window)
+    window = check_window(sliding_window)
     check_positive_finite("k_scale", k_scale)
     check_positive_finite("v_scale", v_scale)
     spans = _spans(
@@ -281,6 +315,7 @@ def _validate(
         num_tokens,
         max_query_len,
         max_blocks * layout.block_size,
+        layout.num_blocks,
     )
     problem = Problem(
         query=query,
@@ -299,16 +334,6 @@ def _validate(
     return problem, spans
 
 
-def _resolve_window(sliding_window: Optional[int]) -> int:
-    if sliding_window is None:
-        return 0
-    if isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
-        raise ValueError(f"sliding_window must be an int or None, got {sliding_window!r}")
-    if sliding_window < -1:
-        raise ValueError(f"sliding_window must be >= -1 (-1 and 0: none), got {sliding_window}")
-    return max(sliding_window, 0)
-
-
 def _spans(
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -316,6 +341,7 @@ def _spans(
     num_tokens: int,
     max_query_len: int,
     capacity: int,
+    num_blocks: int,
 ) -> list[SeqSpan]:
     """Per-sequence token ranges; the call's one host read of device values."""
     n = seq_lens.shape[0]
@@ -347,6 +373,11 @@ def _spans(
                 f"seq_lens must equal context_lens + query lengths, got seq_lens[{i}]={lens[i]}, "
                 f"expected {ctxs[i]} + {qlen} = {ctxs[i] + qlen}"
             )
+        if ctxs[i] > 0 and num_blocks == 0:
+            raise ValueError(
+                f"key_cache must hold at least one block when a sequence has context, got 0 "
+                f"blocks and context_lens[{i}]={ctxs[i]}"
+            )
         if ctxs[i] > capacity:
             raise ValueError(
                 f"context_lens[{i}] must fit the block table's capacity of {capacity} tokens, "
@@ -359,10 +390,7 @@ def _spans(
 def _check_out(out: Optional[torch.Tensor], query: torch.Tensor) -> torch.Tensor:
     if out is None:
         return torch.empty_like(query)
-    check_tensor("out", out, shape=tuple(query.shape), dtype=query.dtype, device=query.device)
-    if not out.is_contiguous():
-        raise ValueError(f"out must be contiguous, got strides {out.stride()}")
-    return out
+    return check_out(out, query.shape, query.dtype, query.device, contiguous=True)
 
 
 def _check_plan(

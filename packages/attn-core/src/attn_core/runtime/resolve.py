@@ -26,6 +26,13 @@ from typing import Optional
 
 import torch
 
+from attn_core.core.checks import (
+    check_backend,
+    check_device,
+    check_type,
+    check_types,
+    check_window,
+)
 from attn_core.core.settings import (
     DECODE_BACKENDS,
     PREFILL_BACKENDS,
@@ -68,8 +75,9 @@ def decode_plan_for(
     ``ATTN_CORE_DEVICE`` or detected), probed capabilities, the native kernel's readiness, and
     ``overrides`` (default: the settings'), ``backend`` winning over both. A native plan
     carries its verified library; ``plan.backend_reason`` says why its backend was chosen."""
-    device = torch.device(device)
-    _check_backend(backend, DECODE_BACKENDS)
+    device = check_device("device", device)
+    check_backend(backend, DECODE_BACKENDS)
+    _check_resolver_args(shape, lengths, DecodeLengths, device_spec, overrides, DecodeOverrides)
     settings = current_overrides()
     decode = overrides if overrides is not None else settings.decode
     if backend is not None:
@@ -149,8 +157,11 @@ def prefill_plan_for(
     checked once per process, :mod:`attn_core.prefill.verify`), the native kernel's variants
     that loaded and verified (:func:`native_prefill_caps`), and ``overrides`` (default: the
     settings'), ``backend`` winning over both. A native plan carries its verified library."""
-    device = torch.device(device)
-    _check_backend(backend, PREFILL_BACKENDS)
+    device = check_device("device", device)
+    check_backend(backend, PREFILL_BACKENDS)
+    _check_resolver_args(shape, lengths, PrefillLengths, device_spec, overrides, PrefillOverrides)
+    check_type("alibi", alibi, bool, "a bool")
+    check_window(sliding_window)
     settings = current_overrides()
     chosen = overrides if overrides is not None else settings.prefill
     if backend is not None:
@@ -239,6 +250,18 @@ def with_prefill_library(plan: NativePrefillPlan, device: torch.device) -> Nativ
     return dataclasses.replace(plan, library=lib)
 
 
-def _check_backend(backend: Optional[str], choices: tuple[str, ...]) -> None:
-    if backend is not None and backend not in choices:
-        raise ValueError(f"backend must be None or one of {', '.join(choices)}, got {backend!r}")
+def _check_resolver_args(
+    shape: object,
+    lengths: object,
+    lengths_type: type,
+    device_spec: object,
+    overrides: object,
+    overrides_type: type,
+) -> None:
+    """What the resolvers read before the planner sees its arguments, checked by type."""
+    check_types(
+        ("shape", shape, AttentionShape), ("lengths", lengths, lengths_type),
+        ("overrides", overrides, overrides_type),
+    )  # fmt: skip
+    if device_spec is not None:
+        check_type("device_spec", device_spec, DeviceSpec, "None or a DeviceSpec")

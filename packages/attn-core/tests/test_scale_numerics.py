@@ -1,0 +1,185 @@
+"""Extreme but finite scales and magnitudes (issue 18, class 6): every path applies the softmax
+scale in fp32, so a result is finite wherever the float64 reference is, and close to it.
+
+fp16 decode with ``scale=65536`` used to fold the scale into the fp16 query (exact for a power
+of two, but ``q * 65536`` overflows fp16 for ``|q| >= 1``) and returned NaN. The reference is
+computed from the same rounded inputs the kernel reads; the tolerance is relative to the
+largest ``|value|`` (every output is a convex combination of values), so it holds for the
+near-one-hot softmax of a huge scale as for the uniform one of a tiny scale.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import poisoned_like
+from decode_helpers import plan_of
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from attn_core import paged_decode, paged_prefix_prefill
+from attn_core.reference import (
+    make_paged_case,
+    make_prefill_case,
+    reference_decode,
+    reference_prefix_prefill,
+)
+
+CUDA = torch.cuda.is_available()
+DEVICES = ("cpu", "cuda") if CUDA else ("cpu",)
+# (device, backend) pairs that run on this machine; the native decode and the fused prefill
+# backends need a GPU (a backend the device cannot serve is skipped there, not failed).
+DECODE_BACKENDS = [("cpu", "torch")] + ([("cuda", "torch"), ("cuda", "native")] if CUDA else [])
+PREFILL_BACKENDS = [("cpu", "torch")] + ([("cuda", "torch"), ("cuda", "sdpa")] if CUDA else [])
+
+# The issue's scales, powers of two (the old fold was taken exactly for them) and the defaults.
+SCALES = st.one_of(
+    st.sampled_from((1e-4, 1 / 16, 0.125, 1.0, 16384.0, 32768.0, 65536.0)),
+    st.floats(1e-4, 65536.0, allow_nan=False, allow_infinity=False),
+)
+MAGNITUDES = st.sampled_from((1e-3, 0.1, 1.0, 8.0, 64.0))
+# Relative to max|v|: fp16 rounds probabilities (2^-11) and the output once more; bf16 2^-8.
+# The softmax itself is computed in fp32, so a huge scale adds no more than that.
+REL_TOL = {torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
+
+COMMON = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def _magnified(t: torch.Tensor, magnitude: float) -> torch.Tensor:
+    """``t * magnitude`` rounded once to ``t``'s dtype (the inputs the kernel reads)."""
+    return (t.double() * magnitude).to(t.dtype)
+
+
+def _used_max(value_cache: torch.Tensor, block_tables: torch.Tensor, lens: list) -> float:
+    """max |v| over the blocks the sequences use (spare blocks hold 30x larger values)."""
+    bs = value_cache.shape[-1]
+    ids = [int(b) for s, n in enumerate(lens) for b in block_tables[s, : -(-n // bs)].tolist()]
+    return float(value_cache[torch.tensor(ids, device=value_cache.device)].abs().max())
+
+
+def _logit_error(scale: float, q: torch.Tensor, k: torch.Tensor) -> float:
+    """A bound on the absolute error of an fp32 logit ``scale * q . k``: ``head_size`` fp32
+    roundings of products up to ``max|q| max|k|``. Every path computes logits in fp32 (so
+    does vLLM): at ``scale = 65536`` and magnitude 64 a logit is ~10^10 and only known to
+    ~10^3, so near-ties may legitimately swap weight; where the bound is small (all ordinary
+    scales, and huge ones on small magnitudes) the check below is tight."""
+    eps = torch.finfo(torch.float32).eps
+    return q.shape[-1] * eps * scale * float(q.abs().max()) * float(k.abs().max())
+
+
+def _check(
+    out: torch.Tensor, ref: torch.Tensor, values_max: float, dtype: torch.dtype, logit_err: float
+) -> None:
+    """Finite wherever the reference is, and within the dtype's rounding plus what the fp32
+    logits' own error can move the weights (``exp(delta) - 1``, capped at the value range:
+    every output is a convex combination of values)."""
+    assert torch.isfinite(ref).all(), "the reference itself is not finite: a bad test case"
+    got = out.double().cpu()
+    assert torch.isfinite(got).all(), "NaN/inf where the float64 reference is finite"
+    err = float((got - ref).abs().max())
+    weights = min(2.0, math.expm1(min(2 * logit_err, 5.0)))
+    assert err <= (REL_TOL[dtype] + weights) * values_max + 1e-30, (err, values_max, logit_err)
+
+
+@pytest.mark.parametrize(("device", "backend"), DECODE_BACKENDS)
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
+@COMMON
+@given(
+    scale=SCALES,
+    magnitude=MAGNITUDES,
+    lens=st.lists(st.integers(1, 70), min_size=1, max_size=3),
+    tier=st.sampled_from((None, "single_tile", "one_pass", "partitioned")),
+    seed=st.integers(0, 2**16),
+)
+def test_decode_finite_and_close_at_extreme_scales(
+    device, backend, dtype, scale, magnitude, lens, tier, seed
+) -> None:
+    case = make_paged_case(lens, 8, 2, 64, 16, dtype, device, seed=seed)
+    case.query = _magnified(case.query, magnitude)
+    case.key_cache = _magnified(case.key_cache, magnitude)
+    case.value_cache = _magnified(case.value_cache, magnitude)
+    plan = plan_of(case, tier=tier) if backend == "torch" else None
+    out = poisoned_like(case.query)
+    try:
+        paged_decode(
+            case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens,
+            case.max_seq_len, scale, out=out, plan=plan, backend=backend,
+        )  # fmt: skip
+    except ValueError as exc:  # a forced native backend this device cannot serve
+        if backend == "native":
+            pytest.skip(f"native decode unavailable here: {exc}")
+        raise
+    ref = reference_decode(
+        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, scale
+    )
+    logit_err = _logit_error(scale, case.query, case.key_cache)
+    _check(out, ref, _used_max(case.value_cache, case.block_tables, lens), dtype, logit_err)
+
+
+@pytest.mark.parametrize(("device", "backend"), PREFILL_BACKENDS)
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
+@COMMON
+@given(
+    scale=SCALES,
+    magnitude=MAGNITUDES,
+    seqs=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 20)), min_size=1, max_size=3),
+    seed=st.integers(0, 2**16),
+)
+def test_prefill_finite_and_close_at_extreme_scales(
+    device, backend, dtype, scale, magnitude, seqs, seed
+) -> None:
+    if device == "cuda" and backend == "torch" and dtype != torch.float32 and scale <= 1.0:
+        # The CUDA plan's 2-byte score tile (fp16) or 2-byte scaled query (bf16) holds a logit
+        # to 2^-11 / 2^-8 of its size: the plan's documented trade-off for logits of ~30
+        # (prefill/plan.py, _score_dtypes), not this issue's. Logits of 10^4 (magnitude 64 at
+        # scale 1) would put near-ties off by whole units; a scale > 1 runs with fp32 scores.
+        assume(magnitude <= 1.0)
+    case = make_prefill_case(seqs, 8, 2, 64, 16, dtype, device, seed=seed)
+    for name in ("query", "key", "value", "key_cache", "value_cache"):
+        setattr(case, name, _magnified(getattr(case, name), magnitude))
+    out = poisoned_like(case.query)
+    try:
+        paged_prefix_prefill(*case.args(), scale, **case.kwargs(), out=out, backend=backend)
+    except (ValueError, RuntimeError) as exc:  # a fused backend this device lacks
+        if backend != "torch":
+            pytest.skip(f"prefill backend {backend} unavailable here: {exc}")
+        raise
+    ref = reference_prefix_prefill(
+        case.query, case.key, case.value, case.key_cache, case.value_cache, case.block_tables,
+        case.query_start_loc, case.context_lens, scale,
+    )  # fmt: skip
+    cached = _used_max(case.value_cache, case.block_tables, [c for c, _ in seqs])
+    values_max = max(float(case.value.abs().max()), cached)
+    keys_max = torch.stack([case.key.abs().max(), case.key_cache.abs().max()]).max()
+    _check(out, ref, values_max, dtype, _logit_error(scale, case.query, keys_max))
+
+
+@pytest.mark.parametrize("scale", (0.5, 16384.0, 65536.0))
+def test_prefill_two_byte_score_plan_takes_a_large_scale_in_fp32(scale) -> None:
+    """The CUDA fp16 plan's 2-byte score tile, forced on the CPU: a scale > 1 runs with fp32
+    scores (``runtime.prefill._fit_scale``) instead of overflowing the tile."""
+    from attn_core import AttentionShape, PrefillLengths, PrefillOverrides, prefill_plan_for
+
+    case = make_prefill_case([(20, 9), (5, 4)], 8, 2, 64, 16, torch.float16, seed=3)
+    shape = AttentionShape(8, 2, 64, 16, torch.float16)
+    plan = prefill_plan_for(
+        shape, PrefillLengths(9, 20), torch.device("cpu"),
+        overrides=PrefillOverrides(backend="torch", score_dtype="float16"),
+    )  # fmt: skip
+    assert plan.score_dtype == torch.float16
+    out = poisoned_like(case.query)
+    paged_prefix_prefill(*case.args(), scale, **case.kwargs(), out=out, plan=plan)
+    ref = reference_prefix_prefill(
+        case.query, case.key, case.value, case.key_cache, case.value_cache, case.block_tables,
+        case.query_start_loc, case.context_lens, scale,
+    )  # fmt: skip
+    # 2-byte scores carry a 2^-11 relative error of each logit: loose, but never NaN
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=0.05, rtol=0.05)
