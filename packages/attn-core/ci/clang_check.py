@@ -4,8 +4,11 @@
 
 CoreX's compiler is a clang, so a kernel that upstream clang compiles with a warning, or whose
 register arrays clang puts in local memory, is suspect on BI-V100 however clean nvcc is. For
-every library (one per head-slot count, csrc/paged_decode.cu ATTN_GROUP_SLOTS) and both modes
-(NVIDIA, ``-D__ILUVATAR__``) this compiles the device code to PTX for sm_80 and fails on:
+every decode library (one per head-slot count, csrc/paged_decode.cu ATTN_GROUP_SLOTS), the
+prefill kernel's CUDA-core and NVIDIA wmma tile layers (csrc/paged_prefill.cu
+ATTN_PREFILL_MMA; the CoreX wmma layer needs CoreX's headers and is first compiled on the lab),
+and both modes (NVIDIA, ``-D__ILUVATAR__``) this compiles the device code to PTX for sm_80 and
+fails on:
 
 - any diagnostic clang prints (warnings included; "loop not unrolled" is one);
 - any kernel whose PTX declares or touches local memory (``.local``, ``__local_depot``,
@@ -33,11 +36,33 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
-SOURCES = ("paged_decode.cu",)
 SLOTS = tuple(range(1, 9))
 MODES = {"nvidia": (), "iluvatar": ("-D__ILUVATAR__",)}
 # 3 query kinds x 3 cache kinds (its own, fp8 e4m3, fp8 e5m2) x 3 head buckets, + 3 merges
 KERNELS_PER_LIBRARY = 3 * 3 * 3 + 3
+# csrc/paged_prefill.cu: 2 query kinds x 3 cache kinds x 3 head buckets x 2 tile configs, + 2
+# merges (counted in clang's PTX, 2026-12-01). The NVIDIA wmma layer compiles to nothing but
+# the merges under __ILUVATAR__ (CoreX has its own layer), so that pair is not a build.
+PREFILL_KERNELS = 2 * 3 * 3 * 2 + 2
+PREFILL_LAYERS = {"fma": ("ATTN_PREFILL_MMA=0", MODES), "wmma": ("ATTN_PREFILL_MMA=1", ("nvidia",))}
+
+
+def jobs_for(slots: tuple[int, ...]) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """``(label, source, defines, expected kernels)`` of every compilation the check makes."""
+    jobs = [
+        (f"paged_decode.cu slots={n} {mode}", "paged_decode.cu",
+         (f"-DATTN_GROUP_SLOTS={n}", *MODES[mode]), KERNELS_PER_LIBRARY)
+        for n in slots for mode in MODES
+    ]  # fmt: skip
+    for layer, (define, modes) in PREFILL_LAYERS.items():
+        jobs += [
+            (f"paged_prefill.cu {layer} {mode}", "paged_prefill.cu",
+             (f"-D{define}", *MODES[mode]), PREFILL_KERNELS)
+            for mode in modes
+        ]  # fmt: skip
+    return jobs
+
+
 WHEELS = ("nvidia-cuda-runtime-cu12==12.9.*", "nvidia-cuda-nvcc-cu12==12.9.*",
           "nvidia-cuda-cccl-cu12==12.9.*")  # fmt: skip
 # clang 16's CUDA wrapper includes this curand header unconditionally; the kernels use no
@@ -72,11 +97,11 @@ def cuda_path(cache: Path) -> Path:
     return farm
 
 
-def compile_ptx(clang: str, cuda: Path, source: Path, slots: int, mode: str, out: Path):
-    """``(diagnostics, ptx)`` of one library in one mode."""
+def compile_ptx(clang: str, cuda: Path, source: Path, defines: tuple[str, ...], out: Path):
+    """``(diagnostics, ptx)`` of one source with ``defines``."""
     cmd = [clang, "-x", "cuda", f"--cuda-path={cuda}", "--cuda-gpu-arch=sm_80",
            "--cuda-device-only", "-S", "-std=c++17", "-O3", "-Wall", "-Wextra",
-           "-Wno-unknown-cuda-version", f"-DATTN_GROUP_SLOTS={slots}", *MODES[mode],
+           "-Wno-unknown-cuda-version", *defines,
            "-I", str(CSRC), "-o", str(out), str(source)]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     diagnostics = (done.stdout + done.stderr).strip()
@@ -94,25 +119,22 @@ def kernels_with_local_memory(ptx: str) -> list[str]:
 
 def check(clang: str, cuda: Path, slots: tuple[int, ...], work: Path, jobs: int) -> list[str]:
     """Every problem found, one line each (empty: clean)."""
-    jobs_list = [(src, n, mode) for src in SOURCES for n in slots for mode in MODES]
 
     def one(job):
-        src, n, mode = job
-        out = work / f"{Path(src).stem}_g{n}_{mode}.ptx"
-        diagnostics, ptx = compile_ptx(clang, cuda, CSRC / src, n, mode, out)
-        label = f"{src} slots={n} {mode}"
+        label, src, defines, expected = job
+        out = work / (re.sub(r"[^A-Za-z0-9_]+", "_", label) + ".ptx")
+        diagnostics, ptx = compile_ptx(clang, cuda, CSRC / src, defines, out)
         problems = [f"{label}: {line}" for line in diagnostics.splitlines() if line.strip()]
         if ptx:
             count = len(_ENTRY.findall(ptx))
-            if count < KERNELS_PER_LIBRARY:
-                problems.append(f"{label}: {count} kernels in the PTX, expected "
-                                f"{KERNELS_PER_LIBRARY}")  # fmt: skip
+            if count < expected:
+                problems.append(f"{label}: {count} kernels in the PTX, expected {expected}")
             problems += [f"{label}: local memory in {k}" for k in kernels_with_local_memory(ptx)]
         print(f"{label}: {'clean' if not problems else f'{len(problems)} problems'}", flush=True)
         return problems
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return [p for found in pool.map(one, jobs_list) for p in found]
+        return [p for found in pool.map(one, jobs_for(slots)) for p in found]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.monotonic() - began
     for line in problems:
         print(line)
-    n = len(slots) * len(MODES) * len(SOURCES)
+    n = len(jobs_for(slots))
     verdict = "FAILED" if problems else "clean"
     print(f"clang CUDA check: {n} compilations in {seconds:.0f} s, {verdict} "
           f"({len(problems)} problems)")  # fmt: skip
