@@ -141,7 +141,13 @@ def ci_run(tmp_path, nox_rc: int = 0, **env_extra) -> tuple:
     (tree / ".ci" / "docker-engine.sh").write_text(f'echo "engine ${{1:-start}}" >>{log}\n')
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for name, body in (("python3", "exit 0"), ("nox", f'echo "nox $*" >>{log}; exit {nox_rc}')):
+    stand_ins = (
+        ("python3", "exit 0"),
+        # present, so .ci/run does not apt-get a real clang for the clang check
+        ("clang++-16", "exit 0"),
+        ("nox", f'echo "nox $*" >>{log}; exit {nox_rc}'),
+    )
+    for name, body in stand_ins:
         (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_ / name).chmod(0o755)
     env = {
@@ -162,7 +168,14 @@ def test_ci_run_stops_the_engine_it_started(tmp_path):
 
 def test_ci_run_stops_the_engine_after_a_failure_and_keeps_the_exit_code(tmp_path):
     code, calls = ci_run(tmp_path, nox_rc=3)
-    assert code == 3 and calls == ["engine start", "nox -s tests", "engine stop"], calls
+    # the first nox session fails (the clang check, then the README's tests): nothing after it
+    # runs but the engine's stop, and the session's exit code is the run's
+    assert code == 3 and calls == ["engine start", "nox -s clang", "engine stop"], calls
+
+
+def test_ci_run_runs_the_readme_test_command(tmp_path):
+    code, calls = ci_run(tmp_path)
+    assert code == 0 and "nox -s tests" in calls, calls
 
 
 def test_ci_run_keeps_the_engine_when_asked(tmp_path):
