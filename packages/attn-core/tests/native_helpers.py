@@ -13,7 +13,7 @@ from typing import Optional
 import pytest
 import torch
 
-from attn_core.core.settings import NativeSettings
+from attn_core.core.settings import current_overrides
 from attn_core.native.launch import launch_decode
 from attn_core.native.library import NativeLibrary, load_native
 from attn_core.native.split import partials_shapes
@@ -25,7 +25,9 @@ def native_library(group: int) -> NativeLibrary:
     where there is none."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run on the GPU machine)")
-    lib, status = load_native(NativeSettings(), torch.device("cuda"), group)
+    # the settings snapshot, as the runtime reads it: ATTN_CORE_NATIVE_CACHE / _BUILD hold here too
+    # (a default NativeSettings() ignored them and rebuilt every library on the device, 2026-12-02)
+    lib, status = load_native(current_overrides().native, torch.device("cuda"), group)
     if lib is None:
         pytest.skip(f"native kernel unavailable here: {status.detail}")
     return lib

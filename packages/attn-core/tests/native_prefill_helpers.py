@@ -13,6 +13,7 @@ from typing import Optional
 import pytest
 import torch
 
+from attn_core.core.settings import current_overrides
 from attn_core.native.prefill_launch import native_prefix_prefill
 from attn_core.native.prefill_library import PrefillLibrary, load_prefill
 from attn_core.testing import PrefillCase, make_prefill_case, reference_prefix_prefill
@@ -24,9 +25,11 @@ def prefill_library(mma: str) -> PrefillLibrary:
     """The ``mma`` library on this GPU; skips with the reason where there is none."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run on the GPU machine)")
+    native = current_overrides().native  # the runtime's cache and build switch, not defaults
     lib, why = load_prefill(
-        mma, torch.device("cuda"), library_dir=os.environ.get("ATTN_CORE_PREFILL_LIBS")
-    )
+        mma, torch.device("cuda"), library_dir=os.environ.get("ATTN_CORE_PREFILL_LIBS"),
+        cuda_home=native.cuda_home, cache_dir=native.cache_dir, build=native.build,
+    )  # fmt: skip
     if lib is None:
         pytest.skip(f"native prefill ({mma}) unavailable here: {why}")
     return lib
