@@ -95,6 +95,11 @@ class Workspace:
     ) -> torch.Tensor:
         """A contiguous ``shape`` view of buffer ``name`` (contents undefined)."""
         numel = math.prod(shape)
+        return self.flat(name, numel, dtype, device)[:numel].view(shape)
+
+    def flat(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """Buffer ``name`` itself, at least ``numel`` elements (contents undefined): for a
+        caller that needs only its address (the native launch), without making a view."""
         key = (name, dtype, str(device))
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < numel:
@@ -107,7 +112,7 @@ class Workspace:
             buf = torch.empty(capacity, dtype=dtype, device=device)
             self._buffers[key] = buf
             self.allocations += 1
-        return buf[:numel].view(shape)
+        return buf
 
     def constant(
         self,

@@ -63,3 +63,14 @@ def check_decode_bounds(
             f"key_cache must hold at least one block for {num_seqs} sequences, "
             "got num_blocks = key_cache.shape[0] = 0"
         )
+
+
+def max_seq_len_bucket(max_seq_len: int, capacity: int) -> int:
+    """``max_seq_len`` rounded up so one plan serves a run of growing lengths.
+
+    vLLM passes the batch's longest length, which grows by one every step; plans are made for
+    the bucket (at most 1/16 or 256 tokens more, capped by the table's capacity). The extra
+    slots are masked, so results are exact either way.
+    """
+    step = max(256, 1 << max(0, max_seq_len.bit_length() - 5))
+    return min(capacity, -(-max_seq_len // step) * step)

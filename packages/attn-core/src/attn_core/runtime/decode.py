@@ -66,14 +66,15 @@ from attn_core.core.checks import (
 from attn_core.core.settings import DECODE_BACKENDS, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace, is_capturing
-from attn_core.decode.bounds import check_decode_bounds
+from attn_core.decode.bounds import check_decode_bounds, max_seq_len_bucket
 from attn_core.decode.inputs import DecodeInputs
-from attn_core.decode.native_step import run_native_decode
+from attn_core.decode.native_step import native_partials, partial_sizes, run_native_decode
 from attn_core.decode.plan import AnyDecodePlan, DecodePlan
 from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.decode.torch_path import run_torch_decode
 from attn_core.device.spec import DeviceSpec
-from attn_core.runtime.resolve import cached_decode_plan, max_seq_len_bucket, with_library
+from attn_core.runtime import decode_steady as steady
+from attn_core.runtime.resolve import cached_decode_plan, with_library
 
 
 def paged_decode(
@@ -128,6 +129,20 @@ def paged_decode(
     values are read only with ``ATTN_CORE_CHECKS=1``; :mod:`attn_core.decode.bounds` lists what
     each bad value does without it (an error or an exact result, never another block's tokens).
     """
+    sig = None
+    if plan is None:
+        sig = steady.signature(
+            query, key_cache, value_cache, block_tables, seq_lens, out, alibi_slopes,
+            kv_cache_dtype, scale, k_scale, v_scale, backend, device_spec,
+        )  # fmt: skip
+        known = steady.lookup(sig, max_seq_len)
+        if known is not None:
+            entry, bucket = known
+            step = entry.steps.get(bucket)
+            if step is not None:
+                return _run_steady(entry, step, query, key_cache, value_cache, block_tables,
+                                   seq_lens, max_seq_len, alibi_slopes, float(k_scale),
+                                   float(v_scale), out, workspace)  # fmt: skip
     check_backend(backend, DECODE_BACKENDS)
     if device_spec is not None:
         check_type("device_spec", device_spec, DeviceSpec, "None or a DeviceSpec")
@@ -151,8 +166,9 @@ def paged_decode(
     if query.shape[0] == 0:  # an empty batch is a no-op, not an error
         return out
     if plan is None:
-        # the steady state: one dict lookup on values the call already has (no environment,
-        # no resolution); a new key goes through the resolver's cache of bucketed plans
+        # a new signature or bucket: one dict lookup on values the call already has (no
+        # environment, no resolution); a new key goes through the resolver's cache of
+        # bucketed plans
         key = (query.shape, query.dtype, query.device, key_cache.shape, kv_cache_dtype,
                block_tables.shape[1], max_seq_len, backend, device_spec, generation())  # fmt: skip
         plan = _PLANS.get(key)
@@ -165,17 +181,63 @@ def paged_decode(
         _check_plan(plan, query, layout, block_tables.shape[1], max_seq_len)
         if isinstance(plan, NativeDecodePlan) and plan.library is None:
             plan = with_library(plan, query.device)
-    if value_checks_enabled() and not is_capturing(query.device):
+    checks = value_checks_enabled()
+    if checks and not is_capturing(query.device):
         # reading values syncs, which a CUDA-graph capture forbids: capture checks nothing
         _check_values(layout, block_tables, seq_lens, max_seq_len)
     inputs = DecodeInputs(
         query, key_cache, value_cache, block_tables, seq_lens, layout, scale, float(k_scale),
         float(v_scale), alibi_slopes,
     )  # fmt: skip
+    prepared = None
     if isinstance(plan, DecodePlan):
         run_torch_decode(plan, inputs, out, ws)
     else:
-        run_native_decode(plan, inputs, out, ws)
+        prepared = run_native_decode(plan, inputs, out, ws)
+    if sig is not None:  # validated and run: later calls of this signature and bucket skip both
+        capacity = block_tables.shape[1] * layout.block_size
+        entry = steady.SteadyEntry(layout, capacity, scale, checks)
+        bucket = max_seq_len_bucket(max_seq_len, capacity)
+        sizes = partial_sizes(plan, query) if isinstance(plan, NativeDecodePlan) else (0, 0)
+        steady.record(sig, entry, bucket, steady.SteadyStep(plan, prepared, sizes))
+    return out
+
+
+def _run_steady(
+    entry: steady.SteadyEntry,
+    step: steady.SteadyStep,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    max_seq_len: int,
+    alibi_slopes: Optional[torch.Tensor],
+    k_scale: float,
+    v_scale: float,
+    out: Optional[torch.Tensor],
+    workspace: Optional[Workspace],
+) -> torch.Tensor:
+    """A call whose signature the full path validated: only what differs per call is checked."""
+    ws = check_workspace(workspace) or default_workspace()
+    if out is None:
+        out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    if entry.value_checks and not is_capturing(query.device):
+        _check_values(entry.layout, block_tables, seq_lens, max_seq_len)
+    plan = step.plan
+    if step.prepared is not None:
+        part_out, part_lse = native_partials(step.partials, query.device, ws)
+        step.prepared.launch(
+            query, key_cache, value_cache, block_tables, seq_lens, out, alibi_slopes, part_out,
+            part_lse,
+        )  # fmt: skip
+        return out
+    assert isinstance(plan, DecodePlan)
+    inputs = DecodeInputs(
+        query, key_cache, value_cache, block_tables, seq_lens, entry.layout, entry.scale,
+        k_scale, v_scale, alibi_slopes,
+    )  # fmt: skip
+    run_torch_decode(plan, inputs, out, ws)
     return out
 
 

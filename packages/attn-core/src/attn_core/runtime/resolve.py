@@ -41,6 +41,7 @@ from attn_core.core.settings import (
     current_overrides,
 )
 from attn_core.core.shapes import AttentionShape
+from attn_core.decode.bounds import max_seq_len_bucket  # noqa: F401  (re-exported: callers' name)
 from attn_core.decode.plan import AnyDecodePlan, DecodeLengths, plan_decode
 from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.device.capabilities import Capabilities, probe_capabilities
@@ -92,17 +93,6 @@ def decode_plan_for(
     if isinstance(plan, NativeDecodePlan):
         plan = dataclasses.replace(plan, library=lib)
     return plan
-
-
-def max_seq_len_bucket(max_seq_len: int, capacity: int) -> int:
-    """``max_seq_len`` rounded up so one plan serves a run of growing lengths.
-
-    vLLM passes the batch's longest length, which grows by one every step; plans are made for
-    the bucket (at most 1/16 or 256 tokens more, capped by the table's capacity). The extra
-    slots are masked, so results are exact either way.
-    """
-    step = max(256, 1 << max(0, max_seq_len.bit_length() - 5))
-    return min(capacity, -(-max_seq_len // step) * step)
 
 
 @functools.lru_cache(maxsize=512)
