@@ -107,7 +107,10 @@ def paged_prefix_prefill(
     """
     check_backend(backend, PREFILL_BACKENDS)
     if plan is not None:
-        check_type("plan", plan, PrefillPlan, "None or an attn_core PrefillPlan")
+        check_type(
+            "plan", plan, (PrefillPlan, NativePrefillPlan),
+            "None or an attn_core PrefillPlan / NativePrefillPlan",
+        )  # fmt: skip
     problem, spans = _validate(
         query,
         key,
