@@ -2,22 +2,19 @@
 
 ``libattn_prefill_{fma,wmma,corex_wmma}.so`` from ``csrc/paged_prefill.cu`` with
 ``-DATTN_PREFILL_MMA=<kind>``, built by the decode library's toolchain (``toolchain.py``) into
-the same cache (``build.py``'s key plus the prefill-only sources: :func:`prefill_build_key`),
-under a lock, appearing by atomic rename. A directory of prebuilt libraries can be named instead
-(tests and benchmarks carry libraries compiled on a machine without a GPU). Nothing here
-raises for a missing toolkit: the answer is ``(None, why)``.
+the same cache (``build.py``'s key plus the prefill-only sources: :func:`prefill_build_key`)
+by ``build.py``'s ``compile_library`` (under a lock, appearing by atomic rename). A directory
+of prebuilt libraries can be named instead (tests and benchmarks carry libraries compiled on a
+machine without a GPU). Nothing here raises for a missing toolkit: the answer is
+``(None, why)``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import functools
 import hashlib
-import os
-import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -28,10 +25,9 @@ from attn_core.native import prefill_abi as pabi
 from attn_core.native.build import (
     CSRC,
     BuildError,
-    _run,
     build_key,
+    compile_library,
     default_cache_dir,
-    log_path,
     source_digest,
 )
 from attn_core.native.toolchain import Toolchain, find_toolchain
@@ -107,30 +103,9 @@ class PrefillLibrary:
 
 def build_prefill_library(toolchain: Toolchain, out_dir: Path, mma: str) -> tuple[Path, float]:
     """Build ``mma``'s library into ``out_dir`` unless it is there; ``(path, seconds)``."""
-    name = library_name(mma)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / name
     defines = (f"ATTN_PREFILL_MMA={pabi.MMA_KINDS[mma]}",)
-    with open(out_dir / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
-            return target, 0.0
-        start = time.monotonic()
-        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-            partial = Path(tmp) / name
-            failures = []
-            for cmd in toolchain.commands(SOURCE, CSRC, partial, defines):
-                done = _run(cmd)
-                if done.returncode == 0 and partial.is_file():
-                    log_path(target).write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
-                    os.replace(partial, target)
-                    return target, time.monotonic() - start
-                failures.append((cmd, done))
-        cmd, done = failures[-1]
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
-        raise BuildError(
-            f"building the native prefill kernel ({mma}) failed: {' '.join(cmd)}\n{tail}"
-        )
+    failed = f"building the native prefill kernel ({mma}) failed"
+    return compile_library(toolchain, SOURCE, out_dir / library_name(mma), defines, failed)
 
 
 def prefill_build_key(toolchain: Toolchain) -> str:
