@@ -16,14 +16,17 @@ Shape: Qwen3.6 (24 query / 4 KV heads, head 256, fp16), batch 1, block size 16. 
 - ``baseline sdpa``: torch SDPA on contiguous K/V expanded to every head with a
   ``causal_lower_right`` mask (torch >= 2.3; skipped with the reason elsewhere).
 
+The ``attn-core`` rows call ``attn_core.paged_prefix_prefill`` with the plan that
+``attn_core.prefill_plan_for`` makes for the row's backend (``PrefillOverrides(backend=...)``).
+
 Columns: median ms, TFLOP/s and its share of the measured fp16 matmul rate, the time over the
 compute floor (FLOPs / measured matmul rate), peak transient memory above the inputs and output
 (CUDA), device launches per call, and the max |error| against the shared float64 reference on the
 chunk's first and last ``CHECK_ROWS`` rows, for the first and last query head of the first and
 last KV head (the CPU reference's cost grows with heads x keys; see ``_CheckCase``).
 ``floor_elem_ms`` is the torch path's own floor: ``ELEMENTWISE_BYTES_PER_SCORE`` (14) bytes of
-elementwise traffic per score (module docstring of attn_core.plan_prefill) at the measured copy
-bandwidth.
+elementwise traffic per score (derived in the module docstring of ``attn_core.prefill.plan``, the
+home of ``plan_prefill``) at the measured copy bandwidth.
 
 Running order and time: each row is printed (flushed) as soon as it is measured and
 ``<out>/prefill_bench.json`` is rewritten after every row, so a killed run keeps what it measured.

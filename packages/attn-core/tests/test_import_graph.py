@@ -32,6 +32,7 @@ KERNEL_STEPS = {
     "attn_core.native.build",
     "attn_core.native.toolchain",
     "attn_core.native.library",
+    "attn_core.native.loader",
     "attn_core.native.verify",
     "attn_core.native.readiness",
     "attn_core.native.launch",

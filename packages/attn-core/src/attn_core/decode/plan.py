@@ -48,7 +48,7 @@ from typing import Optional, Union
 
 import torch
 
-from attn_core.core.checks import check_types
+from attn_core.core.checks import check_positive, check_types
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.settings import DecodeOverrides
 from attn_core.core.shapes import AttentionShape
@@ -246,15 +246,21 @@ class DecodeLengths:
     max_blocks_per_seq: Optional[int] = None
 
     def __post_init__(self) -> None:
-        for name in ("num_seqs", "max_seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive("num_seqs", self.num_seqs)
+        check_positive("max_seq_len", self.max_seq_len)
         blocks = self.max_blocks_per_seq
         if blocks is not None and (
             isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1
         ):
             raise ValueError(f"max_blocks_per_seq must be None or a positive int, got {blocks!r}")
+
+    def context_tokens(self, block_size: int) -> int:
+        """Tokens one step covers: ``max_seq_len``, capped at the block table's capacity
+        (``max_blocks_per_seq x block_size``) when its width is known. Both backends plan
+        this many."""
+        if self.max_blocks_per_seq is None:
+            return self.max_seq_len
+        return min(self.max_seq_len, self.max_blocks_per_seq * block_size)
 
 
 @dataclass(frozen=True)
@@ -309,9 +315,7 @@ def plan_decode(
     overrides = overrides or DecodeOverrides()
     backend, why = choose_backend(caps, overrides)
     if backend == "native":
-        context = lengths.max_seq_len
-        if lengths.max_blocks_per_seq is not None:
-            context = min(context, lengths.max_blocks_per_seq * shape.block_size)
+        context = lengths.context_tokens(shape.block_size)
         return plan_native_decode(shape, lengths.num_seqs, context, spec, why)
     inputs = _resolve(shape, lengths, spec, caps, overrides)
     tier, ps = _choose_tier(inputs, spec)
@@ -326,9 +330,7 @@ def _resolve(
     overrides: DecodeOverrides,
 ) -> _Inputs:
     bs, elem = shape.block_size, shape.element_size
-    context = lengths.max_seq_len
-    if lengths.max_blocks_per_seq is not None:
-        context = min(context, lengths.max_blocks_per_seq * bs)
+    context = lengths.context_tokens(bs)
     forced_ps = overrides.partition_size
     if forced_ps is not None and forced_ps % bs:
         raise ValueError(f"partition_size must be a multiple of block_size ({bs}), got {forced_ps}")

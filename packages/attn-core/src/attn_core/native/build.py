@@ -1,10 +1,11 @@
-"""Compiling the native decode library, once per source and toolchain (standard library only).
+"""Compiling the native libraries, once per source and toolchain (standard library only).
 
 ``setup.py`` calls :func:`build_library` at ``pip install`` time (the library then ships inside
 the package); a source checkout builds on first use into a cache directory keyed by a hash of
 the sources, the compiler version and the targets, so an edited kernel never loads stale.
 Concurrent builds (pytest-xdist workers, several vLLM ranks) serialise on a lock file and the
-library appears by an atomic rename.
+library appears by an atomic rename: :func:`compile_library`, which the prefill libraries
+(``prefill_library.py``) use too.
 """
 
 from __future__ import annotations
@@ -116,10 +117,28 @@ def build_library(
     """
     if slots not in SLOTS:
         raise ValueError(f"slots must be one of {SLOTS}, got {slots}")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    name = library_name(slots)
-    target = out_dir / name
     defines = (*defines, f"ATTN_GROUP_SLOTS={slots}")
+    archs = " ".join(toolchain.archs)
+    failed = f"building the native decode kernel failed ({toolchain.kind}, {archs})"
+    return compile_library(toolchain, SOURCE, out_dir / library_name(slots), defines, failed)
+
+
+def compile_library(
+    toolchain: Toolchain, source: Path, target: Path, defines: tuple[str, ...], failed: str
+) -> tuple[Path, float]:
+    """Compile ``source`` (includes from :data:`CSRC`) into ``target`` unless it is there;
+    ``(target, seconds)``, 0.0 when it was. Every library, decode and prefill, is made here.
+
+    One lock file per library (``.<name>.lock`` beside it) serialises concurrent builders; each
+    of ``toolchain``'s command lines is tried in a temporary directory until one succeeds; its
+    command and output go to ``<library>.log`` and the library appears by atomic rename.
+
+    Raises:
+        BuildError: every command line failed; the message is ``failed``, the last command and
+            the tail of its output.
+    """
+    out_dir, name = target.parent, target.name
+    out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.is_file():
@@ -128,7 +147,7 @@ def build_library(
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             partial = Path(tmp) / name
             failures = []
-            for cmd in toolchain.commands(SOURCE, CSRC, partial, defines):
+            for cmd in toolchain.commands(source, CSRC, partial, defines):
                 done = _run(cmd)
                 if done.returncode == 0 and partial.is_file():
                     log_path(target).write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
@@ -137,10 +156,7 @@ def build_library(
                 failures.append((cmd, done))
         cmd, done = failures[-1]
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
-        raise BuildError(
-            f"building the native decode kernel failed ({toolchain.kind}, "
-            f"{' '.join(toolchain.archs)}): {' '.join(cmd)}\n{tail}"
-        )
+        raise BuildError(f"{failed}: {' '.join(cmd)}\n{tail}")
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:

@@ -22,8 +22,8 @@ import torch
 from attn_core.core.settings import NativeSettings
 from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
-from attn_core.native.build import BuildError, build_key, build_library, library_name
-from attn_core.native.build import default_cache_dir as _default_cache_dir
+from attn_core.native.build import build_key, build_library, library_name
+from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index
 from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
 
 log = logging.getLogger("attn_core.native")
@@ -64,16 +64,11 @@ class NativeError(RuntimeError):
     """A native launch failed (the CUDA error string is in the message)."""
 
 
-class NativeLibrary:
+class NativeLibrary(CLibrary):
     """The loaded library with typed entry points."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lib = abi.declare(ctypes.CDLL(str(path)))
-        version = self._lib.attn_native_abi_version()
-        if version != abi.ABI_VERSION:
-            raise OSError(f"{path} has ABI version {version}, attn-core needs {abi.ABI_VERSION}")
-        self.platform = self._lib.attn_native_platform().decode()
+        super().__init__(path, abi.declare, "attn_native", abi.ABI_VERSION)
         self.slots = self._lib.attn_native_group_slots()
 
     def decode(self, args: abi.DecodeArgs, stream: int) -> None:
@@ -102,9 +97,6 @@ class NativeLibrary:
             blocks_per_sm=info.blocks_per_sm,
         )
 
-    def error_string(self, code: int) -> str:
-        return self._lib.attn_native_error_string(code).decode()
-
 
 _LOCK = threading.Lock()
 
@@ -113,9 +105,9 @@ def load_native(
     settings: NativeSettings, device: torch.device, group: int
 ) -> tuple[Optional[NativeLibrary], NativeStatus]:
     """The library serving GQA ``group`` on ``device`` (cached per process), with its status."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None, NativeStatus(False, f"needs a CUDA device, got {device.type}")
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index, why = cuda_index(device)
+    if index is None:
+        return None, NativeStatus(False, why)
     with _LOCK:
         return _load(settings, _device_arch(index, settings.arch), abi.group_slots(group))
 
@@ -143,7 +135,7 @@ def _locate(
     toolchain, why = find_toolchain(settings.cuda_home, (arch,))
     if toolchain is None:
         return None, NativeStatus(False, "; ".join([*tried, why]))
-    cache = Path(settings.cache_dir) if settings.cache_dir else _default_cache_dir()
+    cache = cache_root(settings.cache_dir)
     out_dir = cache / build_key(toolchain)
     # `python -m attn_core.native build` on a machine without a GPU (an image build) targets
     # the platform's default architectures; that library serves this device too.
@@ -155,18 +147,17 @@ def _locate(
         ).is_file():
             toolchain, out_dir = every, built
     described = _describe(toolchain)
-    if not (out_dir / library_name(slots)).is_file() and not settings.build:
-        tried.append("no cached build and ATTN_CORE_NATIVE_BUILD is off")
-        return None, NativeStatus(False, "; ".join(tried), toolchain=described)
-    try:
-        path, seconds = build_library(toolchain, out_dir, slots)
-    except (BuildError, OSError) as exc:
-        return None, NativeStatus(False, "; ".join([*tried, str(exc)]), toolchain=described)
+    path, how = cached_or_built(
+        out_dir / library_name(slots), settings.build,
+        "no cached build and ATTN_CORE_NATIVE_BUILD is off",
+        lambda: build_library(toolchain, out_dir, slots),
+    )  # fmt: skip
+    if path is None:
+        return None, NativeStatus(False, "; ".join([*tried, how]), toolchain=described)
     lib, why = _open(path)
     if lib is None:
         return None, NativeStatus(False, "; ".join([*tried, why]), str(path), described)
-    detail = f"built in {seconds:.1f} s" if seconds else "cached build"
-    return lib, NativeStatus(True, detail, str(path), described, lib.platform)
+    return lib, NativeStatus(True, how, str(path), described, lib.platform)
 
 
 def _open(path: Path) -> tuple[Optional[NativeLibrary], str]:

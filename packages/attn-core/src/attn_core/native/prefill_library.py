@@ -2,22 +2,19 @@
 
 ``libattn_prefill_{fma,wmma,corex_wmma}.so`` from ``csrc/paged_prefill.cu`` with
 ``-DATTN_PREFILL_MMA=<kind>``, built by the decode library's toolchain (``toolchain.py``) into
-the same cache (``build.py``'s key plus the prefill-only sources: :func:`prefill_build_key`),
-under a lock, appearing by atomic rename. A directory of prebuilt libraries can be named instead
-(tests and benchmarks carry libraries compiled on a machine without a GPU). Nothing here
-raises for a missing toolkit: the answer is ``(None, why)``.
+the same cache (``build.py``'s key plus the prefill-only sources: :func:`prefill_build_key`)
+by ``build.py``'s ``compile_library`` (under a lock, appearing by atomic rename); what loading
+shares with the decode library is in :mod:`.loader`. A directory of prebuilt libraries can be
+named instead (tests and benchmarks carry libraries compiled on a machine without a GPU).
+Nothing here raises for a missing toolkit: the answer is ``(None, why)``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import functools
 import hashlib
-import os
-import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -25,15 +22,8 @@ from typing import Optional
 import torch
 
 from attn_core.native import prefill_abi as pabi
-from attn_core.native.build import (
-    CSRC,
-    BuildError,
-    _run,
-    build_key,
-    default_cache_dir,
-    log_path,
-    source_digest,
-)
+from attn_core.native.build import CSRC, build_key, compile_library, source_digest
+from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index
 from attn_core.native.toolchain import Toolchain, find_toolchain
 
 SOURCE = CSRC / "paged_prefill.cu"
@@ -60,18 +50,13 @@ class ConfigFacts:
     blocks_per_sm: int
 
 
-class PrefillLibrary:
+class PrefillLibrary(CLibrary):
     """A loaded prefill library with typed entry points."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lib = pabi.declare(ctypes.CDLL(str(path)))
-        version = self._lib.attn_prefill_abi_version()
-        if version != pabi.ABI_VERSION:
-            raise OSError(f"{path} has ABI version {version}, attn-core needs {pabi.ABI_VERSION}")
+        super().__init__(path, pabi.declare, "attn_prefill", pabi.ABI_VERSION)
         kinds = {v: k for k, v in pabi.MMA_KINDS.items()}
         self.mma = kinds[self._lib.attn_prefill_mma()]
-        self.platform = self._lib.attn_prefill_platform().decode()
 
     def launch(self, args: pabi.PrefillArgs, stream: int) -> None:
         rc = self._lib.attn_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
@@ -101,36 +86,12 @@ class PrefillLibrary:
             info.blocks_per_sm,
         )
 
-    def error_string(self, code: int) -> str:
-        return self._lib.attn_prefill_error_string(code).decode()
-
 
 def build_prefill_library(toolchain: Toolchain, out_dir: Path, mma: str) -> tuple[Path, float]:
     """Build ``mma``'s library into ``out_dir`` unless it is there; ``(path, seconds)``."""
-    name = library_name(mma)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / name
     defines = (f"ATTN_PREFILL_MMA={pabi.MMA_KINDS[mma]}",)
-    with open(out_dir / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
-            return target, 0.0
-        start = time.monotonic()
-        with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-            partial = Path(tmp) / name
-            failures = []
-            for cmd in toolchain.commands(SOURCE, CSRC, partial, defines):
-                done = _run(cmd)
-                if done.returncode == 0 and partial.is_file():
-                    log_path(target).write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
-                    os.replace(partial, target)
-                    return target, time.monotonic() - start
-                failures.append((cmd, done))
-        cmd, done = failures[-1]
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
-        raise BuildError(
-            f"building the native prefill kernel ({mma}) failed: {' '.join(cmd)}\n{tail}"
-        )
+    failed = f"building the native prefill kernel ({mma}) failed"
+    return compile_library(toolchain, SOURCE, out_dir / library_name(mma), defines, failed)
 
 
 def prefill_build_key(toolchain: Toolchain) -> str:
@@ -161,10 +122,9 @@ def load_prefill(
             ``~/.cache/attn_core``) and whether a missing build may be made now.
     """
     library_name(mma)  # validates
-    device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None, f"needs a CUDA device, got {device.type}"
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index, why = cuda_index(torch.device(device))
+    if index is None:
+        return None, why
     major, minor = torch.cuda.get_device_capability(index)
     with _LOCK:
         return _load(mma, f"sm_{major}{minor}", library_dir, cuda_home, cache_dir, build)
@@ -184,14 +144,14 @@ def _load(
     toolchain, why = find_toolchain(cuda_home, (arch,))
     if toolchain is None:
         return None, why
-    out_dir = Path(cache_dir or default_cache_dir()) / prefill_build_key(toolchain)
-    if not (out_dir / library_name(mma)).is_file() and not build:
-        return None, "no cached build and building is off"
-    try:
-        path, seconds = build_prefill_library(toolchain, out_dir, mma)
-    except (BuildError, OSError) as exc:
-        return None, str(exc)
-    return _open(path, f"built in {seconds:.1f} s" if seconds else "cached build")
+    out_dir = cache_root(cache_dir) / prefill_build_key(toolchain)
+    path, how = cached_or_built(
+        out_dir / library_name(mma), build, "no cached build and building is off",
+        lambda: build_prefill_library(toolchain, out_dir, mma),
+    )  # fmt: skip
+    if path is None:
+        return None, how
+    return _open(path, how)
 
 
 def _open(path: Path, how: str) -> tuple[Optional[PrefillLibrary], str]:

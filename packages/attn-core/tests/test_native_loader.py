@@ -1,0 +1,102 @@
+"""What the decode and prefill loaders share (attn_core.native.loader), on any machine: the
+ABI check and error strings of a loaded library (a stand-in compiled with the host C compiler),
+the "cached or built now" answers, and the CPU refusal."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from attn_core.native import abi, loader
+from attn_core.native import prefill_abi as pabi
+from attn_core.native.build import BuildError
+from attn_core.native.library import NativeLibrary
+from attn_core.native.prefill_library import PrefillLibrary
+
+# Both libraries' identity functions, with the version a macro: the loaders only call these
+# before a device is needed (the launch and info entries are declared, never called here).
+STAND_IN = """
+static const char *name(int code) { return code == 2 ? "out of memory" : "other"; }
+int attn_native_abi_version(void) { return NATIVE_VERSION; }
+int attn_native_group_slots(void) { return 6; }
+const char *attn_native_platform(void) { return "stand-in"; }
+const char *attn_native_error_string(int code) { return name(code); }
+int attn_native_decode(void *args, void *stream) { return 1; }
+int attn_native_kernel_info(int a, int b, int c, int d, int e, void *info) { return 1; }
+int attn_prefill_abi_version(void) { return PREFILL_VERSION; }
+int attn_prefill_mma(void) { return 1; }
+const char *attn_prefill_platform(void) { return "stand-in"; }
+const char *attn_prefill_error_string(int code) { return name(code); }
+int attn_prefill(void *args, void *stream) { return 1; }
+int attn_prefill_config_info(int a, int b, int c, int d, void *info) { return 1; }
+"""
+
+
+def stand_in(tmp_path: Path, native: int, prefill: int) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("needs a host C compiler for the stand-in library")
+    source, out = tmp_path / "stand_in.c", tmp_path / f"libstand_in_{native}_{prefill}.so"
+    source.write_text(STAND_IN)
+    defines = [f"-DNATIVE_VERSION={native}", f"-DPREFILL_VERSION={prefill}"]
+    subprocess.run([compiler, "-shared", "-fPIC", *defines, "-o", str(out), str(source)],
+                   check=True)  # fmt: skip
+    return out
+
+
+def test_libraries_of_this_abi_load_with_their_identity(tmp_path: Path) -> None:
+    path = stand_in(tmp_path, abi.ABI_VERSION, pabi.ABI_VERSION)
+    decode, prefill = NativeLibrary(path), PrefillLibrary(path)
+    assert (decode.path, decode.platform, decode.slots) == (path, "stand-in", 6)
+    assert (prefill.path, prefill.platform, prefill.mma) == (path, "stand-in", "wmma")
+    assert decode.error_string(2) == prefill.error_string(2) == "out of memory"
+
+
+def test_a_stale_abi_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    path = stand_in(tmp_path, abi.ABI_VERSION + 1, pabi.ABI_VERSION + 7)
+    with pytest.raises(OSError, match=f"ABI version {abi.ABI_VERSION + 1}, attn-core needs"):
+        NativeLibrary(path)
+    with pytest.raises(OSError, match=f"needs {pabi.ABI_VERSION}$"):
+        PrefillLibrary(path)
+
+
+def test_a_missing_library_is_an_os_error(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        NativeLibrary(tmp_path / "absent.so")
+
+
+def test_cached_or_built_answers(tmp_path: Path) -> None:
+    target = tmp_path / "lib.so"
+    calls: list[str] = []
+
+    def built(seconds: float):
+        def build() -> tuple[Path, float]:
+            calls.append("build")
+            target.write_bytes(b"")
+            return target, seconds
+
+        return build
+
+    def failing() -> tuple[Path, float]:
+        raise BuildError("building the stand-in failed: cc\nboom")
+
+    assert loader.cached_or_built(target, False, "building is off", built(1.0)) == (
+        None, "building is off",
+    )  # fmt: skip
+    assert calls == []  # switched off: no compiler runs
+    assert loader.cached_or_built(target, True, "off", failing) == (
+        None, "building the stand-in failed: cc\nboom",
+    )  # fmt: skip
+    assert loader.cached_or_built(target, True, "off", built(34.06)) == (target, "built in 34.1 s")
+    # once there, the switch does not matter: the build step finds it (0 seconds)
+    assert loader.cached_or_built(target, False, "off", built(0.0)) == (target, "cached build")
+
+
+def test_cache_root_and_cpu_refusal(tmp_path: Path) -> None:
+    assert loader.cache_root(str(tmp_path)) == tmp_path
+    assert loader.cache_root(None) == loader.cache_root("") == Path.home() / ".cache/attn_core"
+    assert loader.cuda_index(torch.device("cpu")) == (None, "needs a CUDA device, got cpu")
