@@ -29,6 +29,7 @@ def prefill_library(mma: str) -> PrefillLibrary:
     lib, why = load_prefill(
         mma, torch.device("cuda"), library_dir=os.environ.get("ATTN_CORE_PREFILL_LIBS"),
         cuda_home=native.cuda_home, cache_dir=native.cache_dir, build=native.build,
+        arch=native.arch,
     )  # fmt: skip
     if lib is None:
         pytest.skip(f"native prefill ({mma}) unavailable here: {why}")

@@ -100,3 +100,27 @@ def test_cache_root_and_cpu_refusal(tmp_path: Path) -> None:
     assert loader.cache_root(str(tmp_path)) == tmp_path
     assert loader.cache_root(None) == loader.cache_root("") == Path.home() / ".cache/attn_core"
     assert loader.cuda_index(torch.device("cpu")) == (None, "needs a CUDA device, got cpu")
+
+
+def test_device_arch_forced_then_corex_then_the_devices_own(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: (9, 0))
+    monkeypatch.setattr(loader, "is_iluvatar", lambda device: False)
+    assert loader.device_arch(0, None) == "sm_90"
+    assert loader.device_arch(0, "sm_80") == "sm_80"
+    monkeypatch.setattr(loader, "is_iluvatar", lambda device: True)
+    assert loader.device_arch(0, None) == loader.DEFAULT_COREX_ARCH
+    assert loader.device_arch(0, "ivcore11") == "ivcore11"
+
+
+def test_the_prefill_loader_builds_for_the_decode_loaders_arch(monkeypatch) -> None:
+    """On an Iluvatar GPU the prefill build targets CoreX's architecture, as decode's does (it
+    asked CoreX clang for sm_<major><minor> before 2026-12-02), and a forced arch wins."""
+    from attn_core.native import prefill_library
+
+    seen = []
+    monkeypatch.setattr(prefill_library, "cuda_index", lambda device: (0, ""))
+    monkeypatch.setattr(loader, "is_iluvatar", lambda device: True)
+    monkeypatch.setattr(prefill_library, "_load", lambda mma, arch, *rest: seen.append(arch))
+    prefill_library.load_prefill("fma", torch.device("cuda", 0))
+    prefill_library.load_prefill("fma", torch.device("cuda", 0), arch="ivcore11")
+    assert seen == [loader.DEFAULT_COREX_ARCH, "ivcore11"]

@@ -20,11 +20,10 @@ from typing import Optional
 import torch
 
 from attn_core.core.settings import NativeSettings
-from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
 from attn_core.native.build import build_key, build_library, library_name
-from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index
-from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
+from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index, device_arch
+from attn_core.native.toolchain import Toolchain, find_toolchain
 
 log = logging.getLogger("attn_core.native")
 PREBUILT = Path(__file__).resolve().parent / "_prebuilt"
@@ -109,7 +108,7 @@ def load_native(
     if index is None:
         return None, NativeStatus(False, why)
     with _LOCK:
-        return _load(settings, _device_arch(index, settings.arch), abi.group_slots(group))
+        return _load(settings, device_arch(index, settings.arch), abi.group_slots(group))
 
 
 @functools.lru_cache(maxsize=32)
@@ -174,12 +173,3 @@ def _open(path: Path) -> tuple[Optional[NativeLibrary], str]:
 
 def _describe(toolchain: Toolchain) -> str:
     return f"{toolchain.kind} {toolchain.version} {','.join(toolchain.archs)}"
-
-
-def _device_arch(index: int, forced: Optional[str]) -> str:
-    if forced:
-        return forced
-    if is_iluvatar(torch.device("cuda", index)):
-        return DEFAULT_COREX_ARCH
-    major, minor = torch.cuda.get_device_capability(index)
-    return f"sm_{major}{minor}"

@@ -16,7 +16,9 @@ from typing import Optional
 
 import torch
 
+from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native.build import BuildError, default_cache_dir
+from attn_core.native.toolchain import DEFAULT_COREX_ARCH
 
 
 class CLibrary:
@@ -81,3 +83,14 @@ def cached_or_built(
     except (BuildError, OSError) as exc:
         return None, str(exc)
     return path, f"built in {seconds:.1f} s" if seconds else "cached build"
+
+
+def device_arch(index: int, forced: Optional[str]) -> str:
+    """The build target for CUDA device ``index``: ``forced`` (``ATTN_CORE_NATIVE_ARCH``),
+    CoreX's default architecture on an Iluvatar GPU, else ``sm_<major><minor>``."""
+    if forced:
+        return forced
+    if is_iluvatar(torch.device("cuda", index)):
+        return DEFAULT_COREX_ARCH
+    major, minor = torch.cuda.get_device_capability(index)
+    return f"sm_{major}{minor}"

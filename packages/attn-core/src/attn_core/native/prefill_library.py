@@ -23,7 +23,7 @@ import torch
 
 from attn_core.native import prefill_abi as pabi
 from attn_core.native.build import CSRC, build_key, compile_library, source_digest
-from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index
+from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index, device_arch
 from attn_core.native.toolchain import Toolchain, find_toolchain
 
 SOURCE = CSRC / "paged_prefill.cu"
@@ -113,6 +113,7 @@ def load_prefill(
     cuda_home: Optional[str] = None,
     cache_dir: Optional[str] = None,
     build: bool = True,
+    arch: Optional[str] = None,
 ) -> tuple[Optional[PrefillLibrary], str]:
     """``(library, how it was obtained)`` or ``(None, why not)`` for matrix layer ``mma``.
 
@@ -120,14 +121,15 @@ def load_prefill(
         library_dir: load ``library_name(mma)`` from here and nowhere else.
         cuda_home / cache_dir / build: the toolkit root, the build cache (default
             ``~/.cache/attn_core``) and whether a missing build may be made now.
+        arch: the build target (``ATTN_CORE_NATIVE_ARCH``); default the device's own, CoreX's
+            architecture on an Iluvatar GPU (as the decode loader picks it).
     """
     library_name(mma)  # validates
     index, why = cuda_index(torch.device(device))
     if index is None:
         return None, why
-    major, minor = torch.cuda.get_device_capability(index)
     with _LOCK:
-        return _load(mma, f"sm_{major}{minor}", library_dir, cuda_home, cache_dir, build)
+        return _load(mma, device_arch(index, arch), library_dir, cuda_home, cache_dir, build)
 
 
 @functools.lru_cache(maxsize=16)

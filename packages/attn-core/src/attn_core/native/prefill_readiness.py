@@ -28,7 +28,7 @@ def prefill_variant_ready(
         return None, f"needs a CUDA device, got {device.type}"
     lib, how = load_prefill(
         variant, device, cuda_home=settings.cuda_home, cache_dir=settings.cache_dir,
-        build=settings.build,
+        build=settings.build, arch=settings.arch,
     )  # fmt: skip
     if lib is None:
         return None, f"{variant} not available ({how})"

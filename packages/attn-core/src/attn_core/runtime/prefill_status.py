@@ -35,7 +35,7 @@ def native_prefill_report(
     for variant in VARIANTS:
         lib, how = load_prefill(
             variant, device, cuda_home=settings.cuda_home, cache_dir=settings.cache_dir,
-            build=settings.build,
+            build=settings.build, arch=settings.arch,
         )  # fmt: skip
         row: dict[str, Any] = {"variant": variant, "library": how, "verified": None, "detail": ""}
         if lib is not None and verify and shape.dtype in DTYPE_KINDS:
