@@ -68,7 +68,7 @@ class PreparedDecode:
     moved) launches from this template: a copy of it with the call's pointers filled in, so two
     threads sharing a template never see each other's pointers. Building the 30-field argument
     block from the tensors each call cost ~16 us of the ~70 us of host work per call (CPU
-    stand-in, 2026-12-02); copying the template and setting 9 pointers costs ~2.
+    stand-in, 2026-12-02); copying the template and setting 9 pointers costs ~5 there.
     """
 
     def __init__(
@@ -153,8 +153,9 @@ VECTOR_BYTES = 16  # the kernel's cache loads (csrc/paged_decode.cu: 16-byte key
 
 def current_stream(device: torch.device) -> int:
     """The current CUDA stream of ``device`` as a ``cudaStream_t`` int (what a graph capture
-    records). torch's raw-stream accessor skips building a ``torch.cuda.Stream`` object each
-    call; where a torch lacks it, the public API."""
+    records). torch's raw-stream accessor: 0.13 us per call on the H200 host against 3.5 us
+    for ``torch.cuda.current_stream(device).cuda_stream`` (2026-12-02); where a torch lacks
+    it, the public API."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     if _RAW_STREAM is not None:
         return int(_RAW_STREAM(index))
