@@ -30,7 +30,12 @@ from attn_core.core.workspace import Workspace, check_workspace, default_workspa
 from attn_core.device.spec import DeviceSpec
 from attn_core.prefill.fused import run_fused_prefill
 from attn_core.prefill.native_path import run_native_prefill
-from attn_core.prefill.plan import AnyPrefillPlan, PrefillLengths, PrefillPlan
+from attn_core.prefill.plan import (
+    AnyPrefillPlan,
+    PrefillLengths,
+    PrefillPlan,
+    large_scale_dtypes,
+)
 from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.prefill.problem import Problem, SeqSpan
 from attn_core.prefill.torch_path import run_torch_prefill
@@ -84,7 +89,8 @@ def paged_prefix_prefill(
         context_lens: ``[num_seqs]``, cached tokens per sequence (0: plain causal attention).
         max_query_len: the longest query length (sizes the tiles).
         scale: softmax scale; None means ``1/sqrt(head_size)``. Applied in fp32 on every
-            backend (a scale > 1 runs the torch backend with fp32 scores, see ``_fit_scale``).
+            backend (a scale > 1 is a planner input: the torch plan scores in fp32, see
+            :func:`attn_core.prefill.plan.large_scale_dtypes`; a caller's plan gets the same).
         alibi_slopes: ``[num_heads]`` float32 or None.
         sliding_window: None, 0 or -1 (none), or the window in tokens.
         kv_cache_dtype / k_scale / v_scale: cache storage ("auto" or fp8) and its scales.
@@ -146,6 +152,7 @@ def paged_prefix_prefill(
             query.device,
             alibi=alibi_slopes is not None,
             sliding_window=problem.window,
+            large_scale=problem.scale > 1.0,
             backend=backend,
         )
     _check_plan(plan, query, problem, max_query_len)
@@ -162,20 +169,13 @@ def paged_prefix_prefill(
 
 
 def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
-    """The torch backend's plan for a softmax ``scale > 1``: fp32 scores.
-
-    A 2-byte score tile holds logits up to 65504; with ``scale = 65536`` a logit of 1 is
-    already inf and the softmax NaN where the float64 reference is finite (issue 18). Scales
-    <= 1 cannot push a logit past the unscaled product, so the plan stands. Above 1 the
-    scale goes onto fp32 scores (``prefill.torch_path``), at twice the score tile's bytes:
-    such scales are far from any model's ``1 / sqrt(head_size)``.
-    """
+    """A caller's torch plan made without ``large_scale`` for a call whose ``scale > 1``: the
+    planner's fp32-score dtypes (:func:`attn_core.prefill.plan.large_scale_dtypes`), so the
+    2-byte score tile cannot overflow. Plans this module resolves already have them."""
     if plan.backend != "torch" or scale <= 1.0 or plan.score_dtype == torch.float32:
         return plan
-    if plan.pv_dtype == torch.float32:  # the GEMM writes fp32 from 2-byte operands
-        return dataclasses.replace(plan, score_dtype=torch.float32)
-    f32 = torch.float32
-    return dataclasses.replace(plan, score_dtype=f32, matmul_dtype=f32, pv_dtype=f32)
+    matmul, score, pv = large_scale_dtypes(plan.matmul_dtype, plan.score_dtype, plan.pv_dtype)
+    return dataclasses.replace(plan, matmul_dtype=matmul, score_dtype=score, pv_dtype=pv)
 
 
 def prefill_plan_for(
@@ -187,15 +187,17 @@ def prefill_plan_for(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
     backend: Optional[str] = None,
 ) -> AnyPrefillPlan:
     """:func:`attn_core.runtime.resolve.prefill_plan_for` with this module's check runner: the
     profile, the probed capabilities with fused backends narrowed to those that matched the
-    reference
-    (once per process), and ``overrides`` (default: the settings'), ``backend`` winning."""
+    reference (once per process), and ``overrides`` (default: the settings'), ``backend``
+    winning. ``large_scale``: the calls it serves have a softmax scale > 1 (fp32 scores)."""
     return resolve.prefill_plan_for(
         shape, lengths, device, device_spec, overrides, alibi=alibi,
-        sliding_window=sliding_window, backend=backend, run=_run_unverified,
+        sliding_window=sliding_window, large_scale=large_scale, backend=backend,
+        run=_run_unverified,
     )  # fmt: skip
 
 

@@ -16,6 +16,9 @@ Precedence of every decision: an explicit argument (``backend=``, ``overrides=``
 table width, ``backend`` argument, profile and settings generation; :func:`attn_core.
 paged_decode` asks it only for a call key it has not seen (its own steady state is one dict
 lookup), so a steady-state call reads no environment and resolves nothing.
+:func:`cached_prefill_plan` does the same for prefill, keyed on the bucketed lengths
+(:func:`prefill_lengths_bucket`) and the call's features (ALiBi, window, a scale > 1);
+:func:`attn_core.paged_prefix_prefill` keeps its own dict in front of it.
 """
 
 from __future__ import annotations
@@ -149,6 +152,7 @@ def prefill_plan_for(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
     backend: Optional[str] = None,
     run: Runner,
 ) -> AnyPrefillPlan:
@@ -156,11 +160,14 @@ def prefill_plan_for(
     fused backends narrowed to those that matched the reference (``run`` runs the check case;
     checked once per process, :mod:`attn_core.prefill.verify`), the native kernel's variants
     that loaded and verified (:func:`native_prefill_caps`), and ``overrides`` (default: the
-    settings'), ``backend`` winning over both. A native plan carries its verified library."""
+    settings'), ``backend`` winning over both. A native plan carries its verified library.
+    ``alibi`` / ``sliding_window`` / ``large_scale`` (a softmax scale > 1): the call's features,
+    as :func:`attn_core.plan_prefill` takes them."""
     device = check_device("device", device)
     check_backend(backend, PREFILL_BACKENDS)
     _check_resolver_args(shape, lengths, PrefillLengths, device_spec, overrides, PrefillOverrides)
     check_type("alibi", alibi, bool, "a bool")
+    check_type("large_scale", large_scale, bool, "a bool")
     check_window(sliding_window)
     settings = current_overrides()
     chosen = overrides if overrides is not None else settings.prefill
@@ -171,11 +178,13 @@ def prefill_plan_for(
     if caps.fused_prefill and chosen.backend is None and not alibi and not sliding_window:
         caps = verified_capabilities(caps, device, shape.dtype, shape.head_size, run)
     caps, libs = native_prefill_caps(
-        caps, shape, lengths, spec, chosen, device, alibi=alibi, sliding_window=sliding_window
-    )
+        caps, shape, lengths, spec, chosen, device, alibi=alibi, sliding_window=sliding_window,
+        large_scale=large_scale,
+    )  # fmt: skip
     plan = plan_prefill(
-        shape, lengths, spec, caps, chosen, alibi=alibi, sliding_window=sliding_window
-    )
+        shape, lengths, spec, caps, chosen, alibi=alibi, sliding_window=sliding_window,
+        large_scale=large_scale,
+    )  # fmt: skip
     if isinstance(plan, NativePrefillPlan):
         plan = dataclasses.replace(plan, library=libs[plan.variant])
     return plan
@@ -191,6 +200,7 @@ def native_prefill_caps(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
 ) -> tuple[Capabilities, dict]:
     """``caps`` with ``native_prefill`` set to the variants that loaded and verified here, and
     their libraries. Only variants that could win are loaded (a build or a check costs
@@ -215,8 +225,9 @@ def native_prefill_caps(
     bar, rival = float("inf"), ""
     if overrides.backend is None:
         portable = plan_prefill(
-            shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window
-        )
+            shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window,
+            large_scale=large_scale,
+        )  # fmt: skip
         if portable.cost is not None:
             bar, rival = portable.cost.seconds, portable.backend
     libs: dict = {}
