@@ -1,8 +1,11 @@
 """Chunked prefill over a paged prefix: what vLLM 0.6.3's ``PagedAttention.forward_prefix`` does.
 
-validate -> plan (:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused
-backends, overrides; then the pure :func:`attn_core.plan_prefill`) -> execute (torch or fused
-backend).
+validate -> plan -> execute (torch, fused or native backend). The plan is resolved once
+(:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused backends and
+native variants, overrides; then the pure :func:`attn_core.plan_prefill`) per shape, bucketed
+lengths (:func:`attn_core.runtime.resolve.prefill_lengths_bucket`), features, ``backend`` and
+settings generation, then reused: vLLM calls once per layer per chunk, and a steady-state call
+reads no environment and enters no resolver code (``tests/test_prefill_steady_state.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from attn_core.core.checks import (
     check_window,
     resolve_scale,
 )
-from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides
+from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace
 from attn_core.device.spec import DeviceSpec
@@ -135,37 +138,73 @@ def paged_prefix_prefill(
     out = _check_out(out, query)
     workspace = check_workspace(workspace)
     if plan is None:
-        shape = AttentionShape(
-            query.shape[1],
-            problem.layout.num_kv_heads,
-            query.shape[2],
-            problem.layout.block_size,
-            query.dtype,
-            problem.layout.kv_cache_dtype,
-        )
-        lengths = PrefillLengths(
-            max_query_len, _max_context(spans), num_seqs=len(spans), num_tokens=query.shape[0]
-        )
-        plan = prefill_plan_for(
-            shape,
-            lengths,
-            query.device,
-            alibi=alibi_slopes is not None,
-            sliding_window=problem.window,
-            large_scale=problem.scale > 1.0,
-            backend=backend,
-        )
-    _check_plan(plan, query, problem, max_query_len)
+        plan = _resolved_plan(problem, spans, block_tables.shape[1], max_query_len, backend)
+    else:
+        _check_plan(plan, query, problem, max_query_len)
+        _ensure_fused_verified(plan, query)
+        if isinstance(plan, PrefillPlan):
+            plan = _fit_scale(plan, problem.scale)
     if isinstance(plan, NativePrefillPlan):
         lengths_on_device = (query_start_loc, seq_lens, context_lens)
         _run_native(plan, problem, spans, lengths_on_device, max_query_len, out, workspace)
         return out
-    # Checked once per process; a failed check raises here. Meta tensors (the simulator's
-    # traces) run no kernel, so there is nothing to verify there.
-    if plan.backend != "torch" and query.device.type != "meta":
-        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
-    _execute(_fit_scale(plan, problem.scale), problem, spans, out, workspace)
+    _execute(plan, problem, spans, out, workspace)
     return out
+
+
+# ---------------------------------------------------------------------------------------- plan
+_PLANS: dict[tuple, AnyPrefillPlan] = {}
+# Resolving one prefill plan took 65-70 us and ~180 Python calls on the CPU (2026-12-02,
+# torch path, 8/2 heads: resolve.prefill_plan_for timed alone; the whole small call ~1 ms);
+# vLLM calls once per layer per chunk, 64 layers, so ~4.5 ms per chunk went to resolving the
+# same plan again. A key per (chunk sizes, features), each a hit in the resolver's bucketed
+# cache when first seen; cleared when full (a growing context adds a key per chunk).
+_MAX_PLANS = 4096
+
+
+def _resolved_plan(
+    problem: Problem,
+    spans: list[SeqSpan],
+    max_blocks: int,
+    max_query_len: int,
+    backend: Optional[str],
+) -> AnyPrefillPlan:
+    """The plan :func:`paged_prefix_prefill` runs when the caller passes none: one dict lookup
+    on values the call already has (no environment, no resolution); a new key goes through
+    :func:`attn_core.runtime.resolve.cached_prefill_plan` (lengths bucketed up) and, for a
+    fused backend, its once-per-process reference check."""
+    query, layout = problem.query, problem.layout
+    max_context = _max_context(spans)
+    alibi, large_scale = problem.alibi_slopes is not None, problem.scale > 1.0
+    key = (query.shape, query.dtype, query.device, layout.num_kv_heads, layout.block_size,
+           layout.kv_cache_dtype, max_blocks, max_query_len, max_context, len(spans), alibi,
+           problem.window, large_scale, backend, generation())  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    shape = AttentionShape(
+        query.shape[1], layout.num_kv_heads, query.shape[2], layout.block_size, query.dtype,
+        layout.kv_cache_dtype,
+    )  # fmt: skip
+    lengths = resolve.prefill_lengths_bucket(
+        max_query_len, max_context, len(spans), query.shape[0], max_blocks * layout.block_size
+    )
+    plan = resolve.cached_prefill_plan(
+        shape, lengths, query.device, alibi, problem.window, large_scale, backend, None,
+        key[-1], _run_unverified,
+    )  # fmt: skip
+    _ensure_fused_verified(plan, query)
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    return plan
+
+
+def _ensure_fused_verified(plan: AnyPrefillPlan, query: torch.Tensor) -> None:
+    """A fused backend's reference check (once per process; a failed check raises here).
+    Meta tensors (the simulator's traces) run no kernel, so there is nothing to verify."""
+    if plan.backend not in ("torch", "native") and query.device.type != "meta":
+        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
 
 
 def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:

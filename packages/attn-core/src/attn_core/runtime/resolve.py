@@ -190,6 +190,58 @@ def prefill_plan_for(
     return plan
 
 
+def prefill_lengths_bucket(
+    max_query_len: int, max_context_len: int, num_seqs: int, num_tokens: int, capacity: int
+) -> PrefillLengths:
+    """The lengths a cached prefill plan is made for: the call's, each rounded up, so the
+    chunks of a growing context and chunks of varying size share a plan.
+
+    A plan must be made for *at least* the call's sizes (the native kernel's partials and
+    split, :func:`attn_core.prefill.native_path.run_native_prefill`); bigger is exact, since
+    the kernels run on the call's own lengths and an empty split writes nothing to merge.
+
+    - ``max_context_len``: :func:`max_seq_len_bucket` (at most 1/16 or 256 tokens more, capped
+      by the block table's ``capacity``); it decides streaming and the native split only.
+    - ``max_query_len``, ``num_seqs``, ``num_tokens``: exact below 32, then at most 1/16 more
+      (a multiple of ``2^(bits - 5)``), never past the next power of two, so the torch and
+      fused plans' power-of-two query tile is the one the exact length gets.
+    ``num_tokens`` stays within ``num_seqs * max_query_len`` (:class:`PrefillLengths`' bound).
+    """
+    query = _sixteenth_up(max_query_len)
+    seqs = _sixteenth_up(num_seqs)
+    context = max_seq_len_bucket(max_context_len, capacity)
+    tokens = min(seqs * query, _sixteenth_up(num_tokens))
+    return PrefillLengths(query, context, num_seqs=seqs, num_tokens=tokens)
+
+
+def _sixteenth_up(n: int) -> int:
+    step = 1 << max(0, n.bit_length() - 5)
+    return -(-n // step) * step
+
+
+@functools.lru_cache(maxsize=256)
+def cached_prefill_plan(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    device: torch.device,
+    alibi: bool,
+    sliding_window: int,
+    large_scale: bool,
+    backend: Optional[str],
+    device_spec: Optional[DeviceSpec],
+    settings_generation: int,
+    run: Runner,
+) -> AnyPrefillPlan:
+    """:func:`prefill_plan_for`, kept per key (``lengths`` from :func:`prefill_lengths_bucket`;
+    ``settings_generation`` is :func:`attn_core.core.settings.generation`: a reload resolves
+    again). Bounded: 256 keys hold, e.g., 4 shapes x 64 length buckets of one process."""
+    del settings_generation  # part of the key only
+    return prefill_plan_for(
+        shape, lengths, device, device_spec, alibi=alibi, sliding_window=sliding_window,
+        large_scale=large_scale, backend=backend, run=run,
+    )  # fmt: skip
+
+
 def native_prefill_caps(
     caps: Capabilities,
     shape: AttentionShape,
