@@ -116,7 +116,8 @@ def paged_prefix_prefill(
     """
     check_backend(backend, PREFILL_BACKENDS)
     if plan is not None:
-        check_type("plan", plan, PrefillPlan, "None or an attn_core PrefillPlan")
+        expected = "None or an attn_core PrefillPlan or NativePrefillPlan"
+        check_type("plan", plan, (PrefillPlan, NativePrefillPlan), expected)
     problem, spans = _validate(
         query,
         key,
