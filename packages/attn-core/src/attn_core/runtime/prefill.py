@@ -155,11 +155,12 @@ def paged_prefix_prefill(
 
 # ---------------------------------------------------------------------------------------- plan
 _PLANS: dict[tuple, AnyPrefillPlan] = {}
-# Resolving one prefill plan took 65-70 us and ~180 Python calls on the CPU (2026-12-02,
-# torch path, 8/2 heads: resolve.prefill_plan_for timed alone; the whole small call ~1 ms);
-# vLLM calls once per layer per chunk, 64 layers, so ~4.5 ms per chunk went to resolving the
-# same plan again. A key per (chunk sizes, features), each a hit in the resolver's bucketed
-# cache when first seen; cleared when full (a growing context adds a key per chunk).
+# Resolving one prefill plan took 65-70 us on the CPU (2026-12-02, bench/prefill_resolve.py:
+# prefill_plan_for alone, torch path; a small call ~0.6-1 ms, of which 100-150 us went to the
+# plan), ~180 function calls; vLLM calls once per layer per chunk, 64 layers, so ~4.5 ms per
+# chunk resolved the same plan again. A key per (chunk sizes, features), each a hit in the
+# resolver's bucketed cache when first seen; cleared when full (a growing context adds a key
+# per chunk; 4096 keys are a 100K-token context in 25-token chunks).
 _MAX_PLANS = 4096
 
 
