@@ -39,13 +39,23 @@ def case() -> PrefillCase:
     return make_prefill_case(SEQS, 8, 2, 64, 16, torch.float32, seed=7)
 
 
+class Resolutions(list):
+    """Plans the resolver made, in order, and the features each was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[dict] = []
+
+
 @pytest.fixture
-def resolutions(monkeypatch) -> list:
-    """Every plan the resolver makes (behind its cache), in order."""
-    made: list = []
+def resolutions(monkeypatch) -> Resolutions:
+    """Every plan the resolver makes (behind its cache)."""
+    made = Resolutions()
     real = resolve.prefill_plan_for
 
     def counting(*args, **kwargs):
+        features = ("alibi", "sliding_window", "large_scale")
+        made.asked.append({k: kwargs[k] for k in features})
         made.append(real(*args, **kwargs))
         return made[-1]
 
@@ -136,15 +146,22 @@ def test_a_reload_resolves_again(case, settings_env, resolutions) -> None:
 
 
 def test_features_and_large_scales_are_planned_apart(case, resolutions) -> None:
-    """ALiBi, a window and a scale > 1 are planner inputs: each resolves its own plan, and the
-    plan the call runs records fp32 scores for the large scale (issue 18)."""
+    """ALiBi, a window and a scale > 1 are planner inputs: each resolves its own plan (the
+    scale's fp32 scores are the planner's, tests/test_plan_prefill.py), a scale <= 1 shares
+    the default one."""
     ws = Workspace()
     call(case, ws)
+    call(case, ws, scale=0.5)
     call(case, ws, scale=64.0)
-    assert len(resolutions) == 2
-    windowed = dataclasses.replace(case, sliding_window=100)
-    call(windowed, ws)
-    assert len(resolutions) == 3
+    call(dataclasses.replace(case, sliding_window=100), ws)
+    slopes = torch.linspace(0.1, 0.8, case.query.shape[1])
+    call(dataclasses.replace(case, alibi_slopes=slopes), ws)
+    assert resolutions.asked == [
+        {"alibi": False, "sliding_window": 0, "large_scale": False},
+        {"alibi": False, "sliding_window": 0, "large_scale": True},
+        {"alibi": False, "sliding_window": 100, "large_scale": False},
+        {"alibi": True, "sliding_window": 0, "large_scale": False},
+    ]
 
 
 def test_bucketed_lengths_cover_the_call() -> None:
