@@ -79,6 +79,7 @@ def prefill_plan(
     alibi: bool = False,
     sliding_window: Optional[int] = None,
     score_dtype: Optional[torch.dtype] = None,
+    large_scale: bool = False,
     **overrides,
 ) -> PrefillPlan:
     """``overrides``: :class:`PrefillOverrides` fields (backend, budget_bytes, stream, tiles)."""
@@ -96,4 +97,5 @@ def prefill_plan(
         PrefillOverrides(**overrides),
         alibi=alibi,
         sliding_window=sliding_window or 0,
+        large_scale=large_scale,
     )

@@ -204,6 +204,7 @@ PLAN_SPOILS = [
     (_plan_prefill, "alibi", {"alibi": "yes"}),
     (_plan_prefill, "sliding_window", {"sliding_window": 2.5}),
     (_plan_prefill, "sliding_window", {"sliding_window": True}),
+    (_plan_prefill, "large_scale", {"large_scale": 1}),
     (_decode_plan_for, "shape", {"shape": None}),
     (_decode_plan_for, "lengths", {"lengths": None}),
     (_decode_plan_for, "device", {"device": 1.5}),
@@ -220,6 +221,7 @@ PLAN_SPOILS = [
     (_prefill_plan_for, "overrides", {"overrides": DecodeOverrides()}),
     (_prefill_plan_for, "backend", {"backend": True}),
     (_prefill_plan_for, "sliding_window", {"sliding_window": "4"}),
+    (_prefill_plan_for, "large_scale", {"large_scale": "yes"}),
 ]
 
 

@@ -106,6 +106,46 @@ def test_streaming_decision() -> None:
     assert off.stream_chunk == 0
 
 
+# (query dtype, GEMM writes fp32, forced score dtype) -> (matmul, score, pv) at a scale > 1
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+LARGE_SCALE_DTYPES = [
+    ((F16, True, None), (F16, F32, F32)),  # fp32 scores straight from the 2-byte GEMM
+    ((F16, False, None), (F32, F32, F32)),  # no fp32 GEMM output (BI-V100's torch 2.1)
+    ((BF16, True, None), (BF16, F32, F32)),  # already fp32 scores: unchanged
+    ((BF16, False, None), (F32, F32, F32)),
+    ((F16, True, F16), (F16, F32, F32)),  # a forced 2-byte score tile would overflow too
+    ((F16, False, F16), (F32, F32, F32)),
+]
+
+
+@pytest.mark.parametrize("inputs, want", LARGE_SCALE_DTYPES, ids=str)
+def test_large_scale_plans_fp32_scores(inputs, want) -> None:
+    """Issue 18's rule is the planner's: a scale > 1 scores in fp32 on the torch plan, and the
+    tiles are sized for those scores (the plan records what runs)."""
+    dtype, gemm_fp32, forced = inputs
+    kw = dict(device="cuda", bmm_writes_fp32=gemm_fp32, score_dtype=forced, backend="torch")
+    small = prefill_plan(24, 4, 256, dtype, 8192, **kw)
+    large = prefill_plan(24, 4, 256, dtype, 8192, large_scale=True, **kw)
+    assert (large.matmul_dtype, large.score_dtype, large.pv_dtype) == want
+    assert large.workspace_bytes <= large.budget_bytes
+    if small.score_dtype != F32:
+        assert small.score_dtype == (forced or dtype)  # scale <= 1 keeps the 2-byte tile
+        assert large.query_tile <= small.query_tile
+        tiles = dict(query_tile=small.query_tile, key_tile=small.key_tile)
+        same_tiles = prefill_plan(24, 4, 256, dtype, 8192, large_scale=True, **kw, **tiles)
+        assert same_tiles.workspace_bytes > small.workspace_bytes  # sized for 4-byte scores
+    else:
+        assert large == small
+
+
+def test_large_scale_leaves_fused_plans_alone() -> None:
+    """The fused kernels apply the scale in fp32 already: the same plan either way."""
+    kw = dict(device="cuda", fused=("sdpa",), bmm_writes_fp32=True)
+    small = prefill_plan(24, 4, 256, torch.float16, 8192, **kw)
+    assert small.backend == "sdpa"
+    assert prefill_plan(24, 4, 256, torch.float16, 8192, large_scale=True, **kw) == small
+
+
 def test_steps_describe_one_tile_update() -> None:
     spec = get_device_spec("bi-v100")
     plan = prefill_plan(

@@ -85,3 +85,28 @@ def test_out_and_plan_mismatches(case) -> None:
     wrong = prefill_plan(8, 2, 128, torch.float16, 5)
     with pytest.raises(ValueError, match="plan must be for"):
         paged_prefix_prefill(*case.args(), plan=wrong)
+
+
+def test_a_callers_native_plan_is_taken_and_says_why_it_cannot_run(case) -> None:
+    """A pure :class:`NativePrefillPlan` is a plan the entry point accepts (not a type error);
+    on the CPU its library cannot load, and the error says so."""
+    from attn_core import (
+        AttentionShape,
+        Capabilities,
+        PrefillLengths,
+        PrefillOverrides,
+        get_device_spec,
+        paged_prefix_prefill,
+        plan_prefill,
+    )
+
+    plan = plan_prefill(
+        AttentionShape(8, 2, 64, 16, torch.float16), PrefillLengths(5, 20, num_seqs=3),
+        get_device_spec("h200"), Capabilities(device_type="cuda", native_prefill=("wmma",)),
+        PrefillOverrides(backend="native"),
+    )  # fmt: skip
+    assert plan.backend == "native"
+    with pytest.raises(ValueError, match=r"'native' \(wmma\) but it cannot run here: needs a CUDA"):
+        paged_prefix_prefill(*case.args(), plan=plan)
+    with pytest.raises(TypeError, match="plan must be None or an attn_core PrefillPlan or Native"):
+        paged_prefix_prefill(*case.args(), plan="native")  # type: ignore[arg-type]

@@ -14,7 +14,6 @@ from attn_core.core import verify_once
 from attn_core.core.settings import PrefillOverrides
 from attn_core.device.capabilities import Capabilities
 from attn_core.native import prefill_readiness, prefill_verify
-from attn_core.prefill.plan import plan_prefill
 from attn_core.reference import make_prefill_case
 from attn_core.runtime import resolve
 from attn_core.runtime.prefill import paged_prefix_prefill
@@ -79,8 +78,7 @@ def test_unverified_takes_torch_with_the_reason(fake) -> None:
     caps, _ = native_caps(SLOW_HBM)
     assert caps.native_prefill == ()
     assert "wmma not verified here (fake check)" in caps.native_prefill_why
-    from attn_core.prefill.plan import plan_prefill
-
+    
     p = plan_prefill(QWEN, LENGTHS, SLOW_HBM, caps)
     assert p.backend == "torch" and "wmma not verified here" in p.backend_reason
 
@@ -132,17 +130,3 @@ def test_forced_native_by_the_environment(settings_env) -> None:
         paged_prefix_prefill(*case.args())
     out = paged_prefix_prefill(*case.args(), backend="torch")  # the argument wins
     assert torch.isfinite(out).all()
-
-
-def test_a_callers_native_plan_is_accepted_and_resolved_here() -> None:
-    """A pure NativePrefillPlan passed as ``plan=`` reaches the resolver (which attaches its
-    library; on this CPU it names why it cannot), never a type error: the H200 run of
-    2026-12-02 found the boundary check refusing every caller's native plan."""
-    case = make_prefill_case([(5, 3)], 4, 2, 64, 16, torch.float16, "cpu")
-    shape = AttentionShape(4, 2, 64, 16, torch.float16)
-    caps = Capabilities(device_type="cuda", native_prefill=("wmma",))
-    plan = plan_prefill(shape, PrefillLengths(3, 5), get_device_spec("h200"), caps,
-                        PrefillOverrides(backend="native"))  # fmt: skip
-    assert isinstance(plan, NativePrefillPlan) and plan.library is None
-    with pytest.raises(ValueError, match=r"plan.backend is 'native' \(wmma\) but it cannot run"):
-        paged_prefix_prefill(*case.args(), plan=plan)

@@ -161,10 +161,12 @@ def test_prefill_finite_and_close_at_extreme_scales(
     _check(out, ref, values_max, dtype, _logit_error(scale, case.query, keys_max))
 
 
+@pytest.mark.parametrize("planned", (False, True), ids=("caller-plan", "planned-large-scale"))
 @pytest.mark.parametrize("scale", (0.5, 16384.0, 65536.0))
-def test_prefill_two_byte_score_plan_takes_a_large_scale_in_fp32(scale) -> None:
+def test_prefill_two_byte_score_plan_takes_a_large_scale_in_fp32(scale, planned) -> None:
     """The CUDA fp16 plan's 2-byte score tile, forced on the CPU: a scale > 1 runs with fp32
-    scores (``runtime.prefill._fit_scale``) instead of overflowing the tile."""
+    scores instead of overflowing the tile. The planner chooses them when told
+    (``large_scale``); a caller's plan made without it gets the same dtypes at the call."""
     from attn_core import AttentionShape, PrefillLengths, PrefillOverrides, prefill_plan_for
 
     case = make_prefill_case([(20, 9), (5, 4)], 8, 2, 64, 16, torch.float16, seed=3)
@@ -172,8 +174,10 @@ def test_prefill_two_byte_score_plan_takes_a_large_scale_in_fp32(scale) -> None:
     plan = prefill_plan_for(
         shape, PrefillLengths(9, 20), torch.device("cpu"),
         overrides=PrefillOverrides(backend="torch", score_dtype="float16"),
+        large_scale=planned and scale > 1,
     )  # fmt: skip
-    assert plan.score_dtype == torch.float16
+    want = torch.float32 if planned and scale > 1 else torch.float16
+    assert plan.score_dtype == want
     if scale <= 1 and not _cpu_has_half_baddbmm():
         pytest.skip("this torch's CPU has no fp16 baddbmm (torch 2.1); the 2-byte tile needs it")
     out = poisoned_like(case.query)

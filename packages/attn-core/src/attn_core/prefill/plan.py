@@ -175,6 +175,7 @@ def plan_prefill(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
 ) -> AnyPrefillPlan:
     """Plan one prefill call: a pure function of its arguments (no environment, no kernels).
 
@@ -189,6 +190,9 @@ def plan_prefill(
         overrides: forced backend, budget, streaming, tiles, score dtype (None: the plan's).
         alibi / sliding_window: features of the call (the fused backends take neither; the
             native kernel takes both).
+        large_scale: the call's softmax scale exceeds 1; the torch plan then scores in fp32
+            (:func:`large_scale_dtypes`, issue 18), a forced ``score_dtype`` included. The
+            fused and native backends apply the scale in fp32 already.
 
     The backend is the cheapest (:mod:`attn_core.prefill.cost`) of the torch path, the fused
     backend where the call allows it, and each verified native variant; a forced one is taken
@@ -202,11 +206,12 @@ def plan_prefill(
         ("overrides", overrides, PrefillOverrides),
     )  # fmt: skip
     check_type("alibi", alibi, bool, "a bool")
+    check_type("large_scale", large_scale, bool, "a bool")
     check_window(sliding_window)
     overrides = overrides if overrides is not None else PrefillOverrides()
     if overrides.backend == "native":
         return _forced_native(shape, lengths, spec, caps, overrides)
-    plan = _portable_plan(shape, lengths, spec, caps, overrides, alibi, sliding_window)
+    plan = _portable_plan(shape, lengths, spec, caps, overrides, alibi, sliding_window, large_scale)
     if overrides.backend is not None:
         return plan
     native, why = _cheapest_native(shape, lengths, spec, caps, overrides)
@@ -311,12 +316,18 @@ def _portable_plan(
     overrides: PrefillOverrides,
     alibi: bool,
     sliding_window: int,
+    large_scale: bool,
 ) -> PrefillPlan:
     """The torch or fused plan (the cheaper of the two where the fused one may run)."""
     dtype, head_size = shape.dtype, shape.head_size
     budget = overrides.budget_bytes or DEFAULT_BUDGET_BYTES
     forced_scores = dtype_from_name(overrides.score_dtype) if overrides.score_dtype else None
     matmul_dtype, score_dtype = _score_dtypes(dtype, caps, forced_scores)
+    pv_dtype = _pv_dtype(matmul_dtype, caps)
+    if large_scale:  # before the tiles are sized: fp32 scores take twice the bytes
+        matmul_dtype, score_dtype, pv_dtype = large_scale_dtypes(
+            matmul_dtype, score_dtype, pv_dtype
+        )
     chosen, reason = _choose_backend(overrides.backend, caps, dtype, alibi, sliding_window)
     sizing = _TileSizing(
         shape.num_heads,
@@ -355,7 +366,7 @@ def _portable_plan(
         dtype=dtype,
         score_dtype=score_dtype,
         matmul_dtype=matmul_dtype,
-        pv_dtype=_pv_dtype(matmul_dtype, caps),
+        pv_dtype=pv_dtype,
         max_query_len=lengths.max_query_len,
         query_tile=tq,
         key_tile=tk,
@@ -477,7 +488,7 @@ def _score_dtypes(
     - GPU bf16: bf16 operands, fp32 scores where ``caps.bmm_writes_fp32`` (recent torch):
       bf16's 8-bit significand would put a logit of 30 off by up to 0.06 (6 % on its weight).
       Without it (torch 2.1), bf16 scores, and that error stands.
-    ``forced`` (tests, sweeps) sets both.
+    ``forced`` (tests, sweeps) sets both. A scale > 1 then takes :func:`large_scale_dtypes`.
     """
     if forced is not None:
         return forced, forced
@@ -486,6 +497,28 @@ def _score_dtypes(
     if dtype == torch.bfloat16 and caps.bmm_writes_fp32:
         return dtype, torch.float32
     return dtype, dtype
+
+
+def large_scale_dtypes(
+    matmul_dtype: torch.dtype, score_dtype: torch.dtype, pv_dtype: torch.dtype
+) -> tuple[torch.dtype, torch.dtype, torch.dtype]:
+    """``(matmul, score, pv)`` dtypes of the torch backend for a softmax ``scale > 1``.
+
+    A 2-byte score tile holds logits up to 65504; with ``scale = 65536`` a logit of 1 is
+    already inf and the softmax NaN where the float64 reference is finite (issue 18). Scales
+    <= 1 cannot push a logit past the unscaled product, so only ``scale > 1`` gets fp32 scores
+    (:mod:`attn_core.prefill.torch_path` then applies the scale to them), at twice the score
+    tile's bytes: such scales are far from any model's ``1 / sqrt(head_size)``. Where the GEMM
+    writes fp32 from the 2-byte operands (``pv_dtype`` fp32 says so) the operands stay 2-byte;
+    otherwise everything is fp32. The planner applies this before sizing tiles; the entry point
+    applies it to a caller's plan made without ``large_scale``.
+    """
+    f32 = torch.float32
+    if score_dtype == f32:
+        return matmul_dtype, score_dtype, pv_dtype
+    if pv_dtype == f32:
+        return matmul_dtype, f32, f32
+    return f32, f32, f32
 
 
 def _pv_dtype(matmul_dtype: torch.dtype, caps: Capabilities) -> torch.dtype:

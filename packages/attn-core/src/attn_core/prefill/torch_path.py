@@ -106,7 +106,9 @@ class _SoftmaxState:
 
         self.plan = plan
         self.problem = problem
-        self.kvh, self.group, self.hs = plan.num_kv_heads, plan.group_size, plan.head_size
+        # group from the fields, not the plan's property: running a plan enters no planner code
+        self.kvh, self.hs = plan.num_kv_heads, plan.head_size
+        self.group = plan.num_heads // plan.num_kv_heads
         rows = self.kvh * self.group * plan.query_tile
         sd, md = plan.score_dtype, plan.matmul_dtype
         self._scores = buf("scores", rows * plan.key_tile, sd)

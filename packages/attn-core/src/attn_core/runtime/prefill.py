@@ -1,8 +1,11 @@
 """Chunked prefill over a paged prefix: what vLLM 0.6.3's ``PagedAttention.forward_prefix`` does.
 
-validate -> plan (:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused
-backends, overrides; then the pure :func:`attn_core.plan_prefill`) -> execute (torch or fused
-backend).
+validate -> plan -> execute (torch, fused or native backend). The plan is resolved once
+(:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused backends and
+native variants, overrides; then the pure :func:`attn_core.plan_prefill`) per shape, bucketed
+lengths (:func:`attn_core.runtime.resolve.prefill_lengths_bucket`), features, ``backend`` and
+settings generation, then reused: vLLM calls once per layer per chunk, and a steady-state call
+reads no environment and enters no resolver code (``tests/test_prefill_steady_state.py``).
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from attn_core.core.checks import (
     check_window,
     resolve_scale,
 )
-from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides
+from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace
 from attn_core.device.spec import DeviceSpec
 from attn_core.prefill.fused import run_fused_prefill
 from attn_core.prefill.native_path import run_native_prefill
-from attn_core.prefill.plan import AnyPrefillPlan, PrefillLengths, PrefillPlan
+from attn_core.prefill.plan import (
+    AnyPrefillPlan,
+    PrefillLengths,
+    PrefillPlan,
+    large_scale_dtypes,
+)
 from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.prefill.problem import Problem, SeqSpan
 from attn_core.prefill.torch_path import run_torch_prefill
@@ -84,7 +92,8 @@ def paged_prefix_prefill(
         context_lens: ``[num_seqs]``, cached tokens per sequence (0: plain causal attention).
         max_query_len: the longest query length (sizes the tiles).
         scale: softmax scale; None means ``1/sqrt(head_size)``. Applied in fp32 on every
-            backend (a scale > 1 runs the torch backend with fp32 scores, see ``_fit_scale``).
+            backend (a scale > 1 is a planner input: the torch plan scores in fp32, see
+            :func:`attn_core.prefill.plan.large_scale_dtypes`; a caller's plan gets the same).
         alibi_slopes: ``[num_heads]`` float32 or None.
         sliding_window: None, 0 or -1 (none), or the window in tokens.
         kv_cache_dtype / k_scale / v_scale: cache storage ("auto" or fp8) and its scales.
@@ -107,10 +116,8 @@ def paged_prefix_prefill(
     """
     check_backend(backend, PREFILL_BACKENDS)
     if plan is not None:
-        check_type(
-            "plan", plan, (PrefillPlan, NativePrefillPlan),
-            "None or an attn_core PrefillPlan / NativePrefillPlan",
-        )  # fmt: skip
+        expected = "None or an attn_core PrefillPlan or NativePrefillPlan"
+        check_type("plan", plan, (PrefillPlan, NativePrefillPlan), expected)
     problem, spans = _validate(
         query,
         key,
@@ -132,53 +139,84 @@ def paged_prefix_prefill(
     out = _check_out(out, query)
     workspace = check_workspace(workspace)
     if plan is None:
-        shape = AttentionShape(
-            query.shape[1],
-            problem.layout.num_kv_heads,
-            query.shape[2],
-            problem.layout.block_size,
-            query.dtype,
-            problem.layout.kv_cache_dtype,
-        )
-        lengths = PrefillLengths(
-            max_query_len, _max_context(spans), num_seqs=len(spans), num_tokens=query.shape[0]
-        )
-        plan = prefill_plan_for(
-            shape,
-            lengths,
-            query.device,
-            alibi=alibi_slopes is not None,
-            sliding_window=problem.window,
-            backend=backend,
-        )
-    _check_plan(plan, query, problem, max_query_len)
+        plan = _resolved_plan(problem, spans, block_tables.shape[1], max_query_len, backend)
+    else:
+        _check_plan(plan, query, problem, max_query_len)
+        _ensure_fused_verified(plan, query)
+        if isinstance(plan, PrefillPlan):
+            plan = _fit_scale(plan, problem.scale)
     if isinstance(plan, NativePrefillPlan):
         lengths_on_device = (query_start_loc, seq_lens, context_lens)
         _run_native(plan, problem, spans, lengths_on_device, max_query_len, out, workspace)
         return out
-    # Checked once per process; a failed check raises here. Meta tensors (the simulator's
-    # traces) run no kernel, so there is nothing to verify there.
-    if plan.backend != "torch" and query.device.type != "meta":
-        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
-    _execute(_fit_scale(plan, problem.scale), problem, spans, out, workspace)
+    _execute(plan, problem, spans, out, workspace)
     return out
 
 
-def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
-    """The torch backend's plan for a softmax ``scale > 1``: fp32 scores.
+# ---------------------------------------------------------------------------------------- plan
+_PLANS: dict[tuple, AnyPrefillPlan] = {}
+# Resolving one prefill plan took 65-70 us on the CPU (2026-12-02, bench/prefill_resolve.py:
+# prefill_plan_for alone, torch path; a small call ~0.6-1 ms, of which 100-150 us went to the
+# plan), ~180 function calls; vLLM calls once per layer per chunk, 64 layers, so ~4.5 ms per
+# chunk resolved the same plan again. A key per (chunk sizes, features), each a hit in the
+# resolver's bucketed cache when first seen; cleared when full (a growing context adds a key
+# per chunk; 4096 keys are a 100K-token context in 25-token chunks).
+_MAX_PLANS = 4096
 
-    A 2-byte score tile holds logits up to 65504; with ``scale = 65536`` a logit of 1 is
-    already inf and the softmax NaN where the float64 reference is finite (issue 18). Scales
-    <= 1 cannot push a logit past the unscaled product, so the plan stands. Above 1 the
-    scale goes onto fp32 scores (``prefill.torch_path``), at twice the score tile's bytes:
-    such scales are far from any model's ``1 / sqrt(head_size)``.
-    """
+
+def _resolved_plan(
+    problem: Problem,
+    spans: list[SeqSpan],
+    max_blocks: int,
+    max_query_len: int,
+    backend: Optional[str],
+) -> AnyPrefillPlan:
+    """The plan :func:`paged_prefix_prefill` runs when the caller passes none: one dict lookup
+    on values the call already has (no environment, no resolution); a new key goes through
+    :func:`attn_core.runtime.resolve.cached_prefill_plan` (lengths bucketed up) and, for a
+    fused backend, its once-per-process reference check."""
+    query, layout = problem.query, problem.layout
+    max_context = _max_context(spans)
+    alibi, large_scale = problem.alibi_slopes is not None, problem.scale > 1.0
+    key = (query.shape, query.dtype, query.device, layout.num_kv_heads, layout.block_size,
+           layout.kv_cache_dtype, max_blocks, max_query_len, max_context, len(spans), alibi,
+           problem.window, large_scale, backend, generation())  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    shape = AttentionShape(
+        query.shape[1], layout.num_kv_heads, query.shape[2], layout.block_size, query.dtype,
+        layout.kv_cache_dtype,
+    )  # fmt: skip
+    lengths = resolve.prefill_lengths_bucket(
+        max_query_len, max_context, len(spans), query.shape[0], max_blocks * layout.block_size
+    )
+    plan = resolve.cached_prefill_plan(
+        shape, lengths, query.device, alibi, problem.window, large_scale, backend, None,
+        key[-1], _run_unverified,
+    )  # fmt: skip
+    _ensure_fused_verified(plan, query)
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    return plan
+
+
+def _ensure_fused_verified(plan: AnyPrefillPlan, query: torch.Tensor) -> None:
+    """A fused backend's reference check (once per process; a failed check raises here).
+    Meta tensors (the simulator's traces) run no kernel, so there is nothing to verify."""
+    if plan.backend not in ("torch", "native") and query.device.type != "meta":
+        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
+
+
+def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
+    """A caller's torch plan made without ``large_scale`` for a call whose ``scale > 1``: the
+    planner's fp32-score dtypes (:func:`attn_core.prefill.plan.large_scale_dtypes`), so the
+    2-byte score tile cannot overflow. Plans this module resolves already have them."""
     if plan.backend != "torch" or scale <= 1.0 or plan.score_dtype == torch.float32:
         return plan
-    if plan.pv_dtype == torch.float32:  # the GEMM writes fp32 from 2-byte operands
-        return dataclasses.replace(plan, score_dtype=torch.float32)
-    f32 = torch.float32
-    return dataclasses.replace(plan, score_dtype=f32, matmul_dtype=f32, pv_dtype=f32)
+    matmul, score, pv = large_scale_dtypes(plan.matmul_dtype, plan.score_dtype, plan.pv_dtype)
+    return dataclasses.replace(plan, matmul_dtype=matmul, score_dtype=score, pv_dtype=pv)
 
 
 def prefill_plan_for(
@@ -190,15 +228,17 @@ def prefill_plan_for(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
     backend: Optional[str] = None,
 ) -> AnyPrefillPlan:
     """:func:`attn_core.runtime.resolve.prefill_plan_for` with this module's check runner: the
     profile, the probed capabilities with fused backends narrowed to those that matched the
-    reference
-    (once per process), and ``overrides`` (default: the settings'), ``backend`` winning."""
+    reference (once per process), and ``overrides`` (default: the settings'), ``backend``
+    winning. ``large_scale``: the calls it serves have a softmax scale > 1 (fp32 scores)."""
     return resolve.prefill_plan_for(
         shape, lengths, device, device_spec, overrides, alibi=alibi,
-        sliding_window=sliding_window, backend=backend, run=_run_unverified,
+        sliding_window=sliding_window, large_scale=large_scale, backend=backend,
+        run=_run_unverified,
     )  # fmt: skip
 
 

@@ -16,6 +16,9 @@ Precedence of every decision: an explicit argument (``backend=``, ``overrides=``
 table width, ``backend`` argument, profile and settings generation; :func:`attn_core.
 paged_decode` asks it only for a call key it has not seen (its own steady state is one dict
 lookup), so a steady-state call reads no environment and resolves nothing.
+:func:`cached_prefill_plan` does the same for prefill, keyed on the bucketed lengths
+(:func:`prefill_lengths_bucket`) and the call's features (ALiBi, window, a scale > 1);
+:func:`attn_core.paged_prefix_prefill` keeps its own dict in front of it.
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ def prefill_plan_for(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
     backend: Optional[str] = None,
     run: Runner,
 ) -> AnyPrefillPlan:
@@ -146,11 +150,14 @@ def prefill_plan_for(
     fused backends narrowed to those that matched the reference (``run`` runs the check case;
     checked once per process, :mod:`attn_core.prefill.verify`), the native kernel's variants
     that loaded and verified (:func:`native_prefill_caps`), and ``overrides`` (default: the
-    settings'), ``backend`` winning over both. A native plan carries its verified library."""
+    settings'), ``backend`` winning over both. A native plan carries its verified library.
+    ``alibi`` / ``sliding_window`` / ``large_scale`` (a softmax scale > 1): the call's features,
+    as :func:`attn_core.plan_prefill` takes them."""
     device = check_device("device", device)
     check_backend(backend, PREFILL_BACKENDS)
     _check_resolver_args(shape, lengths, PrefillLengths, device_spec, overrides, PrefillOverrides)
     check_type("alibi", alibi, bool, "a bool")
+    check_type("large_scale", large_scale, bool, "a bool")
     check_window(sliding_window)
     settings = current_overrides()
     chosen = overrides if overrides is not None else settings.prefill
@@ -161,14 +168,68 @@ def prefill_plan_for(
     if caps.fused_prefill and chosen.backend is None and not alibi and not sliding_window:
         caps = verified_capabilities(caps, device, shape.dtype, shape.head_size, run)
     caps, libs = native_prefill_caps(
-        caps, shape, lengths, spec, chosen, device, alibi=alibi, sliding_window=sliding_window
-    )
+        caps, shape, lengths, spec, chosen, device, alibi=alibi, sliding_window=sliding_window,
+        large_scale=large_scale,
+    )  # fmt: skip
     plan = plan_prefill(
-        shape, lengths, spec, caps, chosen, alibi=alibi, sliding_window=sliding_window
-    )
+        shape, lengths, spec, caps, chosen, alibi=alibi, sliding_window=sliding_window,
+        large_scale=large_scale,
+    )  # fmt: skip
     if isinstance(plan, NativePrefillPlan):
         plan = dataclasses.replace(plan, library=libs[plan.variant])
     return plan
+
+
+def prefill_lengths_bucket(
+    max_query_len: int, max_context_len: int, num_seqs: int, num_tokens: int, capacity: int
+) -> PrefillLengths:
+    """The lengths a cached prefill plan is made for: the call's, each rounded up, so the
+    chunks of a growing context and chunks of varying size share a plan.
+
+    A plan must be made for *at least* the call's sizes (the native kernel's partials and
+    split, :func:`attn_core.prefill.native_path.run_native_prefill`); bigger is exact, since
+    the kernels run on the call's own lengths and an empty split writes nothing to merge.
+
+    - ``max_context_len``: :func:`max_seq_len_bucket` (at most 1/16 or 256 tokens more, capped
+      by the block table's ``capacity``); it decides streaming and the native split only.
+    - ``max_query_len``, ``num_seqs``, ``num_tokens``: exact below 32, then at most 1/16 more
+      (a multiple of ``2^(bits - 5)``), never past the next power of two, so the torch and
+      fused plans' power-of-two query tile is the one the exact length gets.
+    ``num_tokens`` stays within ``num_seqs * max_query_len`` (:class:`PrefillLengths`' bound).
+    """
+    query = _sixteenth_up(max_query_len)
+    seqs = _sixteenth_up(num_seqs)
+    context = max_seq_len_bucket(max_context_len, capacity)
+    tokens = min(seqs * query, _sixteenth_up(num_tokens))
+    return PrefillLengths(query, context, num_seqs=seqs, num_tokens=tokens)
+
+
+def _sixteenth_up(n: int) -> int:
+    step = 1 << max(0, n.bit_length() - 5)
+    return -(-n // step) * step
+
+
+@functools.lru_cache(maxsize=256)
+def cached_prefill_plan(
+    shape: AttentionShape,
+    lengths: PrefillLengths,
+    device: torch.device,
+    alibi: bool,
+    sliding_window: int,
+    large_scale: bool,
+    backend: Optional[str],
+    device_spec: Optional[DeviceSpec],
+    settings_generation: int,
+    run: Runner,
+) -> AnyPrefillPlan:
+    """:func:`prefill_plan_for`, kept per key (``lengths`` from :func:`prefill_lengths_bucket`;
+    ``settings_generation`` is :func:`attn_core.core.settings.generation`: a reload resolves
+    again). Bounded: 256 keys hold, e.g., 4 shapes x 64 length buckets of one process."""
+    del settings_generation  # part of the key only
+    return prefill_plan_for(
+        shape, lengths, device, device_spec, alibi=alibi, sliding_window=sliding_window,
+        large_scale=large_scale, backend=backend, run=run,
+    )  # fmt: skip
 
 
 def native_prefill_caps(
@@ -181,6 +242,7 @@ def native_prefill_caps(
     *,
     alibi: bool = False,
     sliding_window: int = 0,
+    large_scale: bool = False,
 ) -> tuple[Capabilities, dict]:
     """``caps`` with ``native_prefill`` set to the variants that loaded and verified here, and
     their libraries. Only variants that could win are loaded (a build or a check costs
@@ -205,8 +267,9 @@ def native_prefill_caps(
     bar, rival = float("inf"), ""
     if overrides.backend is None:
         portable = plan_prefill(
-            shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window
-        )
+            shape, lengths, spec, caps, overrides, alibi=alibi, sliding_window=sliding_window,
+            large_scale=large_scale,
+        )  # fmt: skip
         if portable.cost is not None:
             bar, rival = portable.cost.seconds, portable.backend
     libs: dict = {}
