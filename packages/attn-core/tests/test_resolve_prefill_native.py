@@ -14,6 +14,7 @@ from attn_core.core import verify_once
 from attn_core.core.settings import PrefillOverrides
 from attn_core.device.capabilities import Capabilities
 from attn_core.native import prefill_readiness, prefill_verify
+from attn_core.prefill.plan import plan_prefill
 from attn_core.reference import make_prefill_case
 from attn_core.runtime import resolve
 from attn_core.runtime.prefill import paged_prefix_prefill
@@ -78,7 +79,6 @@ def test_unverified_takes_torch_with_the_reason(fake) -> None:
     caps, _ = native_caps(SLOW_HBM)
     assert caps.native_prefill == ()
     assert "wmma not verified here (fake check)" in caps.native_prefill_why
-    
     p = plan_prefill(QWEN, LENGTHS, SLOW_HBM, caps)
     assert p.backend == "torch" and "wmma not verified here" in p.backend_reason
 
