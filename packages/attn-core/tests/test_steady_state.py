@@ -17,6 +17,7 @@ from attn_core import paged_decode
 from attn_core.core import settings
 from attn_core.core.cache_layout import validate_caches
 from attn_core.core.workspace import Workspace
+from attn_core.decode.bounds import max_seq_len_bucket
 from attn_core.reference import make_paged_case, reference_decode
 from attn_core.runtime.decode import plan_for
 
@@ -80,9 +81,11 @@ def test_a_second_identical_call_reads_no_environment(case, monkeypatch) -> None
     second = call(case, 1000, ws)
     assert counting.reads == 0
     assert torch.equal(first, second)
-    # a longer max_seq_len in the same bucket, and a new bucket: still no environment read
+    # a longer max_seq_len in the same bucket, and a new one: still no environment read
+    capacity = case.block_tables.shape[1] * 16
+    assert max_seq_len_bucket(1030, capacity) != max_seq_len_bucket(1000, capacity)
     call(case, 1001, ws)
-    call(case, 1008, ws)
+    call(case, 1030, ws)
     assert counting.reads == 0
 
 
