@@ -10,7 +10,8 @@ block tables):
   (issue 17's method: 0.32 ms at 1 x 8K at commit 9b96aa2);
 - ``host``: ``time.perf_counter`` around the same call with the stream kept busy by a long
   kernel in front, so the call only enqueues: the Python cost alone;
-- ``graph``: the same call captured once in a CUDA graph and replayed (the kernel alone).
+- ``graph``: the same call captured once in a CUDA graph and replayed back to back (the kernel
+  alone; ``_timing.graph_ms``).
 
 The first call of a shape resolves its plan (device, capabilities, verification): that cost is
 left out by the warm-up, since vLLM pays it once per process. Prints a table, writes
@@ -29,7 +30,7 @@ from typing import Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import device_info, print_table, write_results  # noqa: E402
+from _timing import device_info, graph_ms, print_table, write_results  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 ROWS = ((1, 8192), (1, 100_000), (8, 100_000))
@@ -86,25 +87,6 @@ def _host_ms(fn, reps: int = 20) -> float:
     return statistics.median(times)
 
 
-def _graph_ms(fn, reps: int = 50) -> float:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/eager_overhead.py", description=__doc__)
     parser.add_argument("--out", default="results", help="directory for eager_overhead.json")
@@ -130,7 +112,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 "batch x ctx": f"{batch} x {tokens}",
                 "eager ms": _events_ms(call),
                 "host ms": _host_ms(call),
-                "graph ms": _graph_ms(call),
+                "graph ms": graph_ms([call])[0],
                 "note": "",
             })  # fmt: skip
     columns = ["backend", "batch x ctx", "eager ms", "host ms", "graph ms", "note"]

@@ -65,7 +65,8 @@ def splits(batch: int, tokens: int, sm_count: int, blocks_per_sm: int) -> list[t
 
 def run(variants: Path, shapes_arg: str) -> int:
     import torch
-    from native_decode_bench import PagedKV, copy_bandwidth, graph_ms, native_step
+    from _timing import graph_ms
+    from native_decode_bench import PagedKV, copy_bandwidth, native_step
     from tabulate import tabulate
 
     from attn_core.native import abi
@@ -91,14 +92,14 @@ def run(variants: Path, shapes_arg: str) -> int:
                "spill": facts.local_bytes}  # fmt: skip
         for (b, t), cs in cases.items():
             best = min(
-                (graph_ms([native_step(lib, c, p, ps) for c in cs]), p, ps)
+                (graph_ms([native_step(lib, c, p, ps) for c in cs])[0], p, ps)
                 for p, ps in splits(b, t, sm, facts.blocks_per_sm)
             )
             row[f"{b}x{t // K}K"] = f"{best[0]:.4f} ({best[1]})"
             row[f"{b}x{t // K}K floor x"] = round(best[0] / (cs[0].kv_bytes / bw * 1e3), 2)
         for kind, c in fp8.items():
             best = min(
-                graph_ms([native_step(lib, c, p, ps)])
+                graph_ms([native_step(lib, c, p, ps)])[0]
                 for p, ps in splits(1, 100 * K, sm, facts.blocks_per_sm)
             )
             row[kind] = round(best, 4)
