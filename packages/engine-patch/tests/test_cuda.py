@@ -10,10 +10,17 @@ import ep_helpers
 import fake_vllm
 import pytest
 import torch
-from ep_helpers import DECODE_TOL, assert_close
+from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close
 
+from attn_core.core import settings, verify_once
 from attn_core.core.shapes import AttentionShape, dtype_from_name
-from attn_core.reference import make_paged_case, reference_decode
+from attn_core.native.prefill_verify import KIND as NATIVE_PREFILL
+from attn_core.reference import (
+    make_paged_case,
+    make_prefill_case,
+    reference_decode,
+    reference_prefix_prefill,
+)
 from engine_patch import cli, ops, register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.selftest import run_self_test
@@ -107,3 +114,37 @@ def test_status_cli_on_device(capsys, clean_state):
     report = json.loads(capsys.readouterr().out)
     assert report["device"].startswith("cuda")
     assert code == report["exit_code"] == 0, report["self_test"]
+
+
+@pytest.fixture
+def native_prefill_forced(monkeypatch):
+    """``ATTN_CORE_PREFILL_BACKEND=native`` in attn-core's settings snapshot for one test."""
+    monkeypatch.setenv("ATTN_CORE_PREFILL_BACKEND", "native")
+    settings.reload()
+    yield
+    monkeypatch.delenv("ATTN_CORE_PREFILL_BACKEND")
+    settings.reload()
+
+
+def test_forward_prefix_runs_the_native_prefill_kernel(monkeypatch, clean_state,
+                                                       native_prefill_forced):  # fmt: skip
+    """vLLM's forward_prefix, patched, reaches attn-core's native prefill kernel on the GPU when
+    the settings force it (issue 16's routing; on the H200 the default plan prices SDPA
+    cheaper): Qwen3.6's heads, varlen chunks over contexts 0 to 2000, against float64."""
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    fake_vllm.install(monkeypatch)
+    register()
+    from vllm.attention.ops.paged_attn import PagedAttention
+
+    case = make_prefill_case([(0, 7), (300, 33), (2000, 17)], 24, 4, 256, 16, torch.float16,
+                             CUDA, seed=5)  # fmt: skip
+    q, k, v, kc, vc, bt, loc, lens, ctx, max_q = case.args()
+    fake_vllm.CALLS.clear()
+    out = PagedAttention.forward_prefix(
+        q, k, v, "auto", kc, vc, bt, loc, lens, ctx, max_q, None, None, 1.0, 1.0
+    )
+    assert "triton_context_attention_fwd" not in fake_vllm.CALLS
+    verdicts = [v for kind, _, _, v in verify_once.verdicts() if kind == NATIVE_PREFILL]
+    assert verdicts and all(v.ok for v in verdicts), verdicts
+    want = reference_prefix_prefill(q, k, v, kc, vc, bt, loc, ctx).cpu()
+    assert_close(out, want, PREFIX_TOL[torch.float16])
