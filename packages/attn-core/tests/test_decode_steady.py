@@ -169,3 +169,20 @@ def test_a_misaligned_cache_is_refused_on_both_paths(case, monkeypatch) -> None:
         paged_decode(case.query, shifted, case.value_cache, case.block_tables, case.seq_lens,
                      1000)  # fmt: skip
     assert len(lib.launches) == 1
+
+
+def test_a_steady_native_call_enters_no_resolver_file(case, monkeypatch) -> None:
+    from test_steady_state import RESOLVING, attn_core_files_entered
+
+    lib = RecordingLibrary()
+    plan = native_plan(case, lib)
+    monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
+    monkeypatch.setattr(native_launch, "current_stream", lambda device: 0)
+    ws, out = Workspace(), torch.empty_like(case.query)
+    call(case, out=out, workspace=ws)  # the full path records the signature
+    files, calls, _ = attn_core_files_entered(lambda: call(case, out=out, workspace=ws))
+    assert not set(files) & RESOLVING, files
+    assert files == ["decode.py", "decode_steady.py", "settings.py", "bounds.py", "workspace.py",
+                     "native_step.py", "launch.py"], files  # fmt: skip
+    assert calls < 25, calls  # 17 on 2026-12-02 (the steady torch-path test allows 200)
+    assert len(lib.launches) == 2
