@@ -138,16 +138,21 @@ def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tens
 
 
 def partition_candidates(c: PagedKV, sm_count: int) -> list[tuple[int, int]]:
-    """``(num_partitions, partition_size)`` giving about 1/2, 1, 2, 4, 8 blocks per SM-slot."""
+    """``(num_partitions, partition_size)`` giving about 1/2, 1, 2, 4, 8 blocks per SM-slot, with
+    partitions in 128-token tiles (the plan's rule) and, beside them, in cache blocks (the
+    kernel walks a partial tile; only a partition's start must be block-aligned): the block
+    grain lets the blocks fill the resident slots where the tile grain leaves some empty
+    (docs/benchmarks.md, issue 17 round 2: 1 x 102400 fills 87 % of them in tiles)."""
     rows = c.batch * c.kv_heads
     seen, out = set(), []
-    for blocks_per_sm in (0.5, 1, 2, 3, 4, 6, 8, 12):
-        want = max(1, math.ceil(blocks_per_sm * sm_count / rows))
-        ps = max(128, -(-math.ceil(c.tokens / want) // 128) * 128)
-        parts = -(-c.tokens // ps)
-        if (parts, ps) not in seen:
-            seen.add((parts, ps))
-            out.append((parts, ps))
+    for grain in (128, BLOCK):
+        for blocks_per_sm in (0.5, 1, 2, 3, 4, 6, 8, 12):
+            want = max(1, math.ceil(blocks_per_sm * sm_count / rows))
+            ps = max(grain, -(-math.ceil(c.tokens / want) // grain) * grain)
+            parts = -(-c.tokens // ps)
+            if (parts, ps) not in seen:
+                seen.add((parts, ps))
+                out.append((parts, ps))
     return out
 
 
@@ -185,8 +190,10 @@ def bench_row(lib, previous, vllm, row_spec: tuple, sm_count: int, copy_bw: floa
     splits = [rule] + [s for s in partition_candidates(one, sm_count) if s != rule and sweep]
     for parts, ps in splits:
         t, single = graph_ms([native_step(lib, c, parts, ps) for c in cases])
+        err = float((native_step(lib, one, parts, ps)().float() - want).abs().max())
         sweep_rows.append({"partitions": parts, "partition_size": ps, "graph_ms": t,
-                           "single_replay_ms": single, "rule": (parts, ps) == rule})  # fmt: skip
+                           "single_replay_ms": single, "err": err,
+                           "rule": (parts, ps) == rule})  # fmt: skip
         if best is None or t < best[0]:
             best = (t, parts, ps)
     row["native_ms"] = sweep_rows[0]["graph_ms"]  # the plan's own split
@@ -315,7 +322,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print_table([rows[-1]], COLUMNS)
         if args.sweep:
             print_table(rows[-1]["sweep"], ["partitions", "partition_size", "graph_ms",
-                                            "single_replay_ms", "rule"])  # fmt: skip
+                                            "single_replay_ms", "err", "rule"])  # fmt: skip
         write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
     _add_targets(rows)
     write_results(args.out, "native_decode_bench.json", _payload(rows, bw, status, why))
