@@ -91,10 +91,13 @@ def native_designs(
 
 # Added, not overlapped: on the H200 (2026-12-01, Nsight Compute, 1 x 100K tokens) the kernel
 # sat at 50 % of DRAM bandwidth and 50 % of issue slots with 16 warps per SM, neither saturated:
-# the latency of the FMA chains is not hidden behind the loads. On the datasheet h200 profile
-# the sum is 2-4 % under the measured graph replay at batch 8 x 100K and 64 x 8K and 11-27 %
-# under at batch 1 (8K to 256K), where a partial last wave and the merge launch weigh more;
-# the max() of the two would be 32-52 % under everywhere (docs/benchmarks.md, "native decode").
+# the latency of the FMA chains is not hidden behind the loads. Against the current kernel
+# (H200, 2026-12-02, replays back to back, docs/benchmarks.md "issue 17 round 2"), fp16 rows: the
+# datasheet h200 profile is 13-20 % under at every row but 1 x 8K (33 % under: the plan fills
+# half the resident slots there, which the sum does not see); the measured profile
+# (profiles/h200+h200-local.json) is -7 % to +8 % except 1 x 8K (-30 %). fp8 rows are 23-45 %
+# under on either: the model halves their bytes, the kernel does not get faster (its FMAs and
+# conversions stay). The max() of the two terms would be further under everywhere.
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
