@@ -44,7 +44,7 @@ from attn_core.core.settings import (
     current_overrides,
 )
 from attn_core.core.shapes import AttentionShape
-from attn_core.decode.bounds import max_seq_len_bucket  # noqa: F401  (re-exported: callers' name)
+from attn_core.decode.bounds import max_seq_len_bucket
 from attn_core.decode.plan import AnyDecodePlan, DecodeLengths, plan_decode
 from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.device.capabilities import Capabilities, probe_capabilities
