@@ -269,8 +269,13 @@ struct WmmaLayer {
 #pragma unroll
     for (int i = 0; i < PF_R; ++i) {
       float al[kElems];
+      bool same = true;  // a row whose maximum did not move has alpha exactly 1 (exp2f(0))
 #pragma unroll
-      for (int t = 0; t < kElems; ++t) al[t] = alpha[(r0 + i) * FM + a.row(t)];
+      for (int t = 0; t < kElems; ++t) {
+        al[t] = alpha[(r0 + i) * FM + a.row(t)];
+        same = same && al[t] == 1.0f;
+      }
+      if (same) continue;  // most tiles past the first few, once the row maxima settle
 #pragma unroll
       for (int j = 0; j < PF_C; ++j)
 #pragma unroll

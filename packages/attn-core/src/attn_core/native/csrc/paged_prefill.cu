@@ -54,6 +54,18 @@ using LargeCfg = TileCfg<128, 64, DM, 16 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_H
                          4 / (ATTN_HW_WARP_SIZE / 32), false>;
 template <int DM>
 using SmallCfg = TileCfg<16, 32, DM, 1, 1, 1, true, 0>;
+// The large tile on the wmma layers: 8 warps of 32 lanes, warp w owning rows 16w..16w+15 of
+// S, P and O (O at head 256: 16 fragments, 128 fp32 registers), so softmax needs no block
+// barrier and a tile takes two (kWarpRows below).
+template <int DM>
+using RowsCfg = TileCfg<128, 64, DM, 8 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_WARP_SIZE / 32),
+                        8 / (ATTN_HW_WARP_SIZE / 32), false>;
+#ifndef ATTN_PREFILL_WARP_ROWS
+#define ATTN_PREFILL_WARP_ROWS 1
+#endif
+template <int MMA, int DM>
+using LargeFor = typename std::conditional<MMA == kMmaFma || !ATTN_PREFILL_WARP_ROWS, LargeCfg<DM>,
+                                           RowsCfg<DM>>::type;
 
 template <class C, bool P16>
 struct SmemPlan {
@@ -113,76 +125,93 @@ struct Loader {
   }
 
   // K[key][dim] for dims < D (and zero pad columns up to DM).
+  //
+  // Context tiles: thread t always serves key t % N of the tile (T is a multiple of N), so it
+  // looks its page up once per tile; consecutive threads take consecutive keys of a page (16
+  // contiguous bytes each in the cache's [dim / x][block pos][x] layout).
   ATTN_DEVICE void load_k(uint16_t* Ks, const TileSrc& t) const {
+    static_assert(C::T % C::N == 0, "a thread keeps one key of every K tile");
+    constexpr int kVecs = C::DM / 8;  // 16-byte vectors of a smem row
     const int D = a.head_size, bs = a.block_size;
     if (t.context) {
-      const uint8_t* kc = static_cast<const uint8_t*>(a.key_cache) + kvh * a.kc_head_stride * kCB;
-      const int vecs = D / kX;
-      for (int v = tid; v < C::N * vecs; v += C::T) {
-        const int key = v % C::N, c = v / C::N;  // consecutive threads: consecutive keys of a page
-        uint16_t* dst = Ks + key * C::QP + c * kX;
-        if (key >= t.valid) {
-          zero16(dst);
-          if (kCB == 1) zero16(dst + 8);
-          continue;
+      const int key = tid % C::N, vecs = D / kX;
+      uint16_t* dst = Ks + key * C::QP;
+      if (key >= t.valid) {
+        for (int c = tid / C::N; c < vecs; c += C::T / C::N) {
+          zero16(dst + c * kX);
+          if (kCB == 1) zero16(dst + c * kX + 8);
         }
+      } else {
         const int pos = t.base + key;
-        const uint8_t* src = kc + page(pos) * a.kc_block_stride * kCB +
-                             (static_cast<int64_t>(c) * bs + pos % bs) * 16;
-        if (kCB == 2) {
-          copy16(dst, src);
-        } else {
-          const Vec16 raw = load_vec<Vec16>(src);
-          float f[16];
-          unpack<CKIND, 4>(raw.w, f);
-          store8<QKIND>(dst, f);
-          store8<QKIND>(dst + 8, f + 8);
+        const uint8_t* src = static_cast<const uint8_t*>(a.key_cache) +
+                             (kvh * a.kc_head_stride + page(pos) * a.kc_block_stride) * kCB +
+                             (pos % bs) * 16;
+        for (int c = tid / C::N; c < vecs; c += C::T / C::N) {
+          const uint8_t* at = src + static_cast<int64_t>(c) * bs * 16;
+          if (kCB == 2) {
+            copy16(dst + c * kX, at);
+          } else {
+            const Vec16 raw = load_vec<Vec16>(at);
+            float f[16];
+            unpack<CKIND, 4>(raw.w, f);
+            store8<QKIND>(dst + c * kX, f);
+            store8<QKIND>(dst + c * kX + 8, f + 8);
+          }
         }
       }
     } else {
       const uint16_t* kn =
           static_cast<const uint16_t*>(a.key) + q0 * a.k_tok_stride + kvh * a.k_head_stride;
-      const int vecs = D / 8;
-      for (int v = tid; v < C::N * vecs; v += C::T) {
-        const int c = v % vecs, key = v / vecs;  // consecutive threads: one key's dims
+      for (int v = tid; v < C::N * kVecs; v += C::T) {
+        const int c = v % kVecs, key = v / kVecs;  // consecutive threads: one key's dims
+        if (c * 8 >= D) continue;  // a pad column (below)
         uint16_t* dst = Ks + key * C::QP + c * 8;
         if (key < t.valid) copy16(dst, kn + (t.base + key) * a.k_tok_stride + c * 8);
         else zero16(dst);
       }
     }
-    for (int v = tid; v < C::N * ((C::DM - D) / 8); v += C::T) {  // pad columns
-      const int pads = (C::DM - D) / 8;
-      zero16(Ks + (v / pads) * C::QP + D + (v % pads) * 8);
+    if (D < C::DM) {
+      for (int v = tid; v < C::N * kVecs; v += C::T) {
+        const int c = v % kVecs;
+        if (c * 8 >= D) zero16(Ks + (v / kVecs) * C::QP + c * 8);
+      }
     }
   }
 
-  // Vt[dim][key] for dims < D.
+  // Vt[dim][key] for dims < D. Context tiles: thread t always serves the 8-key group
+  // t % (N / 8) (8 keys of one page: block sizes are multiples of 8), one page lookup per tile.
   ATTN_DEVICE void load_v(uint16_t* Vt, const TileSrc& t) const {
     constexpr int kG = C::N / 8;  // 8-key groups per row
+    static_assert(C::T % kG == 0, "a thread keeps one key group of every V tile");
     const int D = a.head_size, bs = a.block_size;
     if (t.context) {
-      const uint8_t* vc =
-          static_cast<const uint8_t*>(a.value_cache) + kvh * a.vc_head_stride * kCB;
-      for (int v = tid; v < D * kG; v += C::T) {
-        const int g = v % kG, d = v / kG;
-        uint16_t* dst = Vt + d * C::VP + g * 8;
-        const int n = min(8, t.valid - g * 8);
-        if (n <= 0) {
-          zero16(dst);
-          continue;
-        }
-        const int pos = t.base + g * 8;  // 8 keys of one page (block sizes are multiples of 8)
-        const uint8_t* src = vc + page(pos) * a.vc_block_stride * kCB +
-                             (static_cast<int64_t>(d) * bs + pos % bs) * kCB;
+      const int g = tid % kG, n = min(8, t.valid - g * 8);
+      uint16_t* dst = Vt + g * 8;
+      if (n <= 0) {
+        for (int d = tid / kG; d < D; d += C::T / kG) zero16(dst + d * C::VP);
+        return;
+      }
+      const int pos = t.base + g * 8;
+      const uint8_t* src = static_cast<const uint8_t*>(a.value_cache) +
+                           (kvh * a.vc_head_stride + page(pos) * a.vc_block_stride +
+                            pos % bs) * kCB;
+      if (kCB == 2 && n == 8) {  // a whole group: a copy with a constant size (a runtime
+        // zero-fill size makes the pipeline primitive branch over every size, each copy)
+        for (int d = tid / kG; d < D; d += C::T / kG)
+          copy16(dst + d * C::VP, src + static_cast<int64_t>(d) * bs * kCB);
+        return;
+      }
+      for (int d = tid / kG; d < D; d += C::T / kG) {
+        const uint8_t* at = src + static_cast<int64_t>(d) * bs * kCB;
         if (kCB == 2) {
-          copy16_zfill(dst, src, n * 2);
+          copy16_zfill(dst + d * C::VP, at, n * 2);
         } else {
-          const Vec8 raw = load_vec<Vec8>(src);
+          const Vec8 raw = load_vec<Vec8>(at);
           float f[8];
           unpack<CKIND, 2>(raw.w, f);
 #pragma unroll
           for (int i = 0; i < 8; ++i) f[i] = i < n ? f[i] : 0.0f;
-          store8<QKIND>(dst, f);
+          store8<QKIND>(dst + d * C::VP, f);
         }
       }
     } else {
@@ -208,6 +237,15 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   constexpr int kTPR = C::T / C::M;      // softmax threads per row
   constexpr int kCols = C::N / kTPR;     // columns per softmax thread
   static_assert(C::T % C::M == 0 && C::N % kTPR == 0, "softmax mapping");
+  // Whether each warp owns whole rows of S, P and O (and softmax's rows: row = tid / kTPR gives
+  // warp w the same M / WARPS rows), so a row's steps need only that warp in step.
+  constexpr bool kWarpRows = L::kWantsP16 && C::QK_WC == 1 && C::PV_WC == 1 && !C::SHARED_KV;
+  constexpr int kRW = C::M / C::WARPS;  // rows per warp (kWarpRows)
+  static_assert(!kWarpRows || kRW * kTPR == ATTN_HW_WARP_SIZE, "a warp's threads cover its rows");
+  auto rows_sync = [] {
+    if constexpr (kWarpRows) ATTN_WARP_SYNC();
+    else __syncthreads();
+  };
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* Qs = reinterpret_cast<uint16_t*>(smem + Plan::kQ);
   uint16_t* Ks = reinterpret_cast<uint16_t*>(smem + Plan::kK);
@@ -243,7 +281,15 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   const int nc = c_end - c_begin, n_tiles = nc + (j_end - j_begin);
   const int per = (n_tiles + a.num_splits - 1) / a.num_splits;
   const int b = split * per, e = min(n_tiles, b + per);
-  const int row = tid / kTPR, part = tid % kTPR;
+  // Softmax's threads: kTPR per row, each over kCols columns. Warp-rows configs give lane l
+  // of warp w row w * kRW + l % kRW and columns from (l / kRW) * kCols, so the 16-byte reads of
+  // eight consecutive lanes fall on eight different rows (distinct banks); the others give
+  // thread t row t / kTPR.
+  const int row = kWarpRows ? (tid / ATTN_HW_WARP_SIZE) * kRW + tid % kRW : tid / kTPR;
+  const int part = kWarpRows ? (tid % ATTN_HW_WARP_SIZE) / kRW : tid % kTPR;
+  auto red_at = [](int r, int p) {  // the thread index of row r's part p
+    return kWarpRows ? (r / kRW) * ATTN_HW_WARP_SIZE + r % kRW + p * kRW : r * kTPR + p;
+  };
   if (b >= e) {  // an empty split: nothing to merge from it
     if (part == 0 && row < nrows) {
       const int tok = q0 + t0 + row / G, head = kvh * G + row % G;
@@ -280,7 +326,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
     }
   }
   ld.load_k(Ks, tile(b));
-  if (!C::SHARED_KV) ld.load_v(Vt, tile(b));
+  if (!C::SHARED_KV && !kWarpRows) ld.load_v(Vt, tile(b));
   async_commit();
 
   typename L::Acc acc;
@@ -295,28 +341,21 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   const float ctx_scale = a.scale * a.k_scale * kRescale * kLog2eP;
   const float new_scale = a.scale * kLog2eP;
   const float v_ctx = a.v_scale * kRescale;
+  const int lo_key = a.sliding_window > 0 ? qpos - a.sliding_window + 1 : 0;
   float m_run = -INFINITY, l_part = 0.0f;
   bool v_applied = false;  // v_ctx folded into the accumulator yet
   // rotate each thread's column order so a warp's S reads fall on distinct banks
   const int rot = ((row >> 3) * kTPR + part) % kCols;
+  float* srow = S + row * C::SP + part * kCols;
+  uint16_t* prow = P + row * C::PP + part * kCols;
 
-  async_wait<0>();
-  __syncthreads();
-  for (int i = b; i < e; ++i) {
-    const TileSrc t = tile(i);
-    // 1. scores
-    L::qk(S, Qs, Ks, tid);
-    __syncthreads();  // S complete; K free
-    if (C::SHARED_KV) ld.load_v(Vt, t);
-    else if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
-    async_commit();
-
-    // 2. softmax over this thread's columns of its row
+  // Step 2 of a tile: scale and mask this thread's columns of S, exchange the row maximum,
+  // write the probabilities and the row's rescale factor. Its two barriers order only the
+  // rows' own threads: one warp where the warp owns its rows (kWarpRows), else the block.
+  auto softmax = [&](const TileSrc& t) {
     const int kpos0 = t.context ? t.base : ctx + t.base;
     const float sc = t.context ? ctx_scale : new_scale;
-    const int lo_key = a.sliding_window > 0 ? qpos - a.sliding_window + 1 : 0;
     const int hi_key = min(qpos, kpos0 + t.valid - 1);  // causal and tile end
-    float* srow = S + row * C::SP + part * kCols;
     float mx = -INFINITY;
 #pragma unroll 8
     for (int j = 0; j < kCols; ++j) {
@@ -329,15 +368,14 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       mx = fmaxf(mx, s);
     }
     red[tid] = mx;
-    __syncthreads();
+    rows_sync();
     float m_new = m_run;
 #pragma unroll
-    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[row * kTPR + p]);
+    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[red_at(row, p)]);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
     float al = exp2f(m_run - m_use);
     m_run = m_new;
     float sum = 0.0f;
-    uint16_t* prow = P + row * C::PP + part * kCols;
 #pragma unroll 8
     for (int j = 0; j < kCols; ++j) {
       const int c = (j + rot) % kCols;
@@ -352,21 +390,117 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       v_applied = true;
     }
     if (part == 0) alpha[row] = al;
-    if (C::SHARED_KV) async_wait<0>();
-    else async_wait<1>();  // this tile's V (the next K may still be in flight)
-    __syncthreads();  // P, alpha and V visible
+  };
 
-    // 3. O = alpha O + P V
-    L::rescale_pv(acc, alpha, S, P, Vt, tid);
-    __syncthreads();  // V, P, S free
-    if (i + 1 < e) {
-      if (C::SHARED_KV) ld.load_k(Ks, tile(i + 1));
-      else ld.load_v(Vt, tile(i + 1));
+  // The same step for warp-rows configs, in registers: this thread's kCols scores read once
+  // (16-byte reads), no scores written back. A tile every row sees whole (every key valid,
+  // causal and window satisfied for every row of the block, no ALiBi) skips the mask.
+  const int q_first = ctx + t0, q_last = ctx + t0 + ntok - 1;
+  auto softmax_regs = [&](const TileSrc& t) {
+    const int kpos0 = (t.context ? t.base : ctx + t.base) + part * kCols;
+    const float sc = t.context ? ctx_scale : new_scale;
+    const int tile0 = t.context ? t.base : ctx + t.base;
+    const bool whole = t.valid == C::N && tile0 + C::N - 1 <= q_first &&
+                       (a.sliding_window <= 0 || tile0 >= q_last - a.sliding_window + 1) &&
+                       a.alibi_slopes == nullptr;
+    float v[kCols];
+#pragma unroll
+    for (int j = 0; j < kCols; j += 4) {
+      const float4 f = *reinterpret_cast<const float4*>(srow + j);
+      v[j] = f.x, v[j + 1] = f.y, v[j + 2] = f.z, v[j + 3] = f.w;
     }
-    async_commit();
-    if (C::SHARED_KV) async_wait<0>();
-    else async_wait<1>();  // the next K
+    float mx = -INFINITY;
+    if (whole) {
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        v[j] *= sc;
+        mx = fmaxf(mx, v[j]);
+      }
+    } else {
+      const int hi_key = row_valid ? min(qpos, tile0 + t.valid - 1) : -1;  // causal, tile end
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) {
+        const int kpos = kpos0 + j;
+        const float s = fmaf(slope, static_cast<float>(kpos - qpos), v[j] * sc);
+        v[j] = kpos <= hi_key && kpos >= lo_key ? s : -INFINITY;
+        mx = fmaxf(mx, v[j]);
+      }
+    }
+    red[tid] = mx;
+    rows_sync();
+    float m_new = m_run;
+#pragma unroll
+    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[red_at(row, p)]);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+    float al = exp2f(m_run - m_use);
+    m_run = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kCols; j += 8) {
+      float p[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        p[k] = exp2f(v[j + k] - m_use);
+        sum += p[k];
+      }
+      store8<QKIND>(prow + j, p);
+    }
+    l_part = l_part * al + sum;
+    if (!t.context && !v_applied) {  // first chunk tile: the context part takes its v scale
+      al *= v_ctx;
+      v_applied = true;
+    }
+    if (part == 0) alpha[row] = al;
+  };
+
+  if constexpr (kWarpRows) {
+    // Two barriers per tile, each load hidden behind half a tile of compute:
+    //   X: K(i) landed and visible; every warp is past P V(i-1), so V(i) may overwrite Vt.
+    //   Y: V(i) landed and visible; every warp is past Q K(i)^T, so K(i+1) may overwrite Ks.
+    for (int i = b; i < e; ++i) {
+      const TileSrc t = tile(i);
+      async_wait<0>();
+      __syncthreads();  // X
+      ld.load_v(Vt, t);
+      async_commit();
+      L::qk(S, Qs, Ks, tid);  // this warp's rows of S
+      rows_sync();
+      softmax_regs(t);
+      rows_sync();  // this warp's P and alpha
+      async_wait<0>();
+      __syncthreads();  // Y
+      if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+      async_commit();
+      L::rescale_pv(acc, alpha, S, P, Vt, tid);
+    }
+  } else {
+    async_wait<0>();
     __syncthreads();
+    for (int i = b; i < e; ++i) {
+      const TileSrc t = tile(i);
+      // 1. scores
+      L::qk(S, Qs, Ks, tid);
+      __syncthreads();  // S complete; K free
+      if (C::SHARED_KV) ld.load_v(Vt, t);
+      else if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+      async_commit();
+      // 2. softmax over this thread's columns of its row
+      softmax(t);
+      if (C::SHARED_KV) async_wait<0>();
+      else async_wait<1>();  // this tile's V (the next K may still be in flight)
+      __syncthreads();  // P, alpha and V visible
+      // 3. O = alpha O + P V
+      L::rescale_pv(acc, alpha, S, P, Vt, tid);
+      __syncthreads();  // V, P, S free
+      if (i + 1 < e) {
+        if (C::SHARED_KV) ld.load_k(Ks, tile(i + 1));
+        else ld.load_v(Vt, tile(i + 1));
+      }
+      async_commit();
+      if (C::SHARED_KV) async_wait<0>();
+      else async_wait<1>();  // the next K
+      __syncthreads();
+    }
   }
   // v_applied is uniform across the block (it follows the tile sequence), so the out scale is.
   const float out_scale = v_applied ? 1.0f : v_ctx;
@@ -377,7 +511,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   if (part == 0) {
     float l = 0.0f;
 #pragma unroll
-    for (int p = 0; p < kTPR; ++p) l += red[row * kTPR + p];
+    for (int p = 0; p < kTPR; ++p) l += red[red_at(row, p)];
     rowv[row] = l > 0.0f ? out_scale / l : 0.0f;
     rowv[C::M + row] = l > 0.0f ? m_run + log2f(l) : -INFINITY;
   }
@@ -449,7 +583,8 @@ Kernel make_kernel() {
 template <int QKIND, int DM>
 Kernel pick_cache(int config, int cache_kind) {
 #define ATTN_CFG(CK) \
-  (config == 0 ? make_kernel<QKIND, CK, LargeCfg<DM>>() : make_kernel<QKIND, CK, SmallCfg<DM>>())
+  (config == 0 ? make_kernel<QKIND, CK, LargeFor<ATTN_PREFILL_MMA, DM>>() \
+               : make_kernel<QKIND, CK, SmallCfg<DM>>())
   if (cache_kind == QKIND) return ATTN_CFG(QKIND);
   if (cache_kind == kFp8E4M3) return ATTN_CFG(kFp8E4M3);
   if (cache_kind == kFp8E5M2) return ATTN_CFG(kFp8E5M2);
