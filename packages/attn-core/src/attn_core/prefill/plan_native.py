@@ -31,9 +31,18 @@ VARIANTS = ("wmma", "corex_wmma", "fma")
 QUERY_DTYPES = (torch.float16, torch.bfloat16)
 BLOCK_SIZES = (8, 16, 32)
 MERGE_THREADS = 256  # csrc/paged_prefill.cu kMergeThreads
-# Warps per block of each configuration on a 32-wide warp (csrc LargeCfg 16 warps, SmallCfg 1;
-# a 64-wide warp halves the count, the threads stay).
+# Threads per block of each configuration (csrc/paged_prefill.cu; a 64-wide warp halves the
+# warp count, the threads stay): the large tile runs 8 warps on the matrix layers (RowsCfg, a
+# warp owning 16 rows) and 16 on the FMA layer (LargeCfg); the 32 KiB tile one warp.
 CONFIG_THREADS = {pabi.CONFIG_LARGE: 16 * 32, pabi.CONFIG_32K: 32}
+MATRIX_LARGE_THREADS = 8 * 32
+
+
+def config_threads(config: int, variant: str) -> int:
+    """Threads per block of ``config`` on ``variant``'s matrix layer."""
+    if config == pabi.CONFIG_LARGE and variant != "fma":
+        return MATRIX_LARGE_THREADS
+    return CONFIG_THREADS[config]
 
 
 @dataclass(frozen=True)
@@ -126,10 +135,10 @@ def choose_config(spec: DeviceSpec, shape: AttentionShape) -> int:
     return pabi.CONFIG_32K
 
 
-def blocks_per_sm(spec: DeviceSpec, config: int, head_size: int) -> int:
+def blocks_per_sm(spec: DeviceSpec, config: int, head_size: int, variant: str = "fma") -> int:
     """Resident blocks per SM by threads and shared memory (registers are the launcher's
     driver-reported occupancy; the large tile is one block per SM on the H200 either way)."""
-    threads = CONFIG_THREADS[config]
+    threads = config_threads(config, variant)
     smem = large_tile_smem(head_size) if config == pabi.CONFIG_LARGE else 32 * 1024
     by_smem = spec.shared_mem_per_sm // max(shared_mem_allocation(spec, smem), 1)
     by_threads = spec.max_threads_per_sm // threads
@@ -156,12 +165,12 @@ def plan_native_prefill(
     per_split = ps.workspace_bytes(2, num_tokens, shape.num_heads, shape.head_size) // 2
     splits = ps.prefill_split(
         spec.sm_count,
-        blocks_per_sm(spec, config, shape.head_size),
+        blocks_per_sm(spec, config, shape.head_size, variant),
         grid_blocks,
         ps.key_tiles(config, max_context_len, max_query_len),
         workspace_per_split=per_split,
     )
-    threads = CONFIG_THREADS[config]
+    threads = config_threads(config, variant)
     smem = large_tile_smem(shape.head_size) if config == pabi.CONFIG_LARGE else 32 * 1024
     steps: tuple[KernelStep, ...] = (
         KernelStep(

@@ -15,9 +15,12 @@
 //      reads hit distinct banks); scale, mask (causal, window, tile end), ALiBi, running max
 //      (exchanged through shared memory), probabilities, per-row rescale factor alpha;
 //   3. O = alpha * O + P V on the matrix layer; O stays in registers (fp32) for all tiles.
-// Loads (16-byte vectors) overlap compute where the platform has asynchronous copies: the
-// next tile's K is issued after this tile's S, the next V after this tile's P V (one buffer
-// each; a SHARED_KV config alternates K and V in one buffer to fit 32 KiB).
+// Loads (16-byte vectors) overlap compute where the platform has asynchronous copies, one
+// buffer each for K and V. Warp-rows configs (each warp owns its rows of S, P and O): this
+// tile's V is issued at the tile's first barrier and lands during Q K^T and softmax, the next
+// K at the second and lands during P V; softmax runs in registers with warp-local exchanges.
+// Others: the next K after this tile's S, the next V after its P V (a SHARED_KV config
+// alternates K and V in one buffer to fit 32 KiB), five barriers a tile.
 //
 // fp8 caches: bytes are decoded to the query's 16-bit type when staged (e4m3 as value / 256,
 // exact; attn_convert.cuh) and the scales act in fp32 only: k_scale (and the 256) on the
@@ -40,32 +43,31 @@ namespace attn {
 constexpr float kLog2eP = 1.4426950408889634f;
 constexpr int kMergeThreads = 256;
 
-// The two tile configurations. Large (config 0): 128 rows x 64 keys, 16 warps: S 8 x 2 warps
-// of 1 x 2 fragments, O 4 x 4 warps of 2 x (head / 64) fragments (64 fp32 registers at head
-// 256); ~190 KiB at head 256, one block per SM on the H200. H200, Qwen3.6 shape, 100K / 8192
-// (bench/native_prefill_bench.py, 2026-12-01 22:41 UTC): 8 warps (O in 128 registers per
-// thread) 194 ms, 16 warps 175 ms, ~18K cycles per key tile against ~5.4K of smem and HMMA
-// throughput. ncu (30K / 2048): 16 warps per SM (registers and shared memory allow one block),
-// issue slots 47% busy, stalls split between fixed-latency dependencies (31%) and shared-memory
-// scoreboards (30%), ALU the busiest pipe (34%): latency- and integer-bound, not HMMA-bound. Small (config 1): 16 rows x 32
-// keys, one warp, K and V sharing a buffer, no V row skew: 28.6 KiB at head 256, inside BI-V100's 32 KiB.
+// The tile configurations. Large (config 0): 128 rows x 64 keys, ~190 KiB at head 256, one block
+// per SM on the H200, in two warp layouts:
+// - RowsCfg (the wmma layers): 8 warps, warp w owns rows 16w..16w+15 of S, P and O (O at head
+//   256: 16 fragments, 128 fp32 registers), so softmax is warp-local, in registers, and a tile
+//   takes two block barriers. H200, Qwen3.6 shape, 100K / 8192 (2026-12-02): 128 ms, ~13K
+//   cycles per key tile. ncu (30K / 2048): 2 warps per scheduler with 0.32 eligible; stalls on
+//   shared-memory results (26 %), fixed latency (24 %), global loads (16 %); issue slots 25 %
+//   busy: latency-bound at one block per SM. Tried without gain: page ids prefetched a phase
+//   early (+0 %), 8 threads per key row in the K copy (+4 %), QK unroll 1 or 4 (+-0.5 %).
+// - LargeCfg (the FMA layer, and the wmma layers before): 16 warps, S 8 x 2 warps of 1 x 2
+//   fragments, O 4 x 4 warps of 2 x (head / 64) fragments, five block barriers a tile: 175 ms
+//   at 100K / 8192 on wmma (ncu: issue slots 47 % busy, ALU the busiest pipe).
+// Small (config 1): 16 rows x 32 keys, one warp, K and V sharing a buffer, no V row skew: 28.6
+// KiB at head 256, inside BI-V100's 32 KiB.
 template <int DM>
 using LargeCfg = TileCfg<128, 64, DM, 16 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_WARP_SIZE / 32),
                          4 / (ATTN_HW_WARP_SIZE / 32), false>;
 template <int DM>
 using SmallCfg = TileCfg<16, 32, DM, 1, 1, 1, true, 0>;
-// The large tile on the wmma layers: 8 warps of 32 lanes, warp w owning rows 16w..16w+15 of
-// S, P and O (O at head 256: 16 fragments, 128 fp32 registers), so softmax needs no block
-// barrier and a tile takes two (kWarpRows below).
+// (8 warps of 32 lanes; on a 64-lane warp, 4 warps of 32 rows.)
 template <int DM>
 using RowsCfg = TileCfg<128, 64, DM, 8 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_WARP_SIZE / 32),
                         8 / (ATTN_HW_WARP_SIZE / 32), false>;
-#ifndef ATTN_PREFILL_WARP_ROWS
-#define ATTN_PREFILL_WARP_ROWS 1
-#endif
 template <int MMA, int DM>
-using LargeFor = typename std::conditional<MMA == kMmaFma || !ATTN_PREFILL_WARP_ROWS, LargeCfg<DM>,
-                                           RowsCfg<DM>>::type;
+using LargeFor = typename std::conditional<MMA == kMmaFma, LargeCfg<DM>, RowsCfg<DM>>::type;
 
 template <class C, bool P16>
 struct SmemPlan {
