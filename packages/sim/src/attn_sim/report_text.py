@@ -105,8 +105,8 @@ TTFT_LEGEND = (
     "bi-v100: CoreX's wmma is unverified and its fp16 rate a datasheet figure); `native_fma_s`: "
     "its CUDA-core tile; `plan_s` / `plan_picks`: what attn-core's plan picks per chunk when the "
     "traceable fused backend and every native variant are taken as verified. The native "
-    "efficiency is one H200 measurement of an early tile (see the prices table): re-price after "
-    "the benchmark."
+    "matrix efficiency is the H200's measurement of the 8-warp wmma tile (2026-12-02, see the "
+    "prices table); CoreX's is that figure assumed until the lab measures it."
 )
 
 
