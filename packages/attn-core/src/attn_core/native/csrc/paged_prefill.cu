@@ -40,6 +40,11 @@
 
 namespace attn {
 
+// A lambda's body inlined into its caller: upstream clang 16 (and so, likely, CoreX's clang)
+// emitted the kernel's large by-reference softmax lambdas as calls with their closure in a
+// 288-byte local depot; nvcc inlined them either way. GNU syntax, which both compilers take.
+#define ATTN_INLINE_LAMBDA __attribute__((always_inline))
+
 constexpr float kLog2eP = 1.4426950408889634f;
 constexpr int kMergeThreads = 256;
 
@@ -354,7 +359,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   // Step 2 of a tile: scale and mask this thread's columns of S, exchange the row maximum,
   // write the probabilities and the row's rescale factor. Its two barriers order only the
   // rows' own threads: one warp where the warp owns its rows (kWarpRows), else the block.
-  auto softmax = [&](const TileSrc& t) {
+  auto softmax = [&](const TileSrc& t) ATTN_INLINE_LAMBDA {
     const int kpos0 = t.context ? t.base : ctx + t.base;
     const float sc = t.context ? ctx_scale : new_scale;
     const int hi_key = min(qpos, kpos0 + t.valid - 1);  // causal and tile end
@@ -398,7 +403,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   // (16-byte reads), no scores written back. A tile every row sees whole (every key valid,
   // causal and window satisfied for every row of the block, no ALiBi) skips the mask.
   const int q_first = ctx + t0, q_last = ctx + t0 + ntok - 1;
-  auto softmax_regs = [&](const TileSrc& t) {
+  auto softmax_regs = [&](const TileSrc& t) ATTN_INLINE_LAMBDA {
     const int kpos0 = (t.context ? t.base : ctx + t.base) + part * kCols;
     const float sc = t.context ? ctx_scale : new_scale;
     const int tile0 = t.context ? t.base : ctx + t.base;
