@@ -16,7 +16,8 @@ from attn_core.prefill.plan import plan_prefill
 QWEN = AttentionShape(24, 4, 256, 16, torch.float16)
 H200 = get_device_spec("h200")
 # A device whose memory is slow beside its matrix units: the torch path's elementwise traffic
-# then prices it above the native kernel (the H200's and BI-V100's own rates do not, yet).
+# then prices it well above the native kernel (on the H200's own rates the native wmma tile is
+# priced just below torch, as measured; on BI-V100's it is not).
 SLOW_HBM = H200.with_overrides(name="slow-hbm", hbm_bandwidth=0.3e12)
 
 
@@ -144,3 +145,16 @@ def test_batch_lengths_size_the_partials() -> None:
         ValueError, match=r"num_tokens must be an int in 0..num_seqs \* max_query_len = 48, got 49"
     ):
         PrefillLengths(16, 0, num_seqs=3, num_tokens=49)
+
+
+def test_the_launch_step_has_each_variants_thread_count() -> None:
+    """The matrix layers' large tile is 8 warps (warp-owned rows), the FMA layer's 16: the
+    plan's step, and so the simulator's occupancy, must say which (csrc/paged_prefill.cu)."""
+    from attn_core.prefill.plan_native import plan_native_prefill
+
+    lengths = dict(num_seqs=1, num_tokens=8192, max_query_len=8192, max_context_len=100_000)
+    threads = {
+        v: plan_native_prefill(QWEN, H200, v, **lengths).steps[0].threads_per_block
+        for v in ("wmma", "corex_wmma", "fma")
+    }
+    assert threads == {"wmma": 256, "corex_wmma": 256, "fma": 512}

@@ -135,7 +135,7 @@ def choose_config(spec: DeviceSpec, shape: AttentionShape) -> int:
     return pabi.CONFIG_32K
 
 
-def blocks_per_sm(spec: DeviceSpec, config: int, head_size: int, variant: str = "fma") -> int:
+def blocks_per_sm(spec: DeviceSpec, config: int, head_size: int, variant: str) -> int:
     """Resident blocks per SM by threads and shared memory (registers are the launcher's
     driver-reported occupancy; the large tile is one block per SM on the H200 either way)."""
     threads = config_threads(config, variant)
