@@ -29,6 +29,7 @@ def cases(one: bool):
     if one:
         return
     yield "wmma", pabi.CONFIG_32K, 1, dict(head_size=256)
+    yield "wmma", pabi.CONFIG_LARGE, 2, dict(head_size=256)  # the warp-rows tile at its widest
     yield "fma", pabi.CONFIG_LARGE, 3, dict(head_size=64)
     yield "fma", pabi.CONFIG_32K, 1, dict(head_size=120)
     yield "wmma", pabi.CONFIG_LARGE, 2, dict(head_size=128, kv_cache_dtype="fp8_e4m3", k_scale=0.5)
