@@ -15,9 +15,10 @@
 //   S [M][SP]   fp32 scores; the FMA layer reads its probabilities back from here
 //   P [M][PP]   16-bit probabilities (the wmma layers' A operand of P V)
 // Accumulator ownership differs per layer; every layer exposes it through rescale() and
-// for_each(), so the kernel never depends on a fragment's register layout: the wmma layers
-// learn each element's row and column once by loading an index matrix into a fragment of the
-// same type (a fragment's element mapping is fixed per type).
+// for_each(), so the kernel's shared-memory paths never depend on a fragment's register
+// layout: the wmma layers learn each element's row and column once by loading an index matrix
+// into a fragment of the same type (a fragment's element mapping is fixed per type). The one
+// path that does depend on it (scores in registers, NVIDIA wmma) checks it the same way.
 #pragma once
 
 #include <type_traits>
@@ -83,6 +84,7 @@ struct FmaLayer {
   static_assert(C::T % kQG == 0 && C::N % kCG == 0, "S thread grid");
   static_assert(C::T % kOG == 0 && C::DM % kTC == 0 && kDJ >= 1, "O thread grid");
   static constexpr bool kWantsP16 = false;
+  static constexpr bool kScoresInRegs = false;
 
   struct Acc {
     float v[kORows][kDJ];
@@ -185,6 +187,18 @@ struct WmmaElem<kBFloat16> {
 
 // FM x FN x FK fragments. S: warp (wr, wc) owns fragment rows wr * QF_R + i, columns
 // wc * QF_C + j. O: warp (wr, wc) owns fragment rows wr * PF_R + i, columns wc * PF_C + j.
+//
+// Scores in registers (kScoresInRegs: NVIDIA wmma 16x16x16 on 32-lane warps, each warp owning
+// one fragment row of S and of O): S stays in its accumulator fragments, the kernel's softmax
+// works on them, and the probabilities become P V's A fragments in registers, with no round
+// trip through shared memory. That needs the fragments' element layout, which wmma leaves
+// unspecified. sm_80 to sm_90 lower this shape to two m16n8k16 MMAs and keep that
+// instruction's layout (probed on the H200, 2026-12-02): element t < 8 of lane l, in an
+// accumulator or a row-major A fragment, is at row l / 4 + 8 ((t / 2) % 2), column
+// 2 (l % 4) + t % 2 + 8 (t / 4); a 16-bit A fragment's elements 8..15 repeat 0..7. zero()
+// checks this against index matrices loaded into both fragment types, and a thread whose
+// fragments differ writes NaN (for_each): the float64 check then refuses the library instead
+// of it returning wrong numbers.
 template <int QKIND, class C, int FK>
 struct WmmaLayer {
   static constexpr int FM = 16, FN = 16;
@@ -200,6 +214,13 @@ struct WmmaLayer {
                                        nvcuda::wmma::col_major>;
   using FragC = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, FM, FN, FK, float>;
   static constexpr int kElems = FragC::num_elements;
+#if defined(ATTN_HAVE_NV_WMMA)
+  static constexpr bool kScoresInRegs = FK == 16 && ATTN_HW_WARP_SIZE == 32 && kElems == 8 &&
+                                        QF_R == 1 && PF_R == 1 && C::QK_WC == 1 &&
+                                        C::PV_WC == 1 && C::WARPS * FM == C::M;
+#else
+  static constexpr bool kScoresInRegs = false;
+#endif
 
   static_assert(kElems <= 8, "rows are packed 4 bits per element in one word");
   struct Acc {
@@ -207,15 +228,35 @@ struct WmmaLayer {
     // each element's row inside its 16 x 16 fragment, 4 bits per element: eight separate ints
     // spilled at 128 registers (16 warps, head 256; ptxas sm_90: up to 444 bytes)
     uint32_t rows;
+    bool layout_ok;  // kScoresInRegs: the fragments have the layout the register path assumes
     ATTN_DEVICE int row(int t) const { return (rows >> (4 * t)) & 15u; }
   };
+  struct Scores {  // kScoresInRegs: this warp's 16 rows of S, then of P (fp32)
+    FragC s[QF_R][QF_C];
+  };
+
+  // kScoresInRegs: row and column of element t of lane `lane`'s fragment in its 16 x 16 tile.
+  static ATTN_DEVICE int frag_row(int lane, int t) { return lane / 4 + 8 * ((t / 2) % 2); }
+  static ATTN_DEVICE int frag_col(int lane, int t) { return 2 * (lane % 4) + t % 2 + 8 * (t / 4); }
+#if defined(ATTN_HAVE_NV_WMMA)
+  // kScoresInRegs: the maximum / sum over the four lanes that hold the same two rows.
+  static ATTN_DEVICE float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  }
+  static ATTN_DEVICE float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+  }
+#endif
 
   static ATTN_DEVICE const E* e(const uint16_t* p) { return reinterpret_cast<const E*>(p); }
 
-  static ATTN_DEVICE void qk(float* S, const uint16_t* Q, const uint16_t* K, int tid) {
+  // This warp's fragments of S = Q K^T.
+  static ATTN_DEVICE void qk_frags(FragC (&s)[QF_R][QF_C], const uint16_t* Q, const uint16_t* K,
+                                   int tid) {
     const int warp = tid / ATTN_HW_WARP_SIZE;
     const int r0 = (warp / C::QK_WC) * QF_R, c0 = (warp % C::QK_WC) * QF_C;
-    FragC s[QF_R][QF_C];
 #pragma unroll
     for (int i = 0; i < QF_R; ++i)
 #pragma unroll
@@ -235,6 +276,13 @@ struct WmmaLayer {
 #pragma unroll
         for (int j = 0; j < QF_C; ++j) nvcuda::wmma::mma_sync(s[i][j], a[i], b[j], s[i][j]);
     }
+  }
+
+  static ATTN_DEVICE void qk(float* S, const uint16_t* Q, const uint16_t* K, int tid) {
+    const int warp = tid / ATTN_HW_WARP_SIZE;
+    const int r0 = (warp / C::QK_WC) * QF_R, c0 = (warp % C::QK_WC) * QF_C;
+    FragC s[QF_R][QF_C];
+    qk_frags(s, Q, K, tid);
 #pragma unroll
     for (int i = 0; i < QF_R; ++i)
 #pragma unroll
@@ -244,18 +292,38 @@ struct WmmaLayer {
   }
 
   // Zero the accumulators and learn the element -> row mapping from an index matrix in
-  // `scratch` (16 x 16 fp32, this warp's own; element (r, c) holds r).
+  // `scratch` (16 x 16 fp32, this warp's own; element (r, c) holds 16 r + c). kScoresInRegs:
+  // also check both fragment types against the layout that path assumes (the A fragment's
+  // index matrix in 16-bit elements: 0..255 are exact in fp16 and bf16).
   static ATTN_DEVICE void zero(Acc& a, float* scratch, int tid) {
     const int lane = tid % ATTN_HW_WARP_SIZE;
     scratch += (tid / ATTN_HW_WARP_SIZE) * FM * FN;
-    for (int i = lane; i < FM * FN; i += ATTN_HW_WARP_SIZE) scratch[i] = static_cast<float>(i / FN);
+    for (int i = lane; i < FM * FN; i += ATTN_HW_WARP_SIZE) scratch[i] = static_cast<float>(i);
     ATTN_WARP_SYNC();
     FragC idx;
     nvcuda::wmma::load_matrix_sync(idx, scratch, FN, nvcuda::wmma::mem_row_major);
     a.rows = 0u;
+    bool ok = true;
 #pragma unroll
-    for (int t = 0; t < kElems; ++t) a.rows |= static_cast<uint32_t>(idx.x[t]) << (4 * t);
+    for (int t = 0; t < kElems; ++t) {
+      const int v = static_cast<int>(idx.x[t]);
+      a.rows |= static_cast<uint32_t>(v / FN) << (4 * t);
+      ok = ok && v == frag_row(lane, t) * FN + frag_col(lane, t);
+    }
     ATTN_WARP_SYNC();
+    if constexpr (kScoresInRegs) {
+      E* idx16 = reinterpret_cast<E*>(scratch);
+      for (int i = lane; i < FM * FN; i += ATTN_HW_WARP_SIZE) idx16[i] = static_cast<E>(static_cast<float>(i));
+      ATTN_WARP_SYNC();
+      FragA ia;
+      nvcuda::wmma::load_matrix_sync(ia, idx16, FN);
+#pragma unroll
+      for (int t = 0; t < FragA::num_elements; ++t)
+        ok = ok && static_cast<int>(static_cast<float>(ia.x[t])) ==
+                       frag_row(lane, t % 8) * FN + frag_col(lane, t % 8);
+      ATTN_WARP_SYNC();
+    }
+    a.layout_ok = ok || !kScoresInRegs;
 #pragma unroll
     for (int i = 0; i < PF_R; ++i)
 #pragma unroll
@@ -299,6 +367,31 @@ struct WmmaLayer {
     }
   }
 
+  // kScoresInRegs: O *= al[h] on each row (h = 0: the fragment's rows 0..7 of this lane, 1: rows
+  // 8..15), then O += P V with the probabilities in `sc` (fp32) converted to A fragments in
+  // registers.
+  static ATTN_DEVICE void rescale_pv_regs(Acc& a, const float (&al)[2], const Scores& sc,
+                                          const uint16_t* Vt) {
+    if (al[0] != 1.0f || al[1] != 1.0f) {  // both 1: neither row's maximum moved
+#pragma unroll
+      for (int j = 0; j < PF_C; ++j)
+#pragma unroll
+        for (int t = 0; t < kElems; ++t) a.c[0][j].x[t] *= al[(t / 2) % 2];
+    }
+#pragma unroll
+    for (int k = 0; k < QF_C; ++k) {
+      FragA p;
+#pragma unroll
+      for (int t = 0; t < FragA::num_elements; ++t) p.x[t] = static_cast<E>(sc.s[0][k].x[t % 8]);
+#pragma unroll
+      for (int j = 0; j < PF_C; ++j) {
+        FragB v;  // B(k = key, n = dim) = Vt[dim][key]: column-major
+        nvcuda::wmma::load_matrix_sync(v, e(Vt + j * FN * C::VP + k * FK), C::VP);
+        nvcuda::wmma::mma_sync(a.c[0][j], p, v, a.c[0][j]);
+      }
+    }
+  }
+
   // f(row, col, value) for every element of this warp's fragments; columns are learned the
   // same way as rows, through this warp's scratch tile.
   template <class F>
@@ -316,7 +409,8 @@ struct WmmaLayer {
       for (int j = 0; j < PF_C; ++j)
 #pragma unroll
         for (int t = 0; t < kElems; ++t)
-          f((r0 + i) * FM + a.row(t), (c0 + j) * FN + static_cast<int>(idx.x[t]), a.c[i][j].x[t]);
+          f((r0 + i) * FM + a.row(t), (c0 + j) * FN + static_cast<int>(idx.x[t]),
+            a.layout_ok ? a.c[i][j].x[t] : __int_as_float(0x7fc00000));  // NaN: see above
   }
 };
 #endif

@@ -249,6 +249,8 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   constexpr bool kWarpRows = L::kWantsP16 && C::QK_WC == 1 && C::PV_WC == 1 && !C::SHARED_KV;
   constexpr int kRW = C::M / C::WARPS;  // rows per warp (kWarpRows)
   static_assert(!kWarpRows || kRW * kTPR == ATTN_HW_WARP_SIZE, "a warp's threads cover its rows");
+  // Scores in registers (attn_mma.cuh): softmax on S's fragments, no S or P in shared memory.
+  constexpr bool kFragSoftmax = kWarpRows && L::kScoresInRegs;
   auto rows_sync = [] {
     if constexpr (kWarpRows) ATTN_WARP_SYNC();
     else __syncthreads();
@@ -460,7 +462,104 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
     if (part == 0) alpha[row] = al;
   };
 
-  if constexpr (kWarpRows) {
+  // Scores in registers: lane l of warp w holds rows fr0 = w * kRW + l / 4 and fr0 + 8 of S, P
+  // and O (h = 0, 1), 16 of each row's columns per tile; a row's four lanes share its maximum
+  // and sum by shuffles. Per row h: its query position, running maximum and this lane's part
+  // of the running sum (all four lanes rescale by the same maxima, so the parts add up at the
+  // end).
+  const int fr0 = (tid / ATTN_HW_WARP_SIZE) * kRW + (tid % ATTN_HW_WARP_SIZE) / 4;
+  int fq[2];
+  float fm[2] = {-INFINITY, -INFINITY}, fl[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) fq[h] = ctx + t0 + (fr0 + 8 * h < nrows ? (fr0 + 8 * h) / G : 0);
+
+  if constexpr (kFragSoftmax) {
+    const int lane = tid % ATTN_HW_WARP_SIZE;
+    // Step 2 on the fragments: scale, mask (skipped on whole tiles, as softmax_regs), row
+    // maxima, probabilities in place, the two rows' rescale factors.
+    auto softmax_frags = [&](const TileSrc& t, typename L::Scores& sc,
+                             float (&al)[2]) ATTN_INLINE_LAMBDA {
+      const float scl = t.context ? ctx_scale : new_scale;
+      const int tile0 = t.context ? t.base : ctx + t.base;
+      const bool whole = t.valid == C::N && tile0 + C::N - 1 <= q_first &&
+                         (a.sliding_window <= 0 || tile0 >= q_last - a.sliding_window + 1) &&
+                         a.alibi_slopes == nullptr;
+      constexpr int kF = C::N / 16, kE = L::kElems;
+      float mx[2] = {-INFINITY, -INFINITY};
+      if (whole) {
+#pragma unroll
+        for (int j = 0; j < kF; ++j)
+#pragma unroll
+          for (int u = 0; u < kE; ++u) {
+            float& x = sc.s[0][j].x[u];
+            x *= scl;
+            mx[(u / 2) % 2] = fmaxf(mx[(u / 2) % 2], x);
+          }
+      } else {
+        int hi[2], lo[2];
+        float sl[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = fr0 + 8 * h;
+          hi[h] = r < nrows ? min(fq[h], tile0 + t.valid - 1) : -1;  // causal, tile end
+          lo[h] = a.sliding_window > 0 ? fq[h] - a.sliding_window + 1 : 0;
+          sl[h] = a.alibi_slopes != nullptr && r < nrows ? a.alibi_slopes[kvh * G + r % G] * kLog2eP
+                                                         : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kF; ++j)
+#pragma unroll
+          for (int u = 0; u < kE; ++u) {
+            const int h = (u / 2) % 2;
+            const int kpos = tile0 + 16 * j + L::frag_col(lane, u);
+            float& x = sc.s[0][j].x[u];
+            const float s = fmaf(sl[h], static_cast<float>(kpos - fq[h]), x * scl);
+            x = kpos <= hi[h] && kpos >= lo[h] ? s : -INFINITY;
+            mx[h] = fmaxf(mx[h], x);
+          }
+      }
+      float m_use[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_new = fmaxf(fm[h], L::quad_max(mx[h]));
+        m_use[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+        al[h] = exp2f(fm[h] - m_use[h]);
+        fm[h] = m_new;
+      }
+#pragma unroll
+      for (int j = 0; j < kF; ++j)
+#pragma unroll
+        for (int u = 0; u < kE; ++u) {
+          float& x = sc.s[0][j].x[u];
+          x = exp2f(x - m_use[(u / 2) % 2]);
+          sum[(u / 2) % 2] += x;
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) fl[h] = fl[h] * al[h] + sum[h];
+      if (!t.context && !v_applied) {  // first chunk tile: the context part takes its v scale
+        al[0] *= v_ctx;
+        al[1] *= v_ctx;
+        v_applied = true;
+      }
+    };
+    // The warp-rows schedule below, with no shared-memory step between Q K^T and P V.
+    for (int i = b; i < e; ++i) {
+      const TileSrc t = tile(i);
+      async_wait<0>();
+      __syncthreads();  // X
+      ld.load_v(Vt, t);
+      async_commit();
+      typename L::Scores sc;
+      L::qk_frags(sc.s, Qs, Ks, tid);
+      float al[2];
+      softmax_frags(t, sc, al);
+      async_wait<0>();
+      __syncthreads();  // Y
+      if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+      async_commit();
+      L::rescale_pv_regs(acc, al, sc, Vt);
+    }
+  } else if constexpr (kWarpRows) {
     // Two barriers per tile, each load hidden behind half a tile of compute:
     //   X: K(i) landed and visible; every warp is past P V(i-1), so V(i) may overwrite Vt.
     //   Y: V(i) landed and visible; every warp is past Q K(i)^T, so K(i+1) may overwrite Ks.
@@ -513,21 +612,33 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   const float out_scale = v_applied ? 1.0f : v_ctx;
 
   // Row sums, then the output (or this split's partials).
-  red[tid] = l_part;
-  __syncthreads();
-  if (part == 0) {
-    float l = 0.0f;
+  if constexpr (kFragSoftmax) {
+    const bool first = tid % 4 == 0;  // the first of each row's four lanes
 #pragma unroll
-    for (int p = 0; p < kTPR; ++p) l += red[red_at(row, p)];
-    rowv[row] = l > 0.0f ? out_scale / l : 0.0f;
-    rowv[C::M + row] = l > 0.0f ? m_run + log2f(l) : -INFINITY;
+    for (int h = 0; h < 2; ++h) {
+      const float l = L::quad_sum(fl[h]);
+      if (first) {
+        rowv[fr0 + 8 * h] = l > 0.0f ? out_scale / l : 0.0f;
+        rowv[C::M + fr0 + 8 * h] = l > 0.0f ? fm[h] + log2f(l) : -INFINITY;
+      }
+    }
+  } else {
+    red[tid] = l_part;
+    __syncthreads();
+    if (part == 0) {
+      float l = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kTPR; ++p) l += red[red_at(row, p)];
+      rowv[row] = l > 0.0f ? out_scale / l : 0.0f;
+      rowv[C::M + row] = l > 0.0f ? m_run + log2f(l) : -INFINITY;
+    }
   }
   __syncthreads();
   const bool single = a.num_splits == 1;
-  if (!single && part == 0 && row_valid) {
-    const int tok = q0 + t0 + row / G, head = kvh * G + row % G;
+  for (int r = tid; !single && r < nrows; r += C::T) {
+    const int tok = q0 + t0 + r / G, head = kvh * G + r % G;
     a.part_lse[(static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head] =
-        rowv[C::M + row];
+        rowv[C::M + r];
   }
   L::for_each(acc, tid, S, [&](int r, int col, float value) {
     if (r >= nrows || col >= D) return;
