@@ -313,7 +313,8 @@ struct WmmaLayer {
     ATTN_WARP_SYNC();
     if constexpr (kScoresInRegs) {
       E* idx16 = reinterpret_cast<E*>(scratch);
-      for (int i = lane; i < FM * FN; i += ATTN_HW_WARP_SIZE) idx16[i] = static_cast<E>(static_cast<float>(i));
+      for (int i = lane; i < FM * FN; i += ATTN_HW_WARP_SIZE)
+        idx16[i] = static_cast<E>(static_cast<float>(i));
       ATTN_WARP_SYNC();
       FragA ia;
       nvcuda::wmma::load_matrix_sync(ia, idx16, FN);

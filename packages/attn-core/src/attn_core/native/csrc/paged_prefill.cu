@@ -10,7 +10,8 @@
 // merge_kernel weighs them.
 //
 // Per key tile:
-//   1. S = Q K^T on the matrix layer (attn_mma.cuh), fp32 in shared memory;
+//   1. S = Q K^T on the matrix layer (attn_mma.cuh), fp32 in shared memory (or, where the layer
+//      keeps scores in registers, in this warp's fragments: steps 2 and 3 then work on them);
 //   2. softmax rows: T / M threads per row, each over N / (T / M) columns (rotated so a warp's
 //      reads hit distinct banks); scale, mask (causal, window, tile end), ALiBi, running max
 //      (exchanged through shared memory), probabilities, per-row rescale factor alpha;
@@ -48,15 +49,19 @@ namespace attn {
 constexpr float kLog2eP = 1.4426950408889634f;
 constexpr int kMergeThreads = 256;
 
-// The tile configurations. Large (config 0): 128 rows x 64 keys, ~190 KiB at head 256, one block
-// per SM on the H200, in two warp layouts:
+// The tile configurations. Large (config 0): 128 rows x 64 keys, 146 KiB at head 256 with the
+// scores in registers (190 KiB with S and P in shared memory), one block per SM on the H200, in
+// two warp layouts:
 // - RowsCfg (the wmma layers): 8 warps, warp w owns rows 16w..16w+15 of S, P and O (O at head
 //   256: 16 fragments, 128 fp32 registers), so softmax is warp-local, in registers, and a tile
 //   takes two block barriers. H200, Qwen3.6 shape, 100K / 8192 (2026-12-02): 128 ms, ~13K
-//   cycles per key tile. ncu (30K / 2048): 2 warps per scheduler with 0.32 eligible; stalls on
-//   shared-memory results (26 %), fixed latency (24 %), global loads (16 %); issue slots 25 %
-//   busy: latency-bound at one block per SM. Tried without gain: page ids prefetched a phase
-//   early (+0 %), 8 threads per key row in the K copy (+4 %), QK unroll 1 or 4 (+-0.5 %).
+//   cycles per key tile with S and P in shared memory; 119-120 ms with the scores kept in
+//   fragments (NVIDIA). ncu (30K / 2048, S in shared memory): 2 warps per scheduler with 0.32
+//   eligible; stalls on shared-memory results (26 %), fixed latency (24 %), global loads
+//   (16 %); issue slots 25 % busy: latency-bound at one block per SM. Tried without gain: page
+//   ids prefetched a phase early (+0 %), 8 threads per key row in the K copy (+4 %), QK unroll
+//   1 or 4 (+-0.5 %), 64 rows x 4 warps so two blocks share an SM (+38 % at 100K / 8192, +70 %
+//   at 100K / 2048: each block loads every K/V tile for half the rows).
 // - LargeCfg (the FMA layer, and the wmma layers before): 16 warps, S 8 x 2 warps of 1 x 2
 //   fragments, O 4 x 4 warps of 2 x (head / 64) fragments, five block barriers a tile: 175 ms
 //   at 100K / 8192 on wmma (ncu: issue slots 47 % busy, ALU the busiest pipe).
@@ -74,7 +79,19 @@ using RowsCfg = TileCfg<128, 64, DM, 8 / (ATTN_HW_WARP_SIZE / 32), 8 / (ATTN_HW_
 template <int MMA, int DM>
 using LargeFor = typename std::conditional<MMA == kMmaFma, LargeCfg<DM>, RowsCfg<DM>>::type;
 
-template <class C, bool P16>
+// Which step sequence a (layer, tile) pair runs; the kernel and its shared-memory plan both
+// read it, so the plan is sized for the path that actually runs.
+template <class L, class C>
+struct PathFor {
+  // Each warp owns whole rows of S, P and O (and softmax's rows: row = tid / kTPR gives warp w
+  // the same M / WARPS rows), so a row's steps need only that warp in step.
+  static constexpr bool kWarpRows =
+      L::kWantsP16 && C::QK_WC == 1 && C::PV_WC == 1 && !C::SHARED_KV;
+  // Scores in registers (attn_mma.cuh): softmax on S's fragments, no S or P in shared memory.
+  static constexpr bool kFragSoftmax = kWarpRows && L::kScoresInRegs;
+};
+
+template <class C, bool P16, bool REGS>
 struct SmemPlan {
   // 128-byte region starts: wmma fragment pointers must be 32-byte aligned
   static constexpr int up16(int b) { return (b + 127) / 128 * 128; }
@@ -84,8 +101,9 @@ struct SmemPlan {
   static constexpr int kV = C::SHARED_KV ? kK : up16(kK + kKBytes);
   static constexpr int kS = C::SHARED_KV ? up16(kK + (kKBytes > kVBytes ? kKBytes : kVBytes))
                                          : up16(kV + kVBytes);
-  static constexpr int kP = up16(kS + C::M * C::SP * 4);
-  static constexpr int kAlpha = up16(kP + (P16 ? C::M * C::PP * 2 : 0));
+  // REGS (scores in registers): S is only the fragment-index scratch, 16 x 16 fp32 per warp
+  static constexpr int kP = up16(kS + (REGS ? C::WARPS * 256 : C::M * C::SP) * 4);
+  static constexpr int kAlpha = up16(kP + (P16 && !REGS ? C::M * C::PP * 2 : 0));
   static constexpr int kRow = up16(kAlpha + C::M * 4);  // per-row 1 / l, then lse
   static constexpr int kRed = up16(kRow + 2 * C::M * 4);
   static constexpr int kBytes = up16(kRed + C::T * 4);
@@ -240,17 +258,16 @@ struct Loader {
 template <int QKIND, int CKIND, int MMA, class C>
 __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) {
   using L = typename MmaSelect<MMA, QKIND, C>::type;
-  using Plan = SmemPlan<C, L::kWantsP16>;
+  using Plan = SmemPlan<C, L::kWantsP16, PathFor<L, C>::kFragSoftmax>;
   constexpr int kTPR = C::T / C::M;      // softmax threads per row
   constexpr int kCols = C::N / kTPR;     // columns per softmax thread
   static_assert(C::T % C::M == 0 && C::N % kTPR == 0, "softmax mapping");
-  // Whether each warp owns whole rows of S, P and O (and softmax's rows: row = tid / kTPR gives
-  // warp w the same M / WARPS rows), so a row's steps need only that warp in step.
-  constexpr bool kWarpRows = L::kWantsP16 && C::QK_WC == 1 && C::PV_WC == 1 && !C::SHARED_KV;
+  constexpr bool kWarpRows = PathFor<L, C>::kWarpRows;
   constexpr int kRW = C::M / C::WARPS;  // rows per warp (kWarpRows)
   static_assert(!kWarpRows || kRW * kTPR == ATTN_HW_WARP_SIZE, "a warp's threads cover its rows");
-  // Scores in registers (attn_mma.cuh): softmax on S's fragments, no S or P in shared memory.
-  constexpr bool kFragSoftmax = kWarpRows && L::kScoresInRegs;
+  constexpr bool kFragSoftmax = PathFor<L, C>::kFragSoftmax;
+  static_assert(kFragSoftmax || Plan::kP - Plan::kS >= C::M * C::SP * 4,
+                "a shared-memory softmax needs the whole S region");
   auto rows_sync = [] {
     if constexpr (kWarpRows) ATTN_WARP_SYNC();
     else __syncthreads();
@@ -694,7 +711,7 @@ Kernel make_kernel() {
     return {nullptr, 0, 0};
   } else {
     return {prefill_kernel<QKIND, CKIND, ATTN_PREFILL_MMA, C>, C::T,
-            SmemPlan<C, L::kWantsP16>::kBytes};
+            SmemPlan<C, L::kWantsP16, PathFor<L, C>::kFragSoftmax>::kBytes};
   }
 }
 
@@ -736,7 +753,9 @@ Kernel kernel_for(int config, int query_kind, int cache_kind, int head_bucket) {
 
 int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256; }
 
-int config_rows(int config) { return config == 0 ? LargeCfg<64>::M : SmallCfg<64>::M; }
+int config_rows(int config) {
+  return config == 0 ? LargeFor<ATTN_PREFILL_MMA, 64>::M : SmallCfg<64>::M;
+}
 
 KernelPtr merge_for(int query_kind) {
   if (query_kind == kFloat16) return merge_kernel<kFloat16>;
