@@ -11,6 +11,7 @@ from attn_core.core.settings import PrefillOverrides
 from attn_core.device.capabilities import Capabilities, profile_capabilities
 from attn_core.native import prefill_abi as pabi
 from attn_core.native import prefill_split as ps
+from attn_core.prefill import plan_native as pn
 from attn_core.prefill.plan import plan_prefill
 
 QWEN = AttentionShape(24, 4, 256, 16, torch.float16)
@@ -158,3 +159,19 @@ def test_the_launch_step_has_each_variants_thread_count() -> None:
         for v in ("wmma", "corex_wmma", "fma")
     }
     assert threads == {"wmma": 256, "corex_wmma": 256, "fma": 512}
+
+
+def test_the_large_tiles_shared_memory_follows_the_variant() -> None:
+    """The NVIDIA wmma tile keeps its scores in registers and needs no S or P: the planner's
+    figure is the library's own (148992 bytes at head 256 on the H200, 2026-12-02), and a
+    device with 163 KiB per block takes the large tile on wmma but not on the others."""
+    assert pn.large_tile_smem(256, "wmma") == 148992
+    assert pn.large_tile_smem(256, "fma") > 180 << 10
+    assert pn.large_tile_smem(256, "corex_wmma") == pn.large_tile_smem(256, "fma")
+    mid = H200.with_overrides(name="163k", shared_mem_per_block_optin=163 << 10)
+    assert pn.choose_config(mid, QWEN, "wmma") == pabi.CONFIG_LARGE
+    assert pn.choose_config(mid, QWEN, "fma") == pabi.CONFIG_32K
+    # a group past the 32 KiB tile's 16 rows needs the large tile on every variant there
+    wide = AttentionShape(32, 1, 256, 16, torch.float16)
+    assert "groups <= 16" in pn.unsupported(wide, mid)
+    assert pn.unsupported(wide, H200) == ""

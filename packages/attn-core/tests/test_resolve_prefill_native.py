@@ -22,7 +22,7 @@ from attn_core.runtime.prefill import paged_prefix_prefill
 QWEN = AttentionShape(24, 4, 256, 16, torch.float16)
 SLOW_HBM = get_device_spec("h200").with_overrides(name="slow-hbm", hbm_bandwidth=0.3e12)
 # HBM fast enough that the torch path's elementwise traffic is free: its GEMMs (0.75 of the
-# matrix rate) then beat the native tile (0.16; on the real H200 native is priced below torch)
+# matrix rate) then beat the native tile (0.177; on the real H200 native is priced below torch)
 FAST_HBM = get_device_spec("h200").with_overrides(name="fast-hbm", hbm_bandwidth=100e12)
 CUDA = torch.device("cuda", 0)
 LENGTHS = PrefillLengths(8192, 100_000)

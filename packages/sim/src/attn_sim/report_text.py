@@ -106,7 +106,8 @@ TTFT_LEGEND = (
     "its CUDA-core tile; `plan_s` / `plan_picks`: what attn-core's plan picks per chunk when the "
     "traceable fused backend and every native variant are taken as verified. The native "
     "matrix efficiency is the H200's measurement of the 8-warp wmma tile (2026-12-02, see the "
-    "prices table); CoreX's is that figure assumed until the lab measures it."
+    "prices table); CoreX's is that tile's figure with its scores in shared memory (as CoreX's "
+    "layer keeps them), assumed until the lab measures it."
 )
 
 

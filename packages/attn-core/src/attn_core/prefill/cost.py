@@ -56,16 +56,20 @@ EFFICIENCY: dict[str, Efficiency] = {
     "vendor_flash": Efficiency(
         "fp16_flops", 0.30, 1.0, "assumed: as SDPA after a gather (not measured on BI-V100)"
     ),
-    # 128 ms at 100K / 8192 and 31.4 at 100K / 2048 with the 8-warp warp-rows tile (2026-12-02,
-    # bench/native_prefill_bench.py; 175 / 43 with the 16-warp tile before): 20.96 TFLOP in
-    # 128.3 ms and 5.08 in 31.4 ms, 163 and 162 TFLOP/s, 0.165 and 0.164 of the datasheet rate.
-    # ncu (30K / 2048): 2 warps per scheduler, 0.32 eligible, stalls on shared-memory results
-    # (26 %), fixed latency (24 %) and global (16 %): latency-bound at one block per SM.
+    # 119.5 ms at 100K / 8192 and 29.1 at 100K / 2048 with the 8-warp warp-rows tile, scores
+    # kept in fragments (2026-12-02 06:00 UTC, bench/native_prefill_bench.py): 175.4 and 174.9
+    # TFLOP/s, 0.177 of the datasheet rate (128 / 31.4 ms, 0.165, with S and P in shared memory;
+    # 175 / 43 with the 16-warp tile before). ncu (30K / 2048): 2 warps per scheduler, 0.30
+    # eligible, issue slots 25 % busy: latency-bound at one block of 8 warps per SM.
     "native:wmma": Efficiency(
-        "fp16_flops", 0.16, 1.0, "measured: H200, 8-warp wmma tile, 128 ms at 100K / 8192"
+        "fp16_flops", 0.177, 1.0,
+        "measured: H200, 8-warp wmma tile, scores in registers, 119.5 ms at 100K / 8192",
     ),
+    # CoreX's layer keeps S and P in shared memory, so the NVIDIA tile's figure before the
+    # scores moved to registers.
     "native:corex_wmma": Efficiency(
-        "fp16_flops", 0.16, 1.0, "assumed: as the NVIDIA wmma tile (never run on CoreX)"
+        "fp16_flops", 0.165, 1.0,
+        "assumed: as the NVIDIA wmma tile with S in shared memory (never run on CoreX)",
     ),
     # The issue's target for the CUDA-core tile: 40% of the H200's measured fp32 FMA rate
     # (50.6 TFLOP/s, device-facts), i.e. 0.30 of the 67 TFLOP/s datasheet figure.

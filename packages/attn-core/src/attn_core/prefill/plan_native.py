@@ -103,34 +103,50 @@ def unsupported(shape: AttentionShape, spec: DeviceSpec) -> str:
         return f"the native prefill takes head sizes 8..256 in steps of 8, got {shape.head_size}"
     if shape.block_size not in BLOCK_SIZES:
         return f"the native prefill takes block sizes {BLOCK_SIZES}, got {shape.block_size}"
-    rows = ps.CONFIG_TILES[choose_config(spec, shape)][0]
+    # a group past the 32 KiB tile's rows needs the large tile on every variant (the most
+    # shared memory of them decides), so whichever variant the price picks can take it
+    every_large = all(choose_config(spec, shape, v) == pabi.CONFIG_LARGE for v in VARIANTS)
+    rows = ps.CONFIG_TILES[pabi.CONFIG_LARGE if every_large else pabi.CONFIG_32K][0]
     if shape.group > rows:
         return f"the native prefill's tile on {spec.name} takes groups <= {rows}, got {shape.group}"
     return ""
 
 
-def large_tile_smem(head_size: int) -> int:
-    """Shared memory of the large tile at ``head_size``'s bucket: Q (128 rows) and K (64 keys)
-    with 8 columns of padding, V transposed with 8 of padding, fp32 scores, fp16 probabilities
-    (an estimate of csrc's SmemPlan: ~190 KiB at head 256, as its comment says; the launcher
-    reads the real figure from the library)."""
+# csrc/paged_prefill.cu SmemPlan for the NVIDIA wmma tile, whose scores stay in registers: no S
+# or P, a 16 x 16 fp32 fragment-index scratch per warp, per-row alpha, 1 / l and lse, one float
+# per thread; regions start on 128 bytes. At head 256: 148992 bytes, the library's own figure
+# on the H200 (2026-12-02).
+_REGS_TILE_WARPS = MATRIX_LARGE_THREADS // 32
+
+
+def _up128(n: int) -> int:
+    return -(-n // 128) * 128
+
+
+def large_tile_smem(head_size: int, variant: str) -> int:
+    """Shared memory of the large tile at ``head_size``'s bucket on ``variant``: Q (128 rows)
+    and K (64 keys) with 8 columns of padding, V transposed with 8 of padding; then on
+    ``wmma`` (NVIDIA, scores in registers) csrc's small per-warp and per-row regions, exactly
+    (146 KiB at head 256), and on the others fp32 scores and 16-bit probabilities (an estimate
+    of csrc's SmemPlan, ~190 KiB at head 256). The launcher reads the real figure from the
+    library; this is the pure planner's and the simulator's."""
     rows, keys = ps.CONFIG_TILES[pabi.CONFIG_LARGE]
     d = ps.head_bucket(head_size)
-    return (
-        2 * (rows + keys) * (d + 8)
-        + 2 * d * (keys + 8)
-        + rows * (keys + 4) * 4
-        + rows * (keys + 8) * 2
-    )
+    q_k_v = _up128(2 * rows * (d + 8)) + _up128(2 * keys * (d + 8)) + _up128(2 * d * (keys + 8))
+    if variant == "wmma":
+        per_warp = _up128(_REGS_TILE_WARPS * 16 * 16 * 4)
+        per_row = _up128(rows * 4) + _up128(2 * rows * 4) + _up128(MATRIX_LARGE_THREADS * 4)
+        return q_k_v + per_warp + per_row
+    return q_k_v + rows * (keys + 4) * 4 + rows * (keys + 8) * 2
 
 
-def choose_config(spec: DeviceSpec, shape: AttentionShape) -> int:
-    """The large tile where a block may opt in to its shared memory and the group fits its
-    rows, else the 32 KiB tile (what :func:`attn_core.native.prefill_split.choose_config`
-    decides from the driver's figure)."""
+def choose_config(spec: DeviceSpec, shape: AttentionShape, variant: str) -> int:
+    """The large tile where a block may opt in to ``variant``'s shared memory for it and the
+    group fits its rows, else the 32 KiB tile (what
+    :func:`attn_core.native.prefill_split.choose_config` decides from the driver's figure)."""
     optin = max(spec.shared_mem_per_block_optin, spec.shared_mem_per_block)
     rows = ps.CONFIG_TILES[pabi.CONFIG_LARGE][0]
-    if optin >= large_tile_smem(shape.head_size) and shape.group <= rows:
+    if optin >= large_tile_smem(shape.head_size, variant) and shape.group <= rows:
         return pabi.CONFIG_LARGE
     return pabi.CONFIG_32K
 
@@ -139,7 +155,7 @@ def blocks_per_sm(spec: DeviceSpec, config: int, head_size: int, variant: str) -
     """Resident blocks per SM by threads and shared memory (registers are the launcher's
     driver-reported occupancy; the large tile is one block per SM on the H200 either way)."""
     threads = config_threads(config, variant)
-    smem = large_tile_smem(head_size) if config == pabi.CONFIG_LARGE else 32 * 1024
+    smem = large_tile_smem(head_size, variant) if config == pabi.CONFIG_LARGE else 32 * 1024
     by_smem = spec.shared_mem_per_sm // max(shared_mem_allocation(spec, smem), 1)
     by_threads = spec.max_threads_per_sm // threads
     return max(1, min(by_smem, by_threads, spec.max_blocks_per_sm))
@@ -159,7 +175,7 @@ def plan_native_prefill(
     """The native kernel's launch for these lengths on ``spec`` with ``variant``."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    config = choose_config(spec, shape)
+    config = choose_config(spec, shape, variant)
     tiles_q = ps.query_tiles(config, shape.group, max_query_len)
     grid_blocks = tiles_q * num_seqs * shape.num_kv_heads
     per_split = ps.workspace_bytes(2, num_tokens, shape.num_heads, shape.head_size) // 2
@@ -171,7 +187,7 @@ def plan_native_prefill(
         workspace_per_split=per_split,
     )
     threads = config_threads(config, variant)
-    smem = large_tile_smem(shape.head_size) if config == pabi.CONFIG_LARGE else 32 * 1024
+    smem = large_tile_smem(shape.head_size, variant) if config == pabi.CONFIG_LARGE else 32 * 1024
     steps: tuple[KernelStep, ...] = (
         KernelStep(
             "native_prefill", (tiles_q, num_seqs * shape.num_kv_heads, splits), threads, smem
