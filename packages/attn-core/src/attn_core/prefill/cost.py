@@ -57,7 +57,7 @@ EFFICIENCY: dict[str, Efficiency] = {
         "fp16_flops", 0.30, 1.0, "assumed: as SDPA after a gather (not measured on BI-V100)"
     ),
     # 119.5 ms at 100K / 8192 and 29.1 at 100K / 2048 with the 8-warp warp-rows tile, scores
-    # kept in fragments (2026-12-02 06:00 UTC, bench/native_prefill_bench.py): 175.4 and 174.9
+    # kept in fragments (2026-12-02 05:34 UTC, bench/native_prefill_bench.py): 175.4 and 174.9
     # TFLOP/s, 0.177 of the datasheet rate (128 / 31.4 ms, 0.165, with S and P in shared memory;
     # 175 / 43 with the 16-warp tile before). ncu (30K / 2048): 2 warps per scheduler, 0.30
     # eligible, issue slots 25 % busy: latency-bound at one block of 8 warps per SM.
