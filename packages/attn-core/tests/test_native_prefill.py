@@ -150,17 +150,25 @@ def test_library_facts_fit_budgets() -> None:
                 assert bucket == 256 or large.local_bytes == 0, (mma, bucket, large)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 16-warp large tile is capped at 128 registers and spills 24-48 bytes at head "
-    "256 (ptxas sm_90, H200 run of 2026-12-01 22:41 UTC); open for phase 2",
-)
-def test_large_tile_has_no_spills_at_head_256() -> None:
-    for mma in MMAS:
-        lib = prefill_library(mma)
-        for ck in (1, 3, 4):
-            large = lib.config_facts(pabi.CONFIG_LARGE, 1, ck, 256)
-            assert large is not None and large.local_bytes == 0, (mma, ck, large)
+@pytest.mark.parametrize(
+    "mma",
+    [
+        pytest.param(mma, marks=pytest.mark.xfail(
+            strict=True,
+            reason="the FMA layer's 16-warp large tile is capped at 128 registers and keeps 8-24 "
+            "bytes of stack at head 256 (ptxas sm_90, build of 2026-12-02 05:45 UTC); open",
+        )) if mma == "fma" else mma
+        for mma in MMAS
+    ],
+)  # fmt: skip
+def test_large_tile_has_no_spills_at_head_256(mma: str) -> None:
+    """fp16 queries over each cache kind. The wmma tile (8 warps, scores in registers) keeps
+    everything in its 255 registers; bf16 queries over fp8 caches spill 4 bytes there (ptxas,
+    not asserted)."""
+    lib = prefill_library(mma)
+    for ck in (1, 3, 4):
+        large = lib.config_facts(pabi.CONFIG_LARGE, 1, ck, 256)
+        assert large is not None and large.local_bytes == 0, (mma, ck, large)
 
 
 @pytest.mark.parametrize("mma", MMAS)
