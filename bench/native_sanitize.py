@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck python3 bench/native_sanitize.py
 
 Shapes cover one and several partitions, partial tiles, 8-token blocks with fp8 (8-byte value
-loads), GQA 6 and 16 (a group over two blocks), head 64 (two token groups) and 256.
+loads) and with fp16 (the matrix-unit body's value copies at page edges), GQA 6, 8 and 16 (a
+group over two blocks), head 64 (two token groups), 80 and 256.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ CASES = [
     ([9, 200], 32, 2, 64, 8, torch.float32, "auto", 4, 64),
     ([33, 250], 8, 2, 128, 8, torch.float16, "fp8_e4m3", 2, 128),
     ([7, 129], 4, 4, 80, 32, torch.float16, "auto", 2, 96),
+    # the matrix-unit body: 8-token blocks, partitions of 72 (tiles start mid-page), group 8
+    ([9, 200], 16, 2, 128, 8, torch.float16, "auto", 3, 72),
 ]
 
 

@@ -34,13 +34,20 @@ def test_facts_cover_every_shipped_kernel() -> None:
     data = facts.load_facts()
     kinds = {("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32")}
     kinds |= {(q, c) for q in ("float16", "bfloat16", "float32") for c in ("fp8_e4m3", "fp8_e5m2")}
-    have = {(r.query, r.cache, r.head_bucket, r.slots) for r in data["kernels"]}
+    have = {(r.query, r.cache, r.head_bucket, r.slots, r.body) for r in data["kernels"]}
     for q, c in kinds:
         for bucket in abi.HEAD_BUCKETS:
             for slots in build.SLOTS:
-                assert (q, c, bucket, slots) in have, (q, c, bucket, slots)
+                # every kernel on the CUDA-core body (CoreX's); the 16-bit same-type ones also
+                # on the matrix-unit body (NVIDIA's)
+                assert (q, c, bucket, slots, facts.CUDA_CORE) in have, (q, c, bucket, slots)
+                mma = (q, c, bucket, slots, facts.MMA) in have
+                assert mma == facts.mma_body(q, c), (q, c, bucket, slots)
     for r in data["kernels"]:
-        assert r.smem_bytes <= 32 * 1024, r  # the BI-V100 per-block budget
+        if r.body == facts.CUDA_CORE:
+            assert r.smem_bytes <= 32 * 1024, r  # the BI-V100 per-block budget
+        else:  # dynamic only, as the mirror of decode_mma::Smem sizes it
+            assert r.smem_bytes == facts.mma_smem_bytes(r.head_bucket), r
 
 
 def test_ptxas_parser_reads_registers_smem_and_spills() -> None:
@@ -52,11 +59,25 @@ ptxas info    : Compiling entry function '_ZN4attn12merge_kernelILi2EEEv14AttnDe
 ptxas info    : Used 32 registers, used 1 barriers, 1024 bytes smem
 """  # noqa: E501
     part, merge = facts.parse_ptxas(text)
+    assert part.body == merge.body == facts.CUDA_CORE
     assert (part.query, part.cache, part.head_bucket, part.slots) == ("float16", "fp8_e4m3", 256, 6)
     assert (part.registers, part.smem_bytes, part.spill_bytes) == (128, 9728, 12)
     assert (merge.kernel, merge.query, merge.registers, merge.smem_bytes) == (
         "merge", "bfloat16", 32, 1024,
     )  # fmt: skip
+
+
+def test_a_default_build_records_the_matrix_unit_body_with_its_dynamic_memory() -> None:
+    text = """ptxas info    : Compiling entry function '_ZN4attn48_GLOBAL__N__2e9472f3_15_paged_decode_cu_f259084416partition_kernelILi1ELi1ELi128ELi6EEEv14AttnDecodeArgs' for 'sm_90'
+ptxas info    : Used 80 registers, used 1 barriers
+ptxas info    : Compiling entry function '_ZN4attn48_GLOBAL__N__2e9472f3_15_paged_decode_cu_f259084416partition_kernelILi1ELi4ELi128ELi6EEEv14AttnDecodeArgs' for 'sm_90'
+ptxas info    : Used 96 registers, used 1 barriers, 9728 bytes smem
+"""  # noqa: E501
+    mma, fp8 = facts.parse_ptxas(text, mma_built=True)
+    assert (mma.body, mma.registers, mma.smem_bytes) == (facts.MMA, 80, facts.mma_smem_bytes(128))
+    assert (fp8.body, fp8.smem_bytes) == (facts.CUDA_CORE, 9728)  # fp8 caches: CUDA-core
+    (portable, _) = facts.parse_ptxas(text, mma_built=False)
+    assert portable.body == facts.CUDA_CORE and portable.smem_bytes == 0
 
 
 @pytest.mark.parametrize("group, slots", [(1, 1), (6, 6), (8, 8), (9, 5), (12, 6), (16, 8)])

@@ -56,25 +56,28 @@ def test_facts_reads_the_logs_of_the_build_it_made(clean_env, tmp_path, capsys, 
     clean_env.setenv("ATTN_CORE_NATIVE_CACHE", str(tmp_path / "cache"))
     built = []
 
-    def fake_build(toolchain, out_dir):  # what build_all leaves: a log per library
+    def fake_build(toolchain, out_dir, *, defines=()):  # what build_all leaves: a log per library
         out_dir.mkdir(parents=True, exist_ok=True)
         for n in SLOTS:
             log_path(out_dir / library_name(n)).write_text("")
-        built.append(out_dir)
+        built.append((out_dir, defines))
         return 0.1
 
     clean_env.setattr(cli, "build_all", fake_build)
     code = cli.main(["facts"])
     err = capsys.readouterr().err
     assert code == 0, err
-    assert len(built) == 1
+    # the default build, then the portable one (every kernel on the CUDA-core body) beside it
+    (default, none), (portable, defines) = built
+    assert none == () and defines == cli.PORTABLE_DEFINES
+    assert portable.parent == default.parent and portable.name.startswith(default.name)
 
 
 def test_facts_with_missing_logs_is_a_failed_build_not_a_traceback(clean_env, tmp_path, capsys):
     if find_toolchain(None, None)[0] is None:
         pytest.skip("no CUDA compiler on this machine")
     clean_env.setenv("ATTN_CORE_NATIVE_CACHE", str(tmp_path / "cache"))
-    clean_env.setattr(cli, "build_all", lambda toolchain, out_dir: 0.1)  # leaves no logs
+    clean_env.setattr(cli, "build_all", lambda toolchain, out_dir, **kw: 0.1)  # leaves no logs
     assert cli.main(["facts"]) == 1
     assert "log" in capsys.readouterr().err
 

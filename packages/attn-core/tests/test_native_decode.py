@@ -110,13 +110,28 @@ def test_cuda_graph_replay_follows_seq_lens() -> None:
         assert_close(out, reference(case), torch.float16)
 
 
-def test_kernel_facts_fit_the_bi_v100_budget() -> None:
-    """Registers and shared memory as the driver reports them; the simulator prices these."""
-    from attn_core.native import abi
+def test_the_driver_reports_what_the_facts_record() -> None:
+    """Registers and shared memory as the driver reports them equal kernel_facts.json's record
+    of the body this device runs (the simulator and the split price those), including the
+    matrix-unit body's dynamic bytes, which only the Python mirror knows without a GPU."""
+    from attn_core import detect_device_spec
+    from attn_core.native import abi, facts
+    from attn_core.native.split import decode_body
 
+    spec = detect_device_spec(torch.device("cuda"))
+    major, minor = torch.cuda.get_device_capability()
+    same_target = facts.load_facts()["arch"] == f"sm_{major}{minor}"  # else other registers
+    names = {abi.FLOAT16: "float16", abi.BFLOAT16: "bfloat16", abi.FLOAT32: "float32"}
     for bucket in abi.HEAD_BUCKETS:
-        for kind, group in itertools.product((abi.FLOAT16, abi.BFLOAT16, abi.FLOAT32), range(1, 9)):
-            facts = native_library(group).kernel_info("partition", kind, kind, bucket, group)
-            assert facts.static_smem_bytes <= 32 * 1024, (bucket, kind, facts)
-            assert facts.blocks_per_sm >= 1, (bucket, kind, facts)
-            assert facts.threads_per_block == 128
+        for kind, group in itertools.product(names, range(1, 9)):
+            got = native_library(group).kernel_info("partition", kind, kind, bucket, group)
+            body = decode_body(spec, names[kind], names[kind])
+            want = facts.lookup("partition", names[kind], names[kind], bucket, group, body)
+            assert want is not None, (bucket, kind, group, body)
+            # in 128-byte units (the H200's allocation unit): the default build pads its static
+            # arrays to the dynamic array's 128-byte alignment, which the portable build's
+            # ptxas record (the CUDA-core body's) does not have (fp32, head 64: 5504 vs 5440)
+            assert -(-got.smem_bytes // 128) == -(-want.smem_bytes // 128), (want, got)
+            assert got.num_regs == want.registers or not same_target, (want, got)
+            assert got.blocks_per_sm >= 1, (bucket, kind, got)
+            assert got.threads_per_block == 128

@@ -15,7 +15,8 @@ from attn_core.core.shapes import (
     AttentionShape,
 )
 from attn_core.device.spec import get_device_spec, occupancy_limits
-from attn_core.native.split import TOKEN_TILE, native_split
+from attn_core.native.facts import CUDA_CORE, MMA, mma_smem_bytes
+from attn_core.native.split import native_split, partition_grain
 
 QWEN = AttentionShape()
 H200 = get_device_spec("h200")
@@ -35,27 +36,49 @@ def test_partitions_cover_the_context_in_whole_tiles(
     shape = AttentionShape(num_heads=2 * group, num_kv_heads=2, block_size=block_size)
     spec = get_device_spec(profile)
     split = native_split(shape, num_seqs, max_seq_len, spec)
-    assert split.partition_size % TOKEN_TILE == 0 and split.partition_size % block_size == 0
+    grain = partition_grain(split.partition.body, block_size)
+    assert split.partition_size % grain == 0 and split.partition_size % block_size == 0
     assert split.num_partitions * split.partition_size >= max_seq_len
     assert (split.num_partitions - 1) * split.partition_size < max_seq_len  # none empty
     assert split.slots * split.head_groups >= group and split.slots <= 8
     assert split.rows == num_seqs * shape.num_kv_heads * split.head_groups
     # never more partitions than one wave of resident blocks needs, unless one tile each
     resident = split.blocks_per_sm * spec.sm_count
-    assert split.partition_blocks <= max(resident, split.rows) or split.partition_size == TOKEN_TILE
+    assert split.partition_blocks <= max(resident, split.rows) or split.partition_size == grain
 
 
 def test_blocks_per_sm_is_the_profiles_occupancy_of_the_recorded_kernel():
     split = native_split(QWEN, 1, 100 * 1024, H200)
-    limits = occupancy_limits(H200, 128, split.partition.registers, split.partition.smem_bytes)
+    # the matrix-unit body takes its dynamic shared memory past 48 KiB by opting in
+    assert split.partition.body == MMA and split.partition.smem_bytes > H200.shared_mem_per_block
+    budget = H200.with_overrides(shared_mem_per_block=H200.shared_mem_per_block_optin)
+    limits = occupancy_limits(budget, 128, split.partition.registers, split.partition.smem_bytes)
     assert split.blocks_per_sm == min(limits.values()) > 0
 
 
+def test_each_device_gets_the_body_it_builds():
+    """NVIDIA: 16-bit queries over their own type take the matrix-unit body; fp8 caches, fp32
+    and every BI-V100 split the CUDA-core one, whose shared memory fits CoreX's 32 KiB."""
+    bi = get_device_spec("bi-v100")
+    for dtype in (torch.float16, torch.bfloat16):
+        shape = AttentionShape(dtype=dtype)
+        nv, lab = native_split(shape, 1, 8192, H200), native_split(shape, 1, 8192, bi)
+        assert nv.partition.body == MMA and lab.partition.body == CUDA_CORE
+        assert nv.partition.smem_bytes == mma_smem_bytes(256)  # dynamic only: no static arrays
+        assert lab.partition.smem_bytes <= 32 * 1024 and lab.blocks_per_sm >= 1
+    fp8 = native_split(AttentionShape(kv_cache_dtype="fp8_e4m3"), 1, 8192, H200)
+    fp32 = native_split(AttentionShape(dtype=torch.float32), 1, 8192, H200)
+    assert fp8.partition.body == fp32.partition.body == CUDA_CORE
+
+
 def test_the_h200_rule_at_the_measured_shapes():
-    # docs/benchmarks.md (native decode, 2026-12-01): the swept best partitionings
-    assert native_split(QWEN, 1, 102400, H200).partition_size == 896
-    assert native_split(QWEN, 8, 102400, H200).num_partitions == 16
-    assert native_split(QWEN, 64, 8192, H200).num_partitions == 2
+    # docs/benchmarks.md (native decode, matrix-unit body, 2026-12-02): the swept best splits
+    assert native_split(QWEN, 1, 102400, H200).partition_size == 1040
+    assert native_split(QWEN, 8, 102400, H200).num_partitions == 12
+    assert native_split(QWEN, 64, 8192, H200).num_partitions == 1
+    # the CUDA-core body (2026-12-01): fp8 at 1 x 100K
+    fp8 = AttentionShape(kv_cache_dtype="fp8_e4m3")
+    assert native_split(fp8, 1, 102400, H200).partition_size % 128 == 0
 
 
 def test_one_partition_needs_no_partials():

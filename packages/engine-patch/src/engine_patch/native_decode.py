@@ -52,7 +52,7 @@ def native_decode_report(
     )
     report.update(
         registers=facts.num_regs,
-        shared_mem_bytes=facts.static_smem_bytes,
+        shared_mem_bytes=facts.smem_bytes,
         spill_bytes=facts.local_bytes,
         threads_per_block=facts.threads_per_block,
         blocks_per_sm=facts.blocks_per_sm,

@@ -83,7 +83,7 @@ def _status(groups: tuple[int, ...]) -> int:
             ):
                 for which in ("partition", "merge"):
                     f = lib.kernel_info(which, kind, kind, bucket, group)
-                    rows.append((which, group, bucket, name, f.num_regs, f.static_smem_bytes,
+                    rows.append((which, group, bucket, name, f.num_regs, f.smem_bytes,
                                  f.local_bytes, f.blocks_per_sm))  # fmt: skip
     head = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
             "blocks/SM")  # fmt: skip
@@ -143,6 +143,10 @@ def _build(archs: Optional[str]) -> tuple:
     return OK, toolchain, out_dir
 
 
+# The portable build beside the default one: every kernel on the CUDA-core body (CoreX's)
+PORTABLE_DEFINES = ("ATTN_DECODE_MMA=0",)
+
+
 def _facts(write: bool) -> int:
     from tabulate import tabulate
 
@@ -152,17 +156,27 @@ def _facts(write: bool) -> int:
     code, toolchain, out_dir = _build(None)
     if code != OK:
         return code
+    portable_dir = out_dir.with_name(out_dir.name + "-portable")
+    try:
+        build_all(toolchain, portable_dir, defines=PORTABLE_DEFINES)
+    except (BuildError, OSError) as exc:
+        print(f"native kernel build (portable) FAILED: {exc}", file=sys.stderr)
+        return FAILED
     logs = [log_path(out_dir / library_name(n)) for n in SLOTS]
-    try:  # the logs of the build just made, under its own key
-        texts = [log.read_text() for log in logs]
+    portable = [log_path(portable_dir / library_name(n)) for n in SLOTS]
+    try:  # the logs of the builds just made, under their own keys
+        texts = [(log.read_text(), True) for log in logs]
+        texts += [(log.read_text(), False) for log in portable]
     except OSError as exc:
         print(f"native kernel facts: the build left no log {exc.filename}", file=sys.stderr)
         return FAILED
-    records = [r for text in texts for r in facts.parse_ptxas(text)]
+    records = [r for text, mma in texts for r in facts.parse_ptxas(text, mma_built=mma)]
     print(tabulate([r.__dict__ for r in records], headers="keys", tablefmt="github"))
     if write:
         compiler = f"{toolchain.kind} {toolchain.version}"
-        path = facts.write_facts(logs, compiler, ",".join(toolchain.archs), source_digest())
+        path = facts.write_facts(
+            logs, portable, compiler, ",".join(toolchain.archs), source_digest()
+        )
         print(f"wrote {path}")
     return OK
 

@@ -10,7 +10,7 @@ import ctypes
 
 import torch
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # attn::ElemKind
 FLOAT32, FLOAT16, BFLOAT16, FP8_E4M3, FP8_E5M2 = range(5)
@@ -82,7 +82,7 @@ class DecodeArgs(ctypes.Structure):
 class KernelInfo(ctypes.Structure):
     _fields_ = [
         ("num_regs", ctypes.c_int32),
-        ("static_smem_bytes", ctypes.c_int32),
+        ("smem_bytes", ctypes.c_int32),
         ("local_bytes", ctypes.c_int32),
         ("max_threads_per_block", ctypes.c_int32),
         ("threads_per_block", ctypes.c_int32),

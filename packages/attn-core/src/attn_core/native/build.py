@@ -45,9 +45,7 @@ class BuildError(RuntimeError):
 
 # Files only the prefill library compiles (attn_core/native/prefill_library.py): outside the
 # decode digest, so a prefill edit neither rebuilds decode nor stales kernel_facts.json.
-PREFILL_SOURCES = frozenset(
-    {"paged_prefill.cu", "attn_mma.cuh", "attn_async.cuh", "attn_prefill_abi.h"}
-)
+PREFILL_SOURCES = frozenset({"paged_prefill.cu", "attn_prefill_abi.h"})
 
 
 def source_digest(*, prefill: bool = False) -> str:

@@ -1,13 +1,20 @@
 """What each compiled native kernel needs, as recorded data the simulator can read without a GPU.
 
-``kernel_facts.json`` (beside this module) lists, per kernel instantiation, the registers,
-static shared memory and spill bytes ptxas reported, with the compiler, target and a digest of
-the sources it was built from. ``python -m attn_core.native facts --write`` regenerates it from
-the build logs (``-Xptxas -v``); a CPU test fails when the sources changed and the file did not.
+``kernel_facts.json`` (beside this module) lists, per kernel instantiation and partition body,
+the registers, shared memory and spill bytes ptxas reported, with the compiler, target and a
+digest of the sources it was built from. ``python -m attn_core.native facts --write``
+regenerates it from two builds' logs (``-Xptxas -v``): the default one, whose 16-bit queries
+over same-type caches take the matrix-unit body (``"mma"``, ``csrc/decode_mma.cuh``, NVIDIA
+only), and one with ``-DATTN_DECODE_MMA=0``, every kernel on the CUDA-core body
+(``"cuda_core"``: what CoreX compiles). A CPU test fails when the sources changed and the file
+did not.
 
-On the BI-V100 the shared memory is the same (static arrays sized by the same constants);
-registers come from CoreX's compiler there and are unmeasured until the lab's first build, so
-the simulator treats the sm_90 counts as an assumption on that profile.
+The matrix-unit body's shared memory is dynamic, which ptxas does not report: its bytes come
+from :func:`mma_smem_bytes`, which mirrors ``decode_mma::Smem``, and a CUDA test compares both
+with what the driver reports for the built kernel. On the BI-V100 the CUDA-core body's shared
+memory is the same (static arrays sized by the same constants); registers come from CoreX's
+compiler there and are unmeasured until the lab's first build, so the simulator treats the
+sm_90 counts as an assumption on that profile.
 """
 
 from __future__ import annotations
@@ -22,6 +29,34 @@ from typing import Optional
 FACTS_FILE = Path(__file__).resolve().parent / "kernel_facts.json"
 KINDS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # attn::ElemKind order
 THREADS = 128  # csrc/paged_decode.cu kThreads (the default ATTN_THREADS)
+MMA, CUDA_CORE = "mma", "cuda_core"  # the partition bodies
+# csrc/decode_mma.cuh's defaults (ATTN_DECODE_TILE, ATTN_DECODE_STAGES)
+MMA_TILE_TOKENS, MMA_STAGES = 16, 3
+
+
+def mma_body(query: str, cache: str) -> bool:
+    """Whether a (query, cache) pair takes the matrix-unit body where it is built (paged_decode.cu
+    ``mma_body``): 16-bit queries over a cache of their own type."""
+    return query == cache and query in ("float16", "bfloat16")
+
+
+def mma_smem_bytes(head_bucket: int) -> int:
+    """Dynamic shared memory of the matrix-unit body: ``sizeof(decode_mma::Smem<HEAD_MAX>)``."""
+    tile, stages = MMA_TILE_TOKENS, MMA_STAGES
+    key_pitch = head_bucket + 8  # 16-bit elements
+    value_pitch = tile if tile == 16 else tile + 8
+    rows = 16
+    size = (
+        rows * key_pitch * 2  # q
+        + stages * tile * key_pitch * 2  # k
+        + stages * head_bucket * value_pitch * 2  # v
+        + 4 * rows * tile * 4  # s: four warps' partial scores
+        + rows * (tile + 8) * 2  # p
+        + 2 * rows * 4  # alpha, m
+        + 256 * 4  # pages
+    )
+    return -(-size // 128) * 128  # alignas(128)
+
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
 _SPILL = re.compile(r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores")
@@ -40,12 +75,15 @@ class KernelRecord:
     head_bucket: int  # 0 for the merge kernel
     slots: int  # query heads per block; 0 for the merge kernel
     registers: int
-    smem_bytes: int
+    smem_bytes: int  # per block, static + dynamic
     spill_bytes: int
+    body: str = CUDA_CORE  # the partition body: MMA or CUDA_CORE ("cuda_core" for merge)
 
 
-def parse_ptxas(text: str) -> list[KernelRecord]:
-    """Records from ``nvcc -Xptxas -v`` output (one library's log)."""
+def parse_ptxas(text: str, *, mma_built: bool = False) -> list[KernelRecord]:
+    """Records from ``nvcc -Xptxas -v`` output (one library's log); ``mma_built``: the library
+    was built with the matrix-unit body on (the default), so the kernels that take it are
+    recorded as :data:`MMA` with its dynamic shared memory added."""
     records, current = [], None
     spill = 0
     for line in text.splitlines():
@@ -59,18 +97,23 @@ def parse_ptxas(text: str) -> list[KernelRecord]:
             continue
         used = _USED.search(line.strip())
         if used and current and "registers" in line:
-            record = _record(current, int(used.group("regs")), int(used.group("smem") or 0), spill)
+            smem = int(used.group("smem") or 0)
+            record = _record(current, int(used.group("regs")), smem, spill, mma_built)
             if record is not None:
                 records.append(record)
             current = None
     return records
 
 
-def _record(name: str, regs: int, smem: int, spill: int) -> Optional[KernelRecord]:
+def _record(name: str, regs: int, smem: int, spill: int, mma_built: bool) -> Optional[KernelRecord]:
     p = _PARTITION.search(name)
     if p:
         q, c, bucket, slots = (int(x) for x in p.groups())
-        return KernelRecord("partition", KINDS[q], KINDS[c], bucket, slots, regs, smem, spill)
+        query, cache = KINDS[q], KINDS[c]
+        if mma_built and mma_body(query, cache):
+            smem += mma_smem_bytes(bucket)
+            return KernelRecord("partition", query, cache, bucket, slots, regs, smem, spill, MMA)
+        return KernelRecord("partition", query, cache, bucket, slots, regs, smem, spill)
     m = _MERGE.search(name)
     if m:
         q = int(m.group(1))
@@ -78,12 +121,18 @@ def _record(name: str, regs: int, smem: int, spill: int) -> Optional[KernelRecor
     return None
 
 
-def write_facts(logs: list[Path], compiler: str, arch: str, digest: str) -> Path:
-    """Merge the records of every library log into :data:`FACTS_FILE`."""
+def write_facts(
+    logs: list[Path], portable_logs: list[Path], compiler: str, arch: str, digest: str
+) -> Path:
+    """Merge the records of every library log into :data:`FACTS_FILE`: ``logs`` from the default
+    build (the matrix-unit body's kernels), ``portable_logs`` from ``-DATTN_DECODE_MMA=0``."""
     records: dict[tuple, KernelRecord] = {}
-    for log in logs:
-        for r in parse_ptxas(log.read_text()):
-            records[(r.kernel, r.query, r.cache, r.head_bucket, r.slots)] = r
+    for paths, mma_built in ((portable_logs, False), (logs, True)):
+        for log in paths:
+            for r in parse_ptxas(log.read_text(), mma_built=mma_built):
+                if mma_built and r.body != MMA:
+                    continue  # the same kernel as the portable build's
+                records[(r.kernel, r.query, r.cache, r.head_bucket, r.slots, r.body)] = r
     payload = {
         "source_digest": digest,
         "compiler": compiler,
@@ -108,12 +157,15 @@ def _records() -> tuple[KernelRecord, ...]:
 
 
 def lookup(
-    kernel: str, query: str, cache: str, head_bucket: int, slots: int
+    kernel: str, query: str, cache: str, head_bucket: int, slots: int, body: str = CUDA_CORE
 ) -> Optional[KernelRecord]:
-    """The record of one instantiation (``head_bucket`` / ``slots`` ignored for ``merge``)."""
+    """The record of one instantiation and body (``head_bucket`` / ``slots`` / ``body`` ignored
+    for ``merge``)."""
     for r in _records():
         if r.kernel != kernel or r.query != query or r.cache != cache:
             continue
-        if kernel == "merge" or (r.head_bucket == head_bucket and r.slots == slots):
+        if kernel == "merge":
+            return r
+        if (r.head_bucket, r.slots, r.body) == (head_bucket, slots, body):
             return r
     return None

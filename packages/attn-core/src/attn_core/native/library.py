@@ -34,7 +34,7 @@ class KernelFacts:
     """One compiled kernel as the driver reports it (what plans and the simulator price)."""
 
     num_regs: int
-    static_smem_bytes: int
+    smem_bytes: int
     local_bytes: int
     threads_per_block: int
     blocks_per_sm: int
@@ -90,7 +90,7 @@ class NativeLibrary(CLibrary):
             raise NativeError(f"kernel_info({which}) failed: {self.error_string(rc)} ({rc})")
         return KernelFacts(
             num_regs=info.num_regs,
-            static_smem_bytes=info.static_smem_bytes,
+            smem_bytes=info.smem_bytes,
             local_bytes=info.local_bytes,
             threads_per_block=info.threads_per_block,
             blocks_per_sm=info.blocks_per_sm,

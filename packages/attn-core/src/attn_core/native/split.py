@@ -11,7 +11,11 @@ weighs them by their log-sum-exp.
 Partition rule. A step reads every token once however it is split, so the split only has to
 fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = blocks per
 partition column, ``resident_blocks`` = blocks per SM x SMs), at least one, with partitions of
-a multiple of 128 tokens (one token per thread in the score phase). On the H200 (2026-12-01,
+a multiple of the body's tile (:func:`partition_grain`): 128 tokens on the CUDA-core body (one
+token per thread in the score phase), 16 on the matrix-unit one. The matrix-unit body (H200,
+2026-12-02, three blocks per SM) was fastest at the rule's split on each of 1 x 100K (99 x 1040,
+0.150 ms; 66 x 1552 0.155, 131 x 784 0.217: a second wave), 8 x 100K (12 partitions), 64 x 8K
+(one) and 1 x 256K (99). For the CUDA-core body: on the H200 (2026-12-01,
 ``bench/native_decode_bench.py --sweep``, Qwen3.6 fp16) this rule picked the fastest of the
 swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and 64x8K; filling the device
 twice over was 3-9 % slower (more partials to merge, no more bandwidth). On 2026-12-02 (the
@@ -28,11 +32,28 @@ from dataclasses import dataclass
 from typing import Optional
 
 from attn_core.core.shapes import AttentionShape
+from attn_core.device.iluvatar import iluvatar_name
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.native import abi
-from attn_core.native.facts import THREADS, KernelRecord, lookup
+from attn_core.native.facts import (
+    CUDA_CORE,
+    MMA,
+    MMA_TILE_TOKENS,
+    THREADS,
+    KernelRecord,
+    lookup,
+    mma_body,
+)
 
-TOKEN_TILE = THREADS  # tokens per tile of the score phase; partitions are multiples of it
+TOKEN_TILE = THREADS  # the CUDA-core body's tile (one token per thread in the score phase)
+
+
+def partition_grain(body: str, block_size: int) -> int:
+    """Tokens a partition is a multiple of: the body's tile (a partial tile costs a whole one),
+    and whole cache blocks."""
+    return max(MMA_TILE_TOKENS if body == MMA else TOKEN_TILE, block_size)
+
+
 PARTIAL_BYTES = 4  # part_out / part_lse are fp32
 
 # kernel_facts.json's element kinds: the query dtype's torch name; fp8 caches by format
@@ -46,8 +67,8 @@ class NativeSplit:
 
     ``partition`` / ``merge`` are the kernels' recorded registers and shared memory
     (``kernel_facts.json``, ptxas for sm_90; on other devices an assumption until the device's
-    own build is recorded). ``blocks_per_sm`` is what the device profile's occupancy rules
-    allow the partition kernel.
+    own build is recorded); ``partition.body`` is the body the device runs (:func:`decode_body`).
+    ``blocks_per_sm`` is what the device profile's occupancy rules allow the partition kernel.
     """
 
     slots: int
@@ -55,7 +76,7 @@ class NativeSplit:
     rows: int  # num_seqs * num_kv_heads * head_groups: blocks per partition column
     blocks_per_sm: int
     num_partitions: int
-    partition_size: int  # tokens, a multiple of TOKEN_TILE and of the block size
+    partition_size: int  # tokens, a multiple of partition_grain(body) and of the block size
     partition: KernelRecord
     merge: KernelRecord
 
@@ -89,6 +110,12 @@ def partials_shapes(
     return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
 
 
+def decode_body(spec: DeviceSpec, query: str, cache: str) -> str:
+    """The partition body a device runs: the matrix-unit one for 16-bit queries over a cache of
+    their own type on NVIDIA (``csrc/decode_mma.cuh``); CoreX builds only the CUDA-core one."""
+    return MMA if mma_body(query, cache) and not iluvatar_name(spec.name) else CUDA_CORE
+
+
 def native_split(
     shape: AttentionShape,
     num_seqs: int,
@@ -111,11 +138,17 @@ def native_split(
     query = str(shape.dtype).replace("torch.", "")
     cache = query if shape.kv_cache_dtype == "auto" else _FP8_NAMES[shape.kv_cache_dtype]
     bucket = abi.head_bucket(shape.head_size)
-    partition = lookup("partition", query, cache, bucket, slots)
+    body = decode_body(spec, query, cache)
+    partition = lookup("partition", query, cache, bucket, slots, body)
     merge = lookup("merge", query, query, 0, 0)
     if partition is None or merge is None:
-        raise ValueError(f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots}")
-    limits = occupancy_limits(spec, THREADS, partition.registers, partition.smem_bytes)
+        raise ValueError(
+            f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots} ({body})"
+        )
+    budget = spec  # the matrix-unit body opts in above 48 KiB (cudaFuncSetAttribute)
+    if body == MMA and spec.shared_mem_per_block_optin > spec.shared_mem_per_block:
+        budget = spec.with_overrides(shared_mem_per_block=spec.shared_mem_per_block_optin)
+    limits = occupancy_limits(budget, THREADS, partition.registers, partition.smem_bytes)
     blocks_per_sm = min(limits.values())
     if blocks_per_sm < 1:
         raise ValueError(
@@ -124,7 +157,7 @@ def native_split(
             f"{spec.name}: {limits}"
         )
     rows = num_seqs * shape.num_kv_heads * head_groups
-    tile = max(TOKEN_TILE, shape.block_size)
+    tile = partition_grain(body, shape.block_size)
     if num_partitions is None:
         wanted = max(1, (blocks_per_sm * spec.sm_count) // rows)
     elif num_partitions < 1:

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#define ATTN_NATIVE_ABI_VERSION 3
+#define ATTN_NATIVE_ABI_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,10 +46,10 @@ typedef struct AttnDecodeArgs {
 } AttnDecodeArgs;
 
 // What the compiled kernel needs, read from the driver (cudaFuncGetAttributes and the occupancy
-// calculator for a 128-thread block).
+// calculator for a 128-thread block with the kernel's dynamic shared memory).
 typedef struct AttnKernelInfo {
   int32_t num_regs;
-  int32_t static_smem_bytes;
+  int32_t smem_bytes;  // per block: static + the dynamic bytes the launcher passes
   int32_t local_bytes;  // spills; 0 is expected
   int32_t max_threads_per_block;
   int32_t threads_per_block;  // what the launcher uses
