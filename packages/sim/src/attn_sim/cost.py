@@ -187,12 +187,15 @@ def step_cost(spec: DeviceSpec, trace: Trace) -> StepCost:
 
 
 def design_cost(spec: DeviceSpec, design: KernelDesign) -> LaunchCost:
-    """Analytic time of a kernel design (fp32 arithmetic on CUDA cores, as vLLM's kernels)."""
+    """Analytic time of a kernel design (fp32 arithmetic on CUDA cores, as vLLM's kernels, plus
+    any on the matrix units at their fp16 rate)."""
     judged = evaluate(spec, design)
     nbytes = design.kv_bytes_read + design.other_bytes
     w = judged.waves
     if w is not None:
-        time_s, mem_s, comp_s = launch_time(spec, nbytes, design.flops, spec.fp32_flops, w)
+        # tensor arithmetic as the fp32 FLOPs that take as long (one rate in launch_time)
+        flops = design.flops + design.tensor_flops * spec.fp32_flops / spec.fp16_flops
+        time_s, mem_s, comp_s = launch_time(spec, nbytes, flops, spec.fp32_flops, w)
     else:  # cannot launch
         time_s, mem_s, comp_s = float("inf"), nbytes / spec.hbm_bandwidth, 0.0
     return LaunchCost(

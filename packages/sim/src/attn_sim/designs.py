@@ -56,7 +56,9 @@ class KernelDesign:
 
     ``kv_bytes_read``: bytes of K/V the launch streams from HBM (every block's reads; a query-head
     grid reads each KV head's K/V once per query head); ``other_bytes``: workspace and output
-    traffic; ``flops``: arithmetic, counted as fp32 FMAs x 2.
+    traffic; ``flops``: arithmetic, counted as fp32 FMAs x 2; ``tensor_flops``: the part on the
+    matrix units. ``opts_in``: the launcher raises the kernel's dynamic shared-memory limit, so
+    the budget is the device's opt-in one.
     """
 
     name: str
@@ -69,6 +71,8 @@ class KernelDesign:
     other_bytes: int = 0
     flops: int = 0
     source: str = ""
+    tensor_flops: int = 0  # matrix-unit arithmetic (fp16 in, fp32 accumulate)
+    opts_in: bool = False  # dynamic shared memory past the default per-block limit (CUDA opt-in)
 
     @property
     def blocks(self) -> int:
@@ -100,9 +104,17 @@ class DesignOnDevice:
 
 
 def evaluate(spec: DeviceSpec, design: KernelDesign) -> DesignOnDevice:
-    occ = blocks_per_sm(spec, design.threads, design.registers, design.smem)
+    budget = spec.shared_mem_per_block
+    if design.opts_in and design.dynamic_smem > 0:
+        budget = max(budget, spec.shared_mem_per_block_optin)
+    on = (
+        spec
+        if budget == spec.shared_mem_per_block
+        else spec.with_overrides(shared_mem_per_block=budget)
+    )
+    occ = blocks_per_sm(on, design.threads, design.registers, design.smem)
     w = waves(spec, design.blocks, occ.blocks_per_sm) if occ.blocks_per_sm else None
-    return DesignOnDevice(design, occ, w, spec.shared_mem_per_block)
+    return DesignOnDevice(design, occ, w, budget)
 
 
 # The layer shape is attn-core's AttentionShape (one class for engine-patch, the simulator and

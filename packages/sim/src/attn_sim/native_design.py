@@ -6,8 +6,11 @@ backend (:func:`attn_core.plan_decode`, whose split the executor launches) and
 kernel reads each KV head's K/V once for the whole GQA group, the queries once per block, the
 block-table entries of its partition, and writes fp32 partials (output + log-sum-exp per query
 head and partition) or, with one partition, the output; the merge kernel reads the partials
-and writes the output. Arithmetic runs on CUDA cores in fp32: ``q.k`` and ``p.v`` are two FMAs
-per (token, head dim, query head), plus the softmax's exponentials.
+and writes the output. Arithmetic: on the CUDA-core body (CoreX's, and NVIDIA's fp32 and fp8
+caches) ``q.k`` and ``p.v`` are two fp32 FMAs per (token, head dim, query head), plus the
+softmax's exponentials; on the matrix-unit body (NVIDIA, 16-bit caches) the products run on
+the matrix units over 16 rows per block (the group's heads, zero-padded), and only the softmax
+stays on CUDA cores.
 
 On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's (the
 ``kernel_facts.json`` of that build); shared memory is the same static arrays on both.
@@ -24,6 +27,7 @@ from attn_core.core.shapes import AttentionShape
 from attn_core.decode.plan import DecodeLengths, DecodePlan, plan_decode
 from attn_core.device.capabilities import profile_capabilities
 from attn_core.device.spec import DeviceSpec
+from attn_core.native.facts import MMA
 from attn_core.native.split import NativeSplit
 from attn_sim.designs import FP32, KernelDesign, evaluate
 
@@ -60,18 +64,28 @@ def native_designs(
     query = split.partition_blocks * split.slots * shape.head_size * shape.element_size
     out = heads * shape.head_size * shape.element_size
     partials = heads * split.num_partitions * (shape.head_size + 1) * FP32
-    flops = 4 * heads * ctx * shape.head_size + 8 * heads * ctx  # FMAs x 2, then exp/max/sum
+    softmax = 8 * heads * ctx  # exp, max, sum per score
+    mma = split.partition.body == MMA
+    if mma:  # 16 matrix rows per block, whatever the group
+        rows = num_seqs * shape.num_kv_heads * split.head_groups * 16
+        flops, tensor = softmax, 4 * rows * ctx * shape.head_size
+    else:  # FMAs x 2
+        flops, tensor = 4 * heads * ctx * shape.head_size + softmax, 0
+    body = "matrix units" if mma else "CUDA cores"
     partition = KernelDesign(
         name="native_partition",
         grid=(shape.num_kv_heads * split.head_groups, split.num_partitions, num_seqs),
         threads=128,
-        static_smem=split.partition.smem_bytes,
-        dynamic_smem=0,
+        static_smem=0 if mma else split.partition.smem_bytes,
+        dynamic_smem=split.partition.smem_bytes if mma else 0,
         registers=split.partition.registers,
         kv_bytes_read=kv,
         other_bytes=table + query + (partials if split.merged else out),
         flops=flops,
-        source=f"attn-core native kernel, {split.num_partitions} x {split.partition_size} tokens",
+        source=f"attn-core native kernel ({body}), {split.num_partitions} x "
+        f"{split.partition_size} tokens",
+        tensor_flops=tensor,
+        opts_in=mma,
     )
     if not split.merged:
         return [partition]
@@ -106,7 +120,7 @@ def native_step_s(spec: DeviceSpec, designs: list) -> float:
         if w is None:
             return float("inf")
         memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / w.memory_efficiency
-        compute_s = d.flops / spec.fp32_flops / w.efficiency
+        compute_s = (d.flops / spec.fp32_flops + d.tensor_flops / spec.fp16_flops) / w.efficiency
         total += memory_s + compute_s + spec.launch_gap_s
     return total
 
