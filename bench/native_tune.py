@@ -4,10 +4,12 @@
     python3 bench/native_tune.py run --variants .native-variants   # on the GPU
 
 Each variant is the kernel built with other ``ATTN_THREADS`` / ``ATTN_KEY_LOADS`` /
-``ATTN_VALUE_LOADS`` / ``ATTN_MIN_BLOCKS`` (``csrc/paged_decode.cu``), fp16 queries and head
-bucket 256 only (``ATTN_TUNING_ONLY``: seconds to build). ``run`` prints, per variant, the
-driver's registers and resident blocks per SM and the best CUDA-graph time per shape over a
-few partition splits (Qwen3.6 24/4 heads, head 256, block 16), plus fp8 at 1 x 100K.
+``ATTN_VALUE_LOADS`` / ``ATTN_MIN_BLOCKS`` (``csrc/paged_decode.cu``, the CUDA-core body) or
+``ATTN_DECODE_STAGES`` / ``ATTN_DECODE_TILE`` (``csrc/decode_mma.cuh``, the matrix-unit body),
+fp16 queries and head bucket 256 only (``ATTN_TUNING_ONLY``: seconds to build). ``run``
+prints, per variant, the driver's registers and resident blocks per SM and the best CUDA-graph
+time per shape over a few partition splits (Qwen3.6 24/4 heads, head 256, block 16), plus fp8
+at 1 x 100K (always the CUDA-core body).
 """
 
 from __future__ import annotations
@@ -19,15 +21,22 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per pipeline chunk (two chunks in flight)
-_BASE = ("ATTN_THREADS=128", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4")
+# The CUDA-core body's knobs (ATTN_DECODE_MMA=0: fp16 would take the matrix-unit body), then the
+# matrix-unit body's (csrc/decode_mma.cuh). ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per
+# pipeline chunk (two chunks in flight); ATTN_DECODE_STAGES / _TILE: the copy ring.
+_BASE = ("ATTN_DECODE_MMA=0", "ATTN_THREADS=128", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4")
+_CORE = ("ATTN_DECODE_MMA=0", "ATTN_THREADS=128")
 VARIANTS = {
     "base": _BASE,
     "b4": (*_BASE, "ATTN_MIN_BLOCKS=4"),
-    "k8": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=4"),
-    "k8_v8": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
-    "k8_v8_b2": ("ATTN_THREADS=128", "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8", "ATTN_MIN_BLOCKS=2"),
+    "k8": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=4"),
+    "k8_v8": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
+    "k8_v8_b2": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8", "ATTN_MIN_BLOCKS=2"),
     "t256": ("ATTN_THREADS=256", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4"),
+    "mma": ("ATTN_DECODE_STAGES=3", "ATTN_DECODE_TILE=16"),
+    "mma_s2": ("ATTN_DECODE_STAGES=2", "ATTN_DECODE_TILE=16"),
+    "mma_s4": ("ATTN_DECODE_STAGES=4", "ATTN_DECODE_TILE=16"),
+    "mma_t32": ("ATTN_DECODE_STAGES=2", "ATTN_DECODE_TILE=32"),
 }  # fmt: skip
 TUNING_GROUP = 6  # Qwen3.6: 24 query / 4 KV heads
 K = 1024
@@ -49,14 +58,17 @@ def build(out: Path, archs: tuple[str, ...]) -> int:
     return 0
 
 
-def splits(batch: int, tokens: int, sm_count: int, blocks_per_sm: int) -> list[tuple[int, int]]:
-    """Partition splits giving 1/2, 1, 2 and 4 waves of resident blocks."""
+def splits(
+    batch: int, tokens: int, sm_count: int, blocks_per_sm: int, grain: int = 128
+) -> list[tuple[int, int]]:
+    """Partition splits giving 1/2, 1, 2 and 4 waves of resident blocks, in ``grain``-token
+    partitions (128: the CUDA-core body's tile; 16: the matrix-unit body's)."""
     rows = batch * 4
     out = []
     for waves in (0.5, 1, 2, 4):
         want = max(1, round(waves * blocks_per_sm * sm_count / rows))
         per = -(-tokens // want)
-        ps = max(128, -(-per // 128) * 128)
+        ps = max(grain, -(-per // grain) * grain)
         split = (-(-tokens // ps), ps)
         if split not in out:
             out.append(split)
@@ -90,10 +102,11 @@ def run(variants: Path, shapes_arg: str) -> int:
         facts = lib.kernel_info("partition", abi.FLOAT16, abi.FLOAT16, 256, TUNING_GROUP)
         row = {"variant": name, "regs": facts.num_regs, "blocks/SM": facts.blocks_per_sm,
                "spill": facts.local_bytes}  # fmt: skip
+        grain = 16 if name.startswith("mma") else 128
         for (b, t), cs in cases.items():
             best = min(
                 (graph_ms([native_step(lib, c, p, ps) for c in cs])[0], p, ps)
-                for p, ps in splits(b, t, sm, facts.blocks_per_sm)
+                for p, ps in splits(b, t, sm, facts.blocks_per_sm, grain)
             )
             row[f"{b}x{t // K}K"] = f"{best[0]:.4f} ({best[1]})"
             row[f"{b}x{t // K}K floor x"] = round(best[0] / (cs[0].kv_bytes / bw * 1e3), 2)
