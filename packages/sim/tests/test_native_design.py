@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from attn_core.device.spec import get_device_spec
-from attn_sim.designs import QWEN36
+from attn_sim.designs import QWEN36, evaluate
 from attn_sim.gates import GateReport, _check_native_grid
 from attn_sim.native_design import (
     HEADLINE_BATCHES,
@@ -64,3 +66,24 @@ def test_the_gate_passes_on_the_default_profile():
     report = GateReport()
     _check_native_grid(BI, report, [Case("decode", b, 102400) for b in (1, 8, 64)])
     assert report.checks == 5 and not report.violations
+
+
+H200 = get_device_spec("h200")
+
+
+def test_the_h200_runs_the_matrix_unit_body_with_its_opt_in_budget():
+    """NVIDIA profiles price the matrix-unit body: its products at the fp16 matrix rate, its 64 KiB
+    of dynamic shared memory against the opt-in budget (the launcher opts in), which the gate
+    accepts; the BI-V100 keeps the CUDA-core body inside the default budget."""
+    (part, _) = native_designs(H200, QWEN36, 1, 102400)
+    assert part.opts_in and part.tensor_flops > 0 and part.static_smem == 0
+    assert part.dynamic_smem > H200.shared_mem_per_block
+    judged = evaluate(H200, part)
+    assert judged.fits and judged.smem_budget == H200.shared_mem_per_block_optin
+    report = GateReport()
+    _check_native_grid(H200, report, [Case("decode", b, 102400) for b in (1, 8, 64)])
+    assert report.checks == 5 and not report.violations
+    (bi_part, _) = native_designs(BI, QWEN36, 1, 102400)
+    assert not bi_part.opts_in and bi_part.tensor_flops == 0
+    # without the opt-in the same design would not fit
+    assert not evaluate(H200, dataclasses.replace(part, opts_in=False)).fits
