@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attn_core import DEVICE_SPECS, DeviceSpec, detect_device_spec, get_device_spec
+from attn_core.device.spec import opted_in
 
 NUMERIC_FIELDS = [
     f.name for f in dataclasses.fields(DeviceSpec) if f.name not in ("name", "provenance")
@@ -66,3 +67,10 @@ def test_forced_profile_file(tmp_path) -> None:
 
 def test_profiles_are_hashable_for_plan_caches() -> None:
     assert len({get_device_spec(n) for n in DEVICE_SPECS}) == len(DEVICE_SPECS)
+
+
+def test_an_opted_in_kernel_sees_the_opt_in_budget():
+    h200, bi = get_device_spec("h200"), get_device_spec("bi-v100")
+    assert opted_in(h200).shared_mem_per_block == 227 * 1024 > h200.shared_mem_per_block
+    assert opted_in(h200).shared_mem_per_sm == h200.shared_mem_per_sm  # nothing else moves
+    assert opted_in(bi) is bi  # no opt-in on the vendor stack: the 32 KiB budget stands

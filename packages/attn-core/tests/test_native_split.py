@@ -14,7 +14,7 @@ from attn_core.core.shapes import (
     SUPPORTED_HEAD_SIZES,
     AttentionShape,
 )
-from attn_core.device.spec import get_device_spec, occupancy_limits
+from attn_core.device.spec import get_device_spec, occupancy_limits, opted_in
 from attn_core.native.facts import CUDA_CORE, MMA, mma_smem_bytes
 from attn_core.native.split import native_split, partition_grain
 
@@ -51,8 +51,9 @@ def test_blocks_per_sm_is_the_profiles_occupancy_of_the_recorded_kernel():
     split = native_split(QWEN, 1, 100 * 1024, H200)
     # the matrix-unit body takes its dynamic shared memory past 48 KiB by opting in
     assert split.partition.body == MMA and split.partition.smem_bytes > H200.shared_mem_per_block
-    budget = H200.with_overrides(shared_mem_per_block=H200.shared_mem_per_block_optin)
-    limits = occupancy_limits(budget, 128, split.partition.registers, split.partition.smem_bytes)
+    limits = occupancy_limits(
+        opted_in(H200), 128, split.partition.registers, split.partition.smem_bytes
+    )
     assert split.blocks_per_sm == min(limits.values()) > 0
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.shapes import QWEN36 as ATTN_QWEN36
 from attn_core.core.shapes import AttentionShape
-from attn_core.device.spec import DeviceSpec
+from attn_core.device.spec import DeviceSpec, opted_in
 from attn_sim.occupancy import Occupancy, Waves, blocks_per_sm, waves
 
 VLLM_NUM_THREADS = 128
@@ -104,17 +104,10 @@ class DesignOnDevice:
 
 
 def evaluate(spec: DeviceSpec, design: KernelDesign) -> DesignOnDevice:
-    budget = spec.shared_mem_per_block
-    if design.opts_in and design.dynamic_smem > 0:
-        budget = max(budget, spec.shared_mem_per_block_optin)
-    on = (
-        spec
-        if budget == spec.shared_mem_per_block
-        else spec.with_overrides(shared_mem_per_block=budget)
-    )
+    on = opted_in(spec) if design.opts_in and design.dynamic_smem > 0 else spec
     occ = blocks_per_sm(on, design.threads, design.registers, design.smem)
     w = waves(spec, design.blocks, occ.blocks_per_sm) if occ.blocks_per_sm else None
-    return DesignOnDevice(design, occ, w, budget)
+    return DesignOnDevice(design, occ, w, on.shared_mem_per_block)
 
 
 # The layer shape is attn-core's AttentionShape (one class for engine-patch, the simulator and

@@ -285,6 +285,15 @@ def occupancy_limits(
     return limits
 
 
+def opted_in(spec: DeviceSpec) -> DeviceSpec:
+    """``spec`` as a kernel that opts in sees it (``cudaFuncSetAttribute``, dynamic shared
+    memory): its per-block budget raised to ``shared_mem_per_block_optin``; ``spec`` itself
+    where the device has no larger opt-in budget (the BI-V100's profile)."""
+    if spec.shared_mem_per_block_optin <= spec.shared_mem_per_block:
+        return spec
+    return spec.with_overrides(shared_mem_per_block=spec.shared_mem_per_block_optin)
+
+
 def shared_mem_allocation(spec: DeviceSpec, shared_mem_bytes: int) -> int:
     """Bytes one block takes from its SM: reservation added, rounded to the allocation unit."""
     return _round_up(

@@ -33,7 +33,7 @@ from typing import Optional
 
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.iluvatar import iluvatar_name
-from attn_core.device.spec import DeviceSpec, occupancy_limits
+from attn_core.device.spec import DeviceSpec, occupancy_limits, opted_in
 from attn_core.native import abi
 from attn_core.native.facts import (
     CUDA_CORE,
@@ -145,9 +145,7 @@ def native_split(
         raise ValueError(
             f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots} ({body})"
         )
-    budget = spec  # the matrix-unit body opts in above 48 KiB (cudaFuncSetAttribute)
-    if body == MMA and spec.shared_mem_per_block_optin > spec.shared_mem_per_block:
-        budget = spec.with_overrides(shared_mem_per_block=spec.shared_mem_per_block_optin)
+    budget = opted_in(spec) if body == MMA else spec  # the matrix-unit body's launcher opts in
     limits = occupancy_limits(budget, THREADS, partition.registers, partition.smem_bytes)
     blocks_per_sm = min(limits.values())
     if blocks_per_sm < 1:

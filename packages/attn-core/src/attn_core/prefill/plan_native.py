@@ -21,7 +21,7 @@ import torch
 
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.shapes import AttentionShape
-from attn_core.device.spec import DeviceSpec, shared_mem_allocation
+from attn_core.device.spec import DeviceSpec, opted_in, shared_mem_allocation
 from attn_core.native import prefill_abi as pabi
 from attn_core.native import prefill_split as ps
 from attn_core.prefill.cost import PrefillCost, prefill_work, price
@@ -144,7 +144,7 @@ def choose_config(spec: DeviceSpec, shape: AttentionShape, variant: str) -> int:
     """The large tile where a block may opt in to ``variant``'s shared memory for it and the
     group fits its rows, else the 32 KiB tile (what
     :func:`attn_core.native.prefill_split.choose_config` decides from the driver's figure)."""
-    optin = max(spec.shared_mem_per_block_optin, spec.shared_mem_per_block)
+    optin = opted_in(spec).shared_mem_per_block
     rows = ps.CONFIG_TILES[pabi.CONFIG_LARGE][0]
     if optin >= large_tile_smem(shape.head_size, variant) and shape.group <= rows:
         return pabi.CONFIG_LARGE

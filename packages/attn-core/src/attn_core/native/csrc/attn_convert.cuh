@@ -87,6 +87,13 @@ ATTN_DEVICE unsigned short float_to_bf16_bits(float f) {
   return static_cast<unsigned short>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);  // round to even
 }
 
+// A float as a 16-bit element's bits (fp16 round to nearest, bf16 round to even).
+template <int KIND>
+ATTN_DEVICE uint16_t to_bits16(float f) {
+  if (KIND == kFloat16) return __half_as_ushort(__float2half_rn(f));
+  return float_to_bf16_bits(f);
+}
+
 template <int KIND>
 ATTN_DEVICE void store_elem(void* base, int64_t index, float value) {
   if (KIND == kFloat32) {

@@ -38,6 +38,7 @@
 #pragma once
 
 #include "attn_async.cuh"
+#include "attn_convert.cuh"
 #include "attn_mma.cuh"
 
 #if defined(ATTN_HAVE_NV_WMMA) && defined(ATTN_ASYNC_COPY)
@@ -164,13 +165,6 @@ struct Copier {
     }
   }
 };
-
-// A probability as the query's 16-bit type (P.V's A operand).
-template <int QKIND>
-ATTN_DEVICE uint16_t prob_bits(float p) {
-  if (QKIND == kFloat16) return __half_as_ushort(__float2half_rn(p));
-  return float_to_bf16_bits(p);
-}
 
 template <int QKIND, int HEAD_MAX, int GROUP>
 ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
@@ -341,7 +335,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
         for (int c = 0; c < kCols; ++c) {
           const float pc = exp2f(x[c] - m_new);
           sum += pc;
-          s.p[r][c0 + c] = prob_bits<QKIND>(pc);
+          s.p[r][c0 + c] = to_bits16<QKIND>(pc);
         }
         l_run = l_run * alpha + sum;
         m_run = m_new;

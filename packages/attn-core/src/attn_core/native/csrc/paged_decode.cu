@@ -624,8 +624,7 @@ struct Kernel {
   cudaError_t (*prepare)();  // lets the kernel take `smem` on the current device
 };
 
-// Above 48 KiB a kernel must opt in, once per device (cudaFuncSetAttribute costs about as much
-// as a launch; the steady decode path calls this per step).
+// The dynamic shared memory a partition kernel is launched with (0: its arrays are static).
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 constexpr int partition_smem() {
 #if ATTN_DECODE_MMA

@@ -111,13 +111,6 @@ struct SmemPlan {
   static_assert(!C::SHARED_KV || kBytes <= 32 * 1024, "the shared-K/V config is the 32 KiB one");
 };
 
-// One 16-bit element from a float (the cache's decoded values are exact in either type).
-template <int QKIND>
-ATTN_DEVICE uint16_t to_bits16(float f) {
-  if (QKIND == kFloat16) return __half_as_ushort(__float2half_rn(f));
-  return float_to_bf16_bits(f);
-}
-
 template <int QKIND>
 ATTN_DEVICE void store8(uint16_t* dst, const float* v) {  // 8 elements, 16 bytes
   Vec16 o;
