@@ -15,7 +15,7 @@ import pytest
 from attn_core.core.settings import parse_archs
 from attn_core.native import abi, build, facts
 from attn_core.native.__main__ import main as native_main
-from attn_core.native.toolchain import Toolchain, find_toolchain
+from attn_core.native.toolchain import CLANG_FTZ, Toolchain, find_toolchain
 
 CSRC = build.CSRC
 
@@ -133,6 +133,21 @@ def test_corex_commands_name_the_arch_and_both_languages(tmp_path: Path) -> None
     assert [c[2] for c in cmds] == ["ivcore", "cuda"]
     for c in cmds:
         assert "--cuda-gpu-arch=ivcore10" in c and "-DATTN_GROUP_SLOTS=6" in c and "-lcudart" in c
+
+
+def test_flushing_subnormals_is_a_flag_and_a_cache_key() -> None:
+    nv = Toolchain("nvcc", "/usr/local/cuda/bin/nvcc", "/usr/local/cuda", ("sm_90",), "13.0")
+    plain = nv.commands(Path("a.cu"), Path("inc"), Path("out.so"))
+    (ftz,) = nv.commands(Path("a.cu"), Path("inc"), Path("out.so"), flush_denormals=True)
+    assert "-ftz=true" in ftz and all("-ftz=true" not in c for c in plain)
+    assert build.build_key(nv) != build.build_key(nv, flush_denormals=True)
+    # CoreX's clang may not know the flag: with it first, then the plain lines as fallbacks
+    cx = Toolchain("corex-clang", "/usr/local/corex/bin/clang++", "/usr/local/corex",
+                   ("ivcore10",), "clang 16")  # fmt: skip
+    cmds = cx.commands(Path("a.cu"), Path("inc"), Path("out.so"), flush_denormals=True)
+    assert [CLANG_FTZ in c for c in cmds] == [True, True, False, False]
+    assert [c[2] for c in cmds] == ["ivcore", "cuda", "ivcore", "cuda"]
+    assert cmds[2:] == cx.commands(Path("a.cu"), Path("inc"), Path("out.so"))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to compile")

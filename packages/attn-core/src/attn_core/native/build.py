@@ -82,15 +82,19 @@ def build_all(
     return time.monotonic() - start
 
 
-def build_key(toolchain: Toolchain) -> str:
-    """Cache key: sources, compiler kind and version, targets and command lines."""
+def build_key(toolchain: Toolchain, *, flush_denormals: bool = False) -> str:
+    """Cache key: sources, compiler kind and version, targets and command lines (those with
+    ``flush_denormals`` for a library built so)."""
     h = hashlib.sha256(source_digest().encode())
     h.update("|".join((toolchain.kind, toolchain.version, *toolchain.archs)).encode())
     # Where the compiler is installed is not part of what it builds: the same nvcc under
     # /usr/local/bin here and /usr/local/cuda/bin on the lab image must share a cache (the
     # first device run of 2026-12-01 missed a carried build over exactly this).
     located = dataclasses.replace(toolchain, compiler=Path(toolchain.compiler).name, home="HOME")
-    for cmd in located.commands(Path("SOURCE"), Path("INCLUDE"), Path("OUT")):
+    commands = located.commands(
+        Path("SOURCE"), Path("INCLUDE"), Path("OUT"), flush_denormals=flush_denormals
+    )
+    for cmd in commands:
         h.update(" ".join(cmd).encode())
     return h.hexdigest()[:20]
 
@@ -122,7 +126,13 @@ def build_library(
 
 
 def compile_library(
-    toolchain: Toolchain, source: Path, target: Path, defines: tuple[str, ...], failed: str
+    toolchain: Toolchain,
+    source: Path,
+    target: Path,
+    defines: tuple[str, ...],
+    failed: str,
+    *,
+    flush_denormals: bool = False,
 ) -> tuple[Path, float]:
     """Compile ``source`` (includes from :data:`CSRC`) into ``target`` unless it is there;
     ``(target, seconds)``, 0.0 when it was. Every library, decode and prefill, is made here.
@@ -145,7 +155,10 @@ def compile_library(
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             partial = Path(tmp) / name
             failures = []
-            for cmd in toolchain.commands(source, CSRC, partial, defines):
+            commands = toolchain.commands(
+                source, CSRC, partial, defines, flush_denormals=flush_denormals
+            )
+            for cmd in commands:
                 done = _run(cmd)
                 if done.returncode == 0 and partial.is_file():
                     log_path(target).write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)

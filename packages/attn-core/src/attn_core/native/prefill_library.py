@@ -91,13 +91,15 @@ def build_prefill_library(toolchain: Toolchain, out_dir: Path, mma: str) -> tupl
     """Build ``mma``'s library into ``out_dir`` unless it is there; ``(path, seconds)``."""
     defines = (f"ATTN_PREFILL_MMA={pabi.MMA_KINDS[mma]}",)
     failed = f"building the native prefill kernel ({mma}) failed"
-    return compile_library(toolchain, SOURCE, out_dir / library_name(mma), defines, failed)
+    return compile_library(
+        toolchain, SOURCE, out_dir / library_name(mma), defines, failed, flush_denormals=True
+    )
 
 
 def prefill_build_key(toolchain: Toolchain) -> str:
-    """Cache key: the decode library's (shared sources, compiler, targets) and the
-    prefill-only sources."""
-    h = hashlib.sha256(build_key(toolchain).encode())
+    """Cache key: the decode library's (shared sources, compiler, targets; the command lines
+    with subnormals flushed, as prefill builds) and the prefill-only sources."""
+    h = hashlib.sha256(build_key(toolchain, flush_denormals=True).encode())
     h.update(source_digest(prefill=True).encode())
     return "prefill-" + h.hexdigest()[:20]
 
