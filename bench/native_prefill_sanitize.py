@@ -4,7 +4,7 @@ against the float64 reference; exits non-zero on a mismatch.
     compute-sanitizer --tool memcheck python bench/native_prefill_sanitize.py [--libs DIR]
     compute-sanitizer --tool racecheck python bench/native_prefill_sanitize.py --one
 
-Shapes: varlen batches with contexts 0 / odd / page-crossing, every matrix layer and tile
+Shapes: varlen batches with contexts 0 / odd / several whole tiles, every matrix layer and tile
 configuration, an fp8 cache, ALiBi with a window, and a forced split (the merge kernel).
 """
 
@@ -21,7 +21,9 @@ from attn_core.native.prefill_launch import native_prefix_prefill
 from attn_core.native.prefill_library import load_prefill
 from attn_core.testing import make_prefill_case, reference_prefix_prefill
 
-SEQS = [(0, 17), (33, 5), (100, 40)]
+# contexts 0 / odd / several whole 64-key tiles (the wmma tile spreads a whole tile's copies
+# through its products, the path a short context never takes)
+SEQS = [(0, 17), (33, 5), (300, 40)]
 
 
 def cases(one: bool):

@@ -41,9 +41,12 @@ MODES = {"nvidia": (), "iluvatar": ("-D__ILUVATAR__",)}
 # 3 query kinds x 3 cache kinds (its own, fp8 e4m3, fp8 e5m2) x 3 head buckets, + 3 merges
 KERNELS_PER_LIBRARY = 3 * 3 * 3 + 3
 # csrc/paged_prefill.cu: 2 query kinds x 3 cache kinds x 3 head buckets x 2 tile configs, + 2
-# merges (counted in clang's PTX, 2026-12-01). The NVIDIA wmma layer compiles to nothing but
-# the merges under __ILUVATAR__ (CoreX has its own layer), so that pair is not a build.
-PREFILL_KERNELS = 2 * 3 * 3 * 2 + 2
+# merges (counted in clang's PTX, 2026-12-01); the NVIDIA wmma layer's large tile also comes
+# with two K / V buffers (another 2 x 3 x 3). That layer compiles to nothing but the merges
+# under __ILUVATAR__ (CoreX has its own layer), so that pair is not a build.
+PREFILL_KERNELS = {"fma": 2 * 3 * 3 * 2 + 2, "wmma": 2 * 3 * 3 * 3 + 2}
+# prefill libraries build with subnormals flushed (attn_core.native.toolchain.CLANG_FTZ)
+PREFILL_FTZ = "-fgpu-flush-denormals-to-zero"
 PREFILL_LAYERS = {"fma": ("ATTN_PREFILL_MMA=0", MODES), "wmma": ("ATTN_PREFILL_MMA=1", ("nvidia",))}
 
 
@@ -57,7 +60,7 @@ def jobs_for(slots: tuple[int, ...]) -> list[tuple[str, str, tuple[str, ...], in
     for layer, (define, modes) in PREFILL_LAYERS.items():
         jobs += [
             (f"paged_prefill.cu {layer} {mode}", "paged_prefill.cu",
-             (f"-D{define}", *MODES[mode]), PREFILL_KERNELS)
+             (f"-D{define}", PREFILL_FTZ, *MODES[mode]), PREFILL_KERNELS[layer])
             for mode in modes
         ]  # fmt: skip
     return jobs

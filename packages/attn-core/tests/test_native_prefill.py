@@ -162,9 +162,10 @@ def test_library_facts_fit_budgets() -> None:
     ],
 )  # fmt: skip
 def test_large_tile_has_no_spills_at_head_256(mma: str) -> None:
-    """fp16 queries over each cache kind. The wmma tile (8 warps, scores in registers) keeps
-    everything in its 255 registers; bf16 queries over fp8 caches spill 4 bytes there (ptxas,
-    not asserted)."""
+    """fp16 queries over each cache kind, on the tile the device runs (on the H200 the one with
+    two K / V buffers). The wmma tile (8 warps, scores in registers) keeps everything in its
+    255 registers; bf16 queries spill 8-24 bytes there (ptxas sm_90, 2026-12-02: the bf16
+    conversions' extra registers; not asserted)."""
     lib = prefill_library(mma)
     for ck in (1, 3, 4):
         large = lib.config_facts(pabi.CONFIG_LARGE, 1, ck, 256)

@@ -56,14 +56,16 @@ EFFICIENCY: dict[str, Efficiency] = {
     "vendor_flash": Efficiency(
         "fp16_flops", 0.30, 1.0, "assumed: as SDPA after a gather (not measured on BI-V100)"
     ),
-    # 119.5 ms at 100K / 8192 and 29.1 at 100K / 2048 with the 8-warp warp-rows tile, scores
-    # kept in fragments (2026-12-02 05:34 UTC, bench/native_prefill_bench.py): 175.4 and 174.9
-    # TFLOP/s, 0.177 of the datasheet rate (128 / 31.4 ms, 0.165, with S and P in shared memory;
-    # 175 / 43 with the 16-warp tile before). ncu (30K / 2048): 2 warps per scheduler, 0.30
-    # eligible, issue slots 25 % busy: latency-bound at one block of 8 warps per SM.
+    # 85.4 ms at 100K / 8192 and 20.8 at 100K / 2048 (2026-12-02 15:02 UTC, H200, the
+    # 8-warp warp-rows tile with two K / V buffers, copies spread through Q K^T, subnormals
+    # flushed): 245 TFLOP/s, 0.248 of the datasheet rate (119.5 ms, 0.177, with the copies in
+    # one burst; 128 ms, 0.165, with S and P in shared memory; 175 ms with the 16-warp tile).
+    # ncu (30K / 2048): tensor-core instructions now carry half the stall samples, mostly
+    # waiting on their fragment loads. One buffer each (devices whose opt-in shared memory is
+    # under 215 KiB): 92.2 ms, 0.229.
     "native:wmma": Efficiency(
-        "fp16_flops", 0.177, 1.0,
-        "measured: H200, 8-warp wmma tile, scores in registers, 119.5 ms at 100K / 8192",
+        "fp16_flops", 0.248, 1.0,
+        "measured: H200, 8-warp wmma tile, two K/V buffers, spread copies, 85.4 ms at 100K / 8192",
     ),
     # CoreX's layer keeps S and P in shared memory, so the NVIDIA tile's figure before the
     # scores moved to registers.

@@ -252,9 +252,16 @@ struct WmmaLayer {
 
   static ATTN_DEVICE const E* e(const uint16_t* p) { return reinterpret_cast<const E*>(p); }
 
-  // This warp's fragments of S = Q K^T.
+  struct NoHook {
+    ATTN_DEVICE void operator()(int /*step*/) const {}
+  };
+
+  // This warp's fragments of S = Q K^T; hook(step) runs before each k step's fragment loads
+  // (the kernel issues tile copies there, a few per step; rescale_pv_regs has the same hook,
+  // before each of its PV_C x QF_C products).
+  template <class Hook = NoHook>
   static ATTN_DEVICE void qk_frags(FragC (&s)[QF_R][QF_C], const uint16_t* Q, const uint16_t* K,
-                                   int tid) {
+                                   int tid, const Hook& hook = Hook()) {
     const int warp = tid / ATTN_HW_WARP_SIZE;
     const int r0 = (warp / C::QK_WC) * QF_R, c0 = (warp % C::QK_WC) * QF_C;
 #pragma unroll
@@ -263,6 +270,7 @@ struct WmmaLayer {
       for (int j = 0; j < QF_C; ++j) nvcuda::wmma::fill_fragment(s[i][j], 0.0f);
 #pragma unroll kQkUnroll
     for (int k = 0; k < C::DM; k += FK) {
+      hook(k / FK);
       FragA a[QF_R];
       FragB b[QF_C];
 #pragma unroll
@@ -371,8 +379,9 @@ struct WmmaLayer {
   // kScoresInRegs: O *= al[h] on each row (h = 0: the fragment's rows 0..7 of this lane, 1: rows
   // 8..15), then O += P V with the probabilities in `sc` (fp32) converted to A fragments in
   // registers.
+  template <class Hook = NoHook>
   static ATTN_DEVICE void rescale_pv_regs(Acc& a, const float (&al)[2], const Scores& sc,
-                                          const uint16_t* Vt) {
+                                          const uint16_t* Vt, const Hook& hook = Hook()) {
     if (al[0] != 1.0f || al[1] != 1.0f) {  // both 1: neither row's maximum moved
 #pragma unroll
       for (int j = 0; j < PF_C; ++j)
@@ -386,6 +395,7 @@ struct WmmaLayer {
       for (int t = 0; t < FragA::num_elements; ++t) p.x[t] = static_cast<E>(sc.s[0][k].x[t % 8]);
 #pragma unroll
       for (int j = 0; j < PF_C; ++j) {
+        hook(k * PF_C + j);
         FragB v;  // B(k = key, n = dim) = Vt[dim][key]: column-major
         nvcuda::wmma::load_matrix_sync(v, e(Vt + j * FN * C::VP + k * FK), C::VP);
         nvcuda::wmma::mma_sync(a.c[0][j], p, v, a.c[0][j]);

@@ -16,12 +16,16 @@
 //      reads hit distinct banks); scale, mask (causal, window, tile end), ALiBi, running max
 //      (exchanged through shared memory), probabilities, per-row rescale factor alpha;
 //   3. O = alpha * O + P V on the matrix layer; O stays in registers (fp32) for all tiles.
-// Loads (16-byte vectors) overlap compute where the platform has asynchronous copies, one
-// buffer each for K and V. Warp-rows configs (each warp owns its rows of S, P and O): this
-// tile's V is issued at the tile's first barrier and lands during Q K^T and softmax, the next
-// K at the second and lands during P V; softmax runs in registers with warp-local exchanges.
-// Others: the next K after this tile's S, the next V after its P V (a SHARED_KV config
-// alternates K and V in one buffer to fit 32 KiB), five barriers a tile.
+// Loads (16-byte vectors) overlap compute where the platform has asynchronous copies. Scores
+// in registers (NVIDIA wmma): with two K / V buffers (where the device's opt-in shared memory
+// holds them), one barrier a tile and the next tile's copies issued a pair per Q K^T step; with
+// one, V(i)'s copies go out through Q K(i)^T and K(i + 1)'s through P V(i). Issued in one burst
+// the copies held their address registers while the memory pipe drained, and every warp
+// waited at once (ncu source counters, H200: 12-19 % of stall samples; spreading them took
+// 100K / 8192 from 116 to 88 ms). Other warp-rows configs (CoreX wmma): this tile's V at the
+// first barrier, the next K at the second. Others: the next K after this tile's S, the next V
+// after its P V (a SHARED_KV config alternates K and V in one buffer to fit 32 KiB), five
+// barriers a tile.
 //
 // fp8 caches: bytes are decoded to the query's 16-bit type when staged (e4m3 as value / 256,
 // exact; attn_convert.cuh) and the scales act in fp32 only: k_scale (and the 256) on the
@@ -50,13 +54,14 @@ constexpr float kLog2eP = 1.4426950408889634f;
 constexpr int kMergeThreads = 256;
 
 // The tile configurations. Large (config 0): 128 rows x 64 keys, 146 KiB at head 256 with the
-// scores in registers (190 KiB with S and P in shared memory), one block per SM on the H200, in
-// two warp layouts:
+// scores in registers and one K / V buffer (214.5 KiB with two; 190 KiB with S and P in shared
+// memory), one block per SM on the H200, in two warp layouts:
 // - RowsCfg (the wmma layers): 8 warps, warp w owns rows 16w..16w+15 of S, P and O (O at head
-//   256: 16 fragments, 128 fp32 registers), so softmax is warp-local, in registers, and a tile
-//   takes two block barriers. H200, Qwen3.6 shape, 100K / 8192 (2026-12-02): 128 ms, ~13K
-//   cycles per key tile with S and P in shared memory; 119-120 ms with the scores kept in
-//   fragments (NVIDIA). ncu (30K / 2048, S in shared memory): 2 warps per scheduler with 0.32
+//   256: 16 fragments, 128 fp32 registers), so softmax is warp-local, in registers. H200,
+//   Qwen3.6 shape, 100K / 8192 (2026-12-02): 128 ms, ~13K cycles per key tile with S and P in
+//   shared memory; 119-120 ms with the scores kept in fragments (NVIDIA); 85 ms with two
+//   buffers, the copies spread through Q K^T and subnormals flushed (see the schedule in the
+//   kernel). ncu before those (30K / 2048, S in shared memory): 2 warps per scheduler with 0.32
 //   eligible; stalls on shared-memory results (26 %), fixed latency (24 %), global loads
 //   (16 %); issue slots 25 % busy: latency-bound at one block per SM. Tried without gain: page
 //   ids prefetched a phase early (+0 %), 8 threads per key row in the K copy (+4 %), QK unroll
@@ -91,16 +96,20 @@ struct PathFor {
   static constexpr bool kFragSoftmax = kWarpRows && L::kScoresInRegs;
 };
 
-template <class C, bool P16, bool REGS>
+// BUFS: K and V buffers each (2: the scores-in-registers schedule with the next tile's copies
+// a whole tile ahead; 214.5 KiB at head 256, so only where the device's opt-in allows it).
+template <class C, bool P16, bool REGS, int BUFS = 1>
 struct SmemPlan {
   // 128-byte region starts: wmma fragment pointers must be 32-byte aligned
   static constexpr int up16(int b) { return (b + 127) / 128 * 128; }
+  static_assert(BUFS == 1 || (BUFS == 2 && REGS), "two buffers: the scores-in-registers path");
+  static constexpr int kBufs = BUFS;
   static constexpr int kQ = 0;
   static constexpr int kK = up16(kQ + C::M * C::QP * 2);
-  static constexpr int kKBytes = C::N * C::QP * 2, kVBytes = C::DM * C::VP * 2;
-  static constexpr int kV = C::SHARED_KV ? kK : up16(kK + kKBytes);
+  static constexpr int kKBytes = up16(C::N * C::QP * 2), kVBytes = up16(C::DM * C::VP * 2);
+  static constexpr int kV = C::SHARED_KV ? kK : up16(kK + kBufs * kKBytes);
   static constexpr int kS = C::SHARED_KV ? up16(kK + (kKBytes > kVBytes ? kKBytes : kVBytes))
-                                         : up16(kV + kVBytes);
+                                         : up16(kV + kBufs * kVBytes);
   // REGS (scores in registers): S is only the fragment-index scratch, 16 x 16 fp32 per warp
   static constexpr int kP = up16(kS + (REGS ? C::WARPS * 256 : C::M * C::SP) * 4);
   static constexpr int kAlpha = up16(kP + (P16 && !REGS ? C::M * C::PP * 2 : 0));
@@ -133,24 +142,45 @@ template <int QKIND, int CKIND, class C>
 struct Loader {
   static constexpr int kCB = elem_bytes(CKIND);
   static constexpr int kX = 16 / kCB;  // the cache layout's x
+  static constexpr int kG = C::N / 8;  // 8-key groups of a V row
+  static_assert(C::T % C::N == 0, "a thread keeps one key of every K tile");
+  static_assert(C::T % kG == 0, "a thread keeps one key group of every V tile");
+  // Constant trip counts at head size DM, unrolled; not in a 512-thread block, whose 128
+  // registers then spilled (the FMA tile: 56 bytes at head 128, ptxas sm_90, 2026-12-02).
+  static constexpr bool kUnrollFull = C::T <= 256;
   // Only indices are kept: base pointers are recomputed from the kernel parameters (constant
   // memory) at each tile, as 8 more live registers made the 16-warp tile spill at head 256.
   const AttnPrefillArgs& a;
   int kvh, seq, q0, tid;
+  // log2(block_size) (a power of two, checked at launch): a position's page and offset by
+  // shifts; the divisions by a runtime block size were ~60 instructions of every tile's loads
+  int shift;
 
-  ATTN_DEVICE int64_t page(int pos) const {
-    return a.block_tables[seq * a.table_stride + pos / a.block_size];
+  // The page holding this thread's key of K tile `t` (key tid % N) / its 8-key group of V
+  // tile `t` (keys from 8 (tid % (N / 8))); 0 where the thread copies nothing from the cache.
+  // Separate from the copies so a caller can look the next tile's pages up a tile early.
+  ATTN_DEVICE int page_k(const TileSrc& t) const {
+    const int key = tid % C::N;
+    return t.context && key < t.valid ? page(t.base + key) : 0;
+  }
+  ATTN_DEVICE int page_v(const TileSrc& t) const {
+    const int g = tid % kG;
+    return t.context && g * 8 < t.valid ? page(t.base + g * 8) : 0;
+  }
+  ATTN_DEVICE int page(int pos) const {
+    return a.block_tables[seq * a.table_stride + (pos >> shift)];
   }
 
-  // K[key][dim] for dims < D (and zero pad columns up to DM).
+  // K[key][dim] for dims < D (and zero pad columns up to DM); `pg` = page_k(t).
   //
-  // Context tiles: thread t always serves key t % N of the tile (T is a multiple of N), so it
-  // looks its page up once per tile; consecutive threads take consecutive keys of a page (16
-  // contiguous bytes each in the cache's [dim / x][block pos][x] layout).
-  ATTN_DEVICE void load_k(uint16_t* Ks, const TileSrc& t) const {
-    static_assert(C::T % C::N == 0, "a thread keeps one key of every K tile");
+  // Context tiles: thread t always serves key t % N of the tile (T is a multiple of N);
+  // consecutive threads take consecutive keys of a page (16 contiguous bytes each in the
+  // cache's [dim / x][block pos][x] layout). FULL: D == DM, so every loop has a constant trip
+  // count and unrolls.
+  template <bool FULL>
+  ATTN_DEVICE void load_k_as(uint16_t* Ks, const TileSrc& t, int pg) const {
     constexpr int kVecs = C::DM / 8;  // 16-byte vectors of a smem row
-    const int D = a.head_size, bs = a.block_size;
+    const int D = FULL ? C::DM : a.head_size, bs = a.block_size;
     if (t.context) {
       const int key = tid % C::N, vecs = D / kX;
       uint16_t* dst = Ks + key * C::QP;
@@ -162,10 +192,11 @@ struct Loader {
       } else {
         const int pos = t.base + key;
         const uint8_t* src = static_cast<const uint8_t*>(a.key_cache) +
-                             (kvh * a.kc_head_stride + page(pos) * a.kc_block_stride) * kCB +
-                             (pos % bs) * 16;
+                             (kvh * a.kc_head_stride + static_cast<int64_t>(pg) * a.kc_block_stride) *
+                                 kCB +
+                             (pos & (bs - 1)) * 16;
         for (int c = tid / C::N; c < vecs; c += C::T / C::N) {
-          const uint8_t* at = src + static_cast<int64_t>(c) * bs * 16;
+          const uint8_t* at = src + static_cast<int64_t>(c * 16) * bs;
           if (kCB == 2) {
             copy16(dst + c * kX, at);
           } else {
@@ -188,20 +219,23 @@ struct Loader {
         else zero16(dst);
       }
     }
-    if (D < C::DM) {
+    if (!FULL && D < C::DM) {
       for (int v = tid; v < C::N * kVecs; v += C::T) {
         const int c = v % kVecs;
         if (c * 8 >= D) zero16(Ks + (v / kVecs) * C::QP + c * 8);
       }
     }
   }
+  ATTN_DEVICE void load_k(uint16_t* Ks, const TileSrc& t, int pg) const {
+    if (kUnrollFull && a.head_size == C::DM) load_k_as<true>(Ks, t, pg);
+    else load_k_as<false>(Ks, t, pg);
+  }
 
-  // Vt[dim][key] for dims < D. Context tiles: thread t always serves the 8-key group
-  // t % (N / 8) (8 keys of one page: block sizes are multiples of 8), one page lookup per tile.
-  ATTN_DEVICE void load_v(uint16_t* Vt, const TileSrc& t) const {
-    constexpr int kG = C::N / 8;  // 8-key groups per row
-    static_assert(C::T % kG == 0, "a thread keeps one key group of every V tile");
-    const int D = a.head_size, bs = a.block_size;
+  // Vt[dim][key] for dims < D; `pg` = page_v(t). Context tiles: thread t always serves the
+  // 8-key group t % (N / 8) (8 keys of one page: block sizes are multiples of 8).
+  template <bool FULL>
+  ATTN_DEVICE void load_v_as(uint16_t* Vt, const TileSrc& t, int pg) const {
+    const int D = FULL ? C::DM : a.head_size, bs = a.block_size;
     if (t.context) {
       const int g = tid % kG, n = min(8, t.valid - g * 8);
       uint16_t* dst = Vt + g * 8;
@@ -211,16 +245,17 @@ struct Loader {
       }
       const int pos = t.base + g * 8;
       const uint8_t* src = static_cast<const uint8_t*>(a.value_cache) +
-                           (kvh * a.vc_head_stride + page(pos) * a.vc_block_stride +
-                            pos % bs) * kCB;
+                           (kvh * a.vc_head_stride + static_cast<int64_t>(pg) * a.vc_block_stride +
+                            (pos & (bs - 1))) *
+                               kCB;
       if (kCB == 2 && n == 8) {  // a whole group: a copy with a constant size (a runtime
         // zero-fill size makes the pipeline primitive branch over every size, each copy)
         for (int d = tid / kG; d < D; d += C::T / kG)
-          copy16(dst + d * C::VP, src + static_cast<int64_t>(d) * bs * kCB);
+          copy16(dst + d * C::VP, src + static_cast<int64_t>(d * kCB) * bs);
         return;
       }
       for (int d = tid / kG; d < D; d += C::T / kG) {
-        const uint8_t* at = src + static_cast<int64_t>(d) * bs * kCB;
+        const uint8_t* at = src + static_cast<int64_t>(d * kCB) * bs;
         if (kCB == 2) {
           copy16_zfill(dst + d * C::VP, at, n * 2);
         } else {
@@ -246,12 +281,55 @@ struct Loader {
       }
     }
   }
+  ATTN_DEVICE void load_v(uint16_t* Vt, const TileSrc& t, int pg) const {
+    if (kUnrollFull && a.head_size == C::DM) load_v_as<true>(Vt, t, pg);
+    else load_v_as<false>(Vt, t, pg);
+  }
+
+  // A whole context tile of a 16-bit cache at head size DM, in kCopies copies of K and of V
+  // per thread that the caller may issue one pair at a time (spread through Q K^T instead of
+  // in one burst: ncu showed the burst's copies holding their address registers while the
+  // memory pipe drained, 12-19 % of the warps' stall samples).
+  static constexpr int kCopies = C::DM / 8 / (C::T / C::N);
+  static_assert(C::DM / (C::T / kG) == kCopies, "as many V copies as K copies per thread");
+  struct Spread {
+    const uint8_t* k;
+    const uint8_t* v;
+  };
+  ATTN_DEVICE bool can_spread(const TileSrc& t) const {
+    return kCB == 2 && t.context && t.valid == C::N && a.head_size == C::DM;
+  }
+  ATTN_DEVICE Spread spread(const TileSrc& t, int pk, int pv) const {
+    const int key = tid % C::N, g = tid % kG, bs = a.block_size;
+    const uint8_t* kc = static_cast<const uint8_t*>(a.key_cache);
+    const uint8_t* vc = static_cast<const uint8_t*>(a.value_cache);
+    return {kc + (kvh * a.kc_head_stride + static_cast<int64_t>(pk) * a.kc_block_stride) * kCB +
+                ((t.base + key) & (bs - 1)) * 16 + static_cast<int64_t>((tid / C::N) * 16) * bs,
+            vc + (kvh * a.vc_head_stride + static_cast<int64_t>(pv) * a.vc_block_stride +
+                  ((t.base + g * 8) & (bs - 1))) * kCB +
+                static_cast<int64_t>((tid / kG) * kCB) * bs};
+  }
+  // Copy j (< kCopies) of K / of V.
+  ATTN_DEVICE void spread_k(const Spread& sp, int j, uint16_t* Ks) const {
+    const int key = tid % C::N, c = tid / C::N + j * (C::T / C::N);
+    copy16(Ks + key * C::QP + c * kX,
+           sp.k + static_cast<int64_t>(j * (C::T / C::N) * 16) * a.block_size);
+  }
+  ATTN_DEVICE void spread_v(const Spread& sp, int j, uint16_t* Vt) const {
+    const int g = tid % kG, d = tid / kG + j * (C::T / kG);
+    copy16(Vt + d * C::VP + g * 8,
+           sp.v + static_cast<int64_t>(j * (C::T / kG) * kCB) * a.block_size);
+  }
+  ATTN_DEVICE void spread_copy(const Spread& sp, int j, uint16_t* Ks, uint16_t* Vt) const {
+    spread_k(sp, j, Ks);
+    spread_v(sp, j, Vt);
+  }
 };
 
-template <int QKIND, int CKIND, int MMA, class C>
+template <int QKIND, int CKIND, int MMA, class C, int BUFS>
 __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) {
   using L = typename MmaSelect<MMA, QKIND, C>::type;
-  using Plan = SmemPlan<C, L::kWantsP16, PathFor<L, C>::kFragSoftmax>;
+  using Plan = SmemPlan<C, L::kWantsP16, PathFor<L, C>::kFragSoftmax, BUFS>;
   constexpr int kTPR = C::T / C::M;      // softmax threads per row
   constexpr int kCols = C::N / kTPR;     // columns per softmax thread
   static_assert(C::T % C::M == 0 && C::N % kTPR == 0, "softmax mapping");
@@ -319,7 +397,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   }
 
   constexpr float kRescale = CKIND == kFp8E4M3 ? kE4M3Rescale : 1.0f;
-  const Loader<QKIND, CKIND, C> ld{a, kvh, seq, q0, tid};
+  const Loader<QKIND, CKIND, C> ld{a, kvh, seq, q0, tid, 31 - __clz(a.block_size)};
   auto tile = [&](int i) -> TileSrc {
     if (i < nc) {
       const int base = (c_begin + i) * C::N;
@@ -344,8 +422,9 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       }
     }
   }
-  ld.load_k(Ks, tile(b));
-  if (!C::SHARED_KV && !kWarpRows) ld.load_v(Vt, tile(b));
+  ld.load_k(Ks, tile(b), ld.page_k(tile(b)));
+  constexpr bool kDbuf = Plan::kBufs == 2;
+  if ((!C::SHARED_KV && !kWarpRows) || kDbuf) ld.load_v(Vt, tile(b), ld.page_v(tile(b)));
   async_commit();
 
   typename L::Acc acc;
@@ -496,15 +575,19 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
                          a.alibi_slopes == nullptr;
       constexpr int kF = C::N / 16, kE = L::kElems;
       float mx[2] = {-INFINITY, -INFINITY};
+      // The factor still to apply to a score in its exponent. A whole tile's maxima are taken
+      // on the raw scores (the scale is positive) and the scale folds into the exponent's FMA:
+      // per score a max, an FMA and exp2 (a bare MUFU.EX2 in the library built with
+      // subnormals flushed, toolchain.py), where scaling first cost a multiply more.
+      float mul = 1.0f;
       if (whole) {
 #pragma unroll
         for (int j = 0; j < kF; ++j)
 #pragma unroll
-          for (int u = 0; u < kE; ++u) {
-            float& x = sc.s[0][j].x[u];
-            x *= scl;
-            mx[(u / 2) % 2] = fmaxf(mx[(u / 2) % 2], x);
-          }
+          for (int u = 0; u < kE; ++u) mx[(u / 2) % 2] = fmaxf(mx[(u / 2) % 2], sc.s[0][j].x[u]);
+        mx[0] *= scl;
+        mx[1] *= scl;
+        mul = scl;
       } else {
         int hi[2], lo[2];
         float sl[2];
@@ -541,7 +624,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
 #pragma unroll
         for (int u = 0; u < kE; ++u) {
           float& x = sc.s[0][j].x[u];
-          x = exp2f(x - m_use[(u / 2) % 2]);
+          x = exp2f(fmaf(x, mul, -m_use[(u / 2) % 2]));
           sum[(u / 2) % 2] += x;
         }
 #pragma unroll
@@ -552,22 +635,89 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
         v_applied = true;
       }
     };
-    // The warp-rows schedule below, with no shared-memory step between Q K^T and P V.
+    if constexpr (kDbuf) {
+      // One barrier a tile: tile i's K and V landed and every warp is past tile i - 1, whose
+      // buffers then take tile i + 1 (a whole tile to land), its copies spread through Q K^T
+      // where the tile is a whole 16-bit context tile. The pages of tile i + 2 are looked up
+      // here too, a tile before their copies need them.
+      constexpr int kKStride = Plan::kKBytes / 2, kVStride = Plan::kVBytes / 2;
+      int pk = b + 1 < e ? ld.page_k(tile(b + 1)) : 0;
+      int pv = b + 1 < e ? ld.page_v(tile(b + 1)) : 0;
+      for (int i = b; i < e; ++i) {
+        const TileSrc t = tile(i);
+        const int cur = (i - b) & 1;
+        async_wait<0>();
+        __syncthreads();
+        uint16_t* const k_next = Ks + (cur ^ 1) * kKStride;
+        uint16_t* const v_next = Vt + (cur ^ 1) * kVStride;
+        typename L::Scores sc;
+        bool spread = false;
+        if (i + 1 < e) {
+          const TileSrc tn = tile(i + 1);
+          spread = ld.can_spread(tn);
+          if (!spread) {
+            ld.load_k(k_next, tn, pk);
+            ld.load_v(v_next, tn, pv);
+          }
+        }
+        if (spread) {
+          // one K and one V copy every (steps / copies) k steps of Q K^T
+          constexpr int kEvery = (C::DM / 16) / decltype(ld)::kCopies;
+          const auto sp = ld.spread(tile(i + 1), pk, pv);
+          L::qk_frags(sc.s, Qs, Ks + cur * kKStride, tid, [&](int step) ATTN_INLINE_LAMBDA {
+            if (step % kEvery == 0) ld.spread_copy(sp, step / kEvery, k_next, v_next);
+          });
+        } else {
+          L::qk_frags(sc.s, Qs, Ks + cur * kKStride, tid);
+        }
+        async_commit();
+        if (i + 2 < e) {
+          pk = ld.page_k(tile(i + 2));
+          pv = ld.page_v(tile(i + 2));
+        }
+        float al[2];
+        softmax_frags(t, sc, al);
+        L::rescale_pv_regs(acc, al, sc, Vt + cur * kVStride);
+      }
+    } else {
+    // One buffer each: the warp-rows schedule below (barriers X and Y), with no shared-memory
+    // step between Q K^T and P V. Whole 16-bit context tiles: V(i)'s copies spread through
+    // Q K(i)^T, K(i + 1)'s through P V(i), each page looked up a phase before its copies.
+    constexpr int kQkEvery = (C::DM / 16) / decltype(ld)::kCopies;
+    constexpr int kPvEvery = (C::N / 16) * (C::DM / 16) / decltype(ld)::kCopies;
+    int pv = ld.page_v(tile(b));
     for (int i = b; i < e; ++i) {
       const TileSrc t = tile(i);
       async_wait<0>();
       __syncthreads();  // X
-      ld.load_v(Vt, t);
-      async_commit();
+      const int pk = i + 1 < e ? ld.page_k(tile(i + 1)) : 0;
       typename L::Scores sc;
-      L::qk_frags(sc.s, Qs, Ks, tid);
+      if (ld.can_spread(t)) {
+        const auto sp = ld.spread(t, 0, pv);
+        L::qk_frags(sc.s, Qs, Ks, tid, [&](int step) ATTN_INLINE_LAMBDA {
+          if (step % kQkEvery == 0) ld.spread_v(sp, step / kQkEvery, Vt);
+        });
+      } else {
+        ld.load_v(Vt, t, pv);
+        L::qk_frags(sc.s, Qs, Ks, tid);
+      }
+      async_commit();
       float al[2];
       softmax_frags(t, sc, al);
       async_wait<0>();
       __syncthreads();  // Y
-      if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+      if (i + 1 < e) pv = ld.page_v(tile(i + 1));
+      if (i + 1 < e && ld.can_spread(tile(i + 1))) {
+        const auto sp = ld.spread(tile(i + 1), pk, 0);
+        L::rescale_pv_regs(acc, al, sc, Vt, [&](int step) ATTN_INLINE_LAMBDA {
+          if (step % kPvEvery == 0) ld.spread_k(sp, step / kPvEvery, Ks);
+        });
+      } else {
+        if (i + 1 < e) ld.load_k(Ks, tile(i + 1), pk);
+        L::rescale_pv_regs(acc, al, sc, Vt);
+      }
       async_commit();
-      L::rescale_pv_regs(acc, al, sc, Vt);
+    }
     }
   } else if constexpr (kWarpRows) {
     // Two barriers per tile, each load hidden behind half a tile of compute:
@@ -577,7 +727,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       const TileSrc t = tile(i);
       async_wait<0>();
       __syncthreads();  // X
-      ld.load_v(Vt, t);
+      ld.load_v(Vt, t, ld.page_v(t));
       async_commit();
       L::qk(S, Qs, Ks, tid);  // this warp's rows of S
       rows_sync();
@@ -585,7 +735,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       rows_sync();  // this warp's P and alpha
       async_wait<0>();
       __syncthreads();  // Y
-      if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+      if (i + 1 < e) ld.load_k(Ks, tile(i + 1), ld.page_k(tile(i + 1)));
       async_commit();
       L::rescale_pv(acc, alpha, S, P, Vt, tid);
     }
@@ -597,8 +747,8 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       // 1. scores
       L::qk(S, Qs, Ks, tid);
       __syncthreads();  // S complete; K free
-      if (C::SHARED_KV) ld.load_v(Vt, t);
-      else if (i + 1 < e) ld.load_k(Ks, tile(i + 1));
+      if (C::SHARED_KV) ld.load_v(Vt, t, ld.page_v(t));
+      else if (i + 1 < e) ld.load_k(Ks, tile(i + 1), ld.page_k(tile(i + 1)));
       async_commit();
       // 2. softmax over this thread's columns of its row
       softmax(t);
@@ -609,8 +759,8 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       L::rescale_pv(acc, alpha, S, P, Vt, tid);
       __syncthreads();  // V, P, S free
       if (i + 1 < e) {
-        if (C::SHARED_KV) ld.load_k(Ks, tile(i + 1));
-        else ld.load_v(Vt, tile(i + 1));
+        if (C::SHARED_KV) ld.load_k(Ks, tile(i + 1), ld.page_k(tile(i + 1)));
+        else ld.load_v(Vt, tile(i + 1), ld.page_v(tile(i + 1)));
       }
       async_commit();
       if (C::SHARED_KV) async_wait<0>();
@@ -697,22 +847,40 @@ struct Kernel {
   int threads, smem;
 };
 
-template <int QKIND, int CKIND, class C>
+// {nullptr} where the layer is missing, or BUFS == 2 on a path that has one buffer.
+template <int QKIND, int CKIND, class C, int BUFS>
 Kernel make_kernel() {
   using L = typename MmaSelect<ATTN_PREFILL_MMA, QKIND, C>::type;
   if constexpr (std::is_same<L, void>::value) {
     return {nullptr, 0, 0};
+  } else if constexpr (BUFS == 2 && !PathFor<L, C>::kFragSoftmax) {
+    return {nullptr, 0, 0};
   } else {
-    return {prefill_kernel<QKIND, CKIND, ATTN_PREFILL_MMA, C>, C::T,
-            SmemPlan<C, L::kWantsP16, PathFor<L, C>::kFragSoftmax>::kBytes};
+    return {prefill_kernel<QKIND, CKIND, ATTN_PREFILL_MMA, C, BUFS>, C::T,
+            SmemPlan<C, L::kWantsP16, PathFor<L, C>::kFragSoftmax, BUFS>::kBytes};
   }
 }
 
+// The large tile with two K / V buffers where it has them and they fit the device's opt-in
+// shared memory, else with one. H200, 100K / 8192 (2026-12-02): 85.4 ms with two, 92.2 ms with
+// one (the spread copies of the next K can only start once every warp is past Q K^T).
+// ATTN_PREFILL_MAX_BUFS=1 builds a library that always takes one buffer: how the H200 tests
+// the path devices with less shared memory run.
+#ifndef ATTN_PREFILL_MAX_BUFS
+#define ATTN_PREFILL_MAX_BUFS 2
+#endif
+template <int QKIND, int CK, int DM>
+Kernel large_kernel(int smem_optin) {
+  const Kernel two = make_kernel<QKIND, CK, LargeFor<ATTN_PREFILL_MMA, DM>, 2>();
+  if (ATTN_PREFILL_MAX_BUFS >= 2 && two.fn != nullptr && two.smem <= smem_optin) return two;
+  return make_kernel<QKIND, CK, LargeFor<ATTN_PREFILL_MMA, DM>, 1>();
+}
+
 template <int QKIND, int DM>
-Kernel pick_cache(int config, int cache_kind) {
+Kernel pick_cache(int config, int cache_kind, int smem_optin) {
 #define ATTN_CFG(CK) \
-  (config == 0 ? make_kernel<QKIND, CK, LargeFor<ATTN_PREFILL_MMA, DM>>() \
-               : make_kernel<QKIND, CK, SmallCfg<DM>>())
+  (config == 0 ? large_kernel<QKIND, CK, DM>(smem_optin) \
+               : make_kernel<QKIND, CK, SmallCfg<DM>, 1>())
   if (cache_kind == QKIND) return ATTN_CFG(QKIND);
   if (cache_kind == kFp8E4M3) return ATTN_CFG(kFp8E4M3);
   if (cache_kind == kFp8E5M2) return ATTN_CFG(kFp8E5M2);
@@ -721,24 +889,37 @@ Kernel pick_cache(int config, int cache_kind) {
 }
 
 template <int DM>
-Kernel pick_query(int config, int query_kind, int cache_kind) {
+Kernel pick_query(int config, int query_kind, int cache_kind, int smem_optin) {
   switch (query_kind) {
-    case kFloat16: return pick_cache<kFloat16, DM>(config, cache_kind);
-    case kBFloat16: return pick_cache<kBFloat16, DM>(config, cache_kind);
+    case kFloat16: return pick_cache<kFloat16, DM>(config, cache_kind, smem_optin);
+    case kBFloat16: return pick_cache<kBFloat16, DM>(config, cache_kind, smem_optin);
     default: return {nullptr, 0, 0};  // fp32 queries: the torch path
   }
 }
 
+// The current device's opt-in shared memory per block (0 if it cannot be read: one buffer).
+int smem_optin() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    return 0;
+  }
+  return bytes;
+}
+
+// The kernel that serves (config, kinds, head bucket) on the current device.
 Kernel kernel_for(int config, int query_kind, int cache_kind, int head_bucket) {
   if (config != 0 && config != 1) return {nullptr, 0, 0};
+  const int optin = smem_optin();
 #ifdef ATTN_PREFILL_ONLY_BUCKET  // a quick register / spill check of one head bucket
   if (head_bucket != ATTN_PREFILL_ONLY_BUCKET) return {nullptr, 0, 0};
-  return pick_query<ATTN_PREFILL_ONLY_BUCKET>(config, query_kind, cache_kind);
+  return pick_query<ATTN_PREFILL_ONLY_BUCKET>(config, query_kind, cache_kind, optin);
 #else
   switch (head_bucket) {
-    case 64: return pick_query<64>(config, query_kind, cache_kind);
-    case 128: return pick_query<128>(config, query_kind, cache_kind);
-    case 256: return pick_query<256>(config, query_kind, cache_kind);
+    case 64: return pick_query<64>(config, query_kind, cache_kind, optin);
+    case 128: return pick_query<128>(config, query_kind, cache_kind, optin);
+    case 256: return pick_query<256>(config, query_kind, cache_kind, optin);
     default: return {nullptr, 0, 0};
   }
 #endif
