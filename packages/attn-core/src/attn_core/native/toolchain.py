@@ -92,10 +92,13 @@ class Toolchain:
             "-lcudart",
             f"-Wl,-rpath,{lib}",
         ]
-        plain = [[self.compiler, "-x", lang, *tail] for lang in ("ivcore", "cuda")]
-        if not flush_denormals:
-            return plain
-        return [[*cmd[:3], CLANG_FTZ, *cmd[3:]] for cmd in plain] + plain
+        # with the flag first, then without it (a CoreX clang that refuses it still builds)
+        variants = ([CLANG_FTZ], []) if flush_denormals else ([],)
+        return [
+            [self.compiler, "-x", lang, *ftz, *tail]
+            for ftz in variants
+            for lang in ("ivcore", "cuda")
+        ]
 
 
 def find_toolchain(

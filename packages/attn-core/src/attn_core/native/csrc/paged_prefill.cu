@@ -33,6 +33,8 @@
 // tiles begin (or at the end). The chunk's own K/V are never scaled (vLLM's semantics).
 // Masked keys are zero in shared memory (a reused page may hold NaN past a sequence's end).
 
+#include <atomic>
+
 #include "attn_async.cuh"
 #include "attn_convert.cuh"
 #include "attn_mma.cuh"
@@ -299,6 +301,10 @@ struct Loader {
   ATTN_DEVICE bool can_spread(const TileSrc& t) const {
     return kCB == 2 && t.context && t.valid == C::N && a.head_size == C::DM;
   }
+  // (A caller issuing only K or only V copies passes 0 for the other page: that pointer is
+  // then unused and compiled away. The address arithmetic repeats load_k_as / load_v_as's on
+  // purpose: shared helpers cost the two-buffer fp16 tile 4-20 bytes of spills at 255
+  // registers, ptxas sm_90, 2026-12-02.)
   ATTN_DEVICE Spread spread(const TileSrc& t, int pk, int pv) const {
     const int key = tid % C::N, g = tid % kG, bs = a.block_size;
     const uint8_t* kc = static_cast<const uint8_t*>(a.key_cache);
@@ -897,14 +903,21 @@ Kernel pick_query(int config, int query_kind, int cache_kind, int smem_optin) {
   }
 }
 
-// The current device's opt-in shared memory per block (0 if it cannot be read: one buffer).
+// The current device's opt-in shared memory per block (0 if it cannot be read: one buffer),
+// read once per device ordinal below 64 (every launch asks).
 int smem_optin() {
+  static std::atomic<int> known[64];  // bytes + 1; 0: not read yet
   int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (device < 64) {
+    const int seen = known[device].load(std::memory_order_relaxed);
+    if (seen != 0) return seen - 1;
+  }
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+      cudaSuccess) {
     return 0;
   }
+  if (device < 64) known[device].store(bytes + 1, std::memory_order_relaxed);
   return bytes;
 }
 
