@@ -16,7 +16,14 @@ from attn_core.core.shapes import (
 )
 from attn_core.device.spec import get_device_spec, occupancy_limits, opted_in
 from attn_core.native.facts import CUDA_CORE, MMA, mma_smem_bytes
-from attn_core.native.split import native_split, partition_grain
+from attn_core.native.split import (
+    MMA_MIN_FILL,
+    MMA_MIN_PARTITION_TOKENS,
+    native_split,
+    partition_grain,
+    rule_partitions,
+    wave_fill,
+)
 
 QWEN = AttentionShape()
 H200 = get_device_spec("h200")
@@ -42,9 +49,40 @@ def test_partitions_cover_the_context_in_whole_tiles(
     assert (split.num_partitions - 1) * split.partition_size < max_seq_len  # none empty
     assert split.slots * split.head_groups >= group and split.slots <= 8
     assert split.rows == num_seqs * shape.num_kv_heads * split.head_groups
-    # never more partitions than one wave of resident blocks needs, unless one tile each
-    resident = split.blocks_per_sm * spec.sm_count
-    assert split.partition_blocks <= max(resident, split.rows) or split.partition_size == grain
+    # no more partitions than the rule asks for (rounding to whole tiles only removes some)
+    wanted = rule_partitions(
+        split.partition.body, split.blocks_per_sm, spec.sm_count, split.rows, max_seq_len
+    )
+    assert split.num_partitions <= wanted
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    body=st.sampled_from([MMA, CUDA_CORE]),
+    blocks_per_sm=st.integers(1, 8),
+    sm_count=st.sampled_from([16, 108, 132]),
+    rows=st.integers(1, 2048),
+    max_seq_len=st.integers(1, 1 << 20),
+)
+def test_the_rule_fills_the_slots_once_or_several_waves_well(
+    body, blocks_per_sm, sm_count, rows, max_seq_len
+):
+    wanted = rule_partitions(body, blocks_per_sm, sm_count, rows, max_seq_len)
+    slots = blocks_per_sm * sm_count
+    once = max(1, slots // rows)
+    assert wanted >= 1
+    if body == CUDA_CORE:
+        assert wanted == once
+        return
+    # the matrix-unit body: one wave (of its slots, or of two blocks per SM where partitions
+    # would be short), unless several waves fill them well with partitions of at least
+    # MMA_MIN_PARTITION_TOKENS
+    two = 2 * sm_count if blocks_per_sm > 2 else slots
+    if wanted > once:
+        assert any(wave_fill(rows * wanted, s) >= MMA_MIN_FILL for s in (slots, two))
+        assert max_seq_len >= wanted * MMA_MIN_PARTITION_TOKENS and wanted <= 4 * once
+    else:
+        assert wanted == once or wanted == max(1, two // rows)
 
 
 def test_blocks_per_sm_is_the_profiles_occupancy_of_the_recorded_kernel():
@@ -72,11 +110,32 @@ def test_each_device_gets_the_body_it_builds():
     assert fp8.partition.body == fp32.partition.body == CUDA_CORE
 
 
-def test_the_h200_rule_at_the_measured_shapes():
-    # docs/benchmarks.md (native decode, matrix-unit body, 2026-12-02): the swept best splits
-    assert native_split(QWEN, 1, 102400, H200).partition_size == 1040
-    assert native_split(QWEN, 8, 102400, H200).num_partitions == 12
-    assert native_split(QWEN, 64, 8192, H200).num_partitions == 1
+# docs/benchmarks.md (native decode, matrix-unit body, issue 17 round 4, 2026-12-02 18:26 UTC):
+# the fastest split of each swept row, (query heads, KV heads, batch, context) -> (partitions,
+# tokens each); the rule matches all ten
+SWEPT_BEST = {
+    (24, 4, 1, 8192): (64, 128),
+    (24, 4, 1, 32768): (64, 512),
+    (24, 4, 1, 102400): (99, 1040),
+    (24, 4, 8, 102400): (12, 8544),
+    (24, 4, 64, 8192): (3, 2736),
+    (24, 4, 1, 262144): (99, 2656),
+    (12, 2, 1, 102400): (131, 784),
+    (12, 2, 8, 102400): (24, 4272),
+    (6, 1, 1, 102400): (256, 400),
+    (6, 1, 8, 102400): (49, 2096),
+}
+
+
+@pytest.mark.parametrize("row", sorted(SWEPT_BEST))
+def test_the_h200_rule_at_the_measured_shapes(row):
+    heads, kv_heads, batch, context = row
+    shape = AttentionShape(num_heads=heads, num_kv_heads=kv_heads)
+    split = native_split(shape, batch, context, H200)
+    assert (split.num_partitions, split.partition_size) == SWEPT_BEST[row]
+
+
+def test_the_cuda_core_rule_at_the_measured_shapes():
     # the CUDA-core body (2026-12-01): fp8 at 1 x 100K
     fp8 = AttentionShape(kv_cache_dtype="fp8_e4m3")
     assert native_split(fp8, 1, 102400, H200).partition_size % 128 == 0

@@ -12,10 +12,14 @@ Partition rule. A step reads every token once however it is split, so the split 
 fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = blocks per
 partition column, ``resident_blocks`` = blocks per SM x SMs), at least one, with partitions of
 a multiple of the body's tile (:func:`partition_grain`): 128 tokens on the CUDA-core body (one
-token per thread in the score phase), 16 on the matrix-unit one. The matrix-unit body (H200,
-2026-12-02, three blocks per SM) was fastest at the rule's split on each of 1 x 100K (99 x 1040,
-0.150 ms; 66 x 1552 0.155, 131 x 784 0.217: a second wave), 8 x 100K (12 partitions), 64 x 8K
-(one) and 1 x 256K (99). For the CUDA-core body: on the H200 (2026-12-01,
+token per thread in the score phase), 16 on the matrix-unit one. The matrix-unit body refines
+it twice (:func:`rule_partitions`): partitions shorter than ``MMA_MIN_PARTITION_TOKENS`` at
+every resident slot fill two blocks per SM instead, and rows that leave more than a tenth of
+the slots empty take more partitions over several waves. Swept on the H200 (2026-12-02 18:26
+UTC, three blocks per SM, ten shapes from 1 x 8K to 8 x 100K and the tensor-parallel head
+slices), the refined rule picks the fastest split at all ten; plain fill-once picked it at six
+and was up to 13 % slower at the others (6 / 1 heads at 1 x 100K, 1 x 8K, 64 x 8K, 12 / 2 heads
+at 1 x 100K). For the CUDA-core body: on the H200 (2026-12-01,
 ``bench/native_decode_bench.py --sweep``, Qwen3.6 fp16) this rule picked the fastest of the
 swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and 64x8K; filling the device
 twice over was 3-9 % slower (more partials to merge, no more bandwidth). On 2026-12-02 (the
@@ -110,6 +114,45 @@ def partials_shapes(
     return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
 
 
+# The matrix-unit body's two refinements of fill-once (H200, 2026-12-02, the sweep of
+# bench/native_decode_bench.py --sweep at ten shapes; docs/benchmarks.md, issue 17 round 4):
+# - a partition shorter than this at every resident slot runs with two blocks per SM instead
+#   (partitions half as long again): each partition pays its ring's fill and its partials,
+#   which 17-33 tiles did not amortise (6 / 1 heads at 1 x 100K: 0.0738 -> 0.0651 ms; 1 x 8K
+#   0.0328 -> 0.0288) and 65 tiles did (24 / 4 heads at 1 x 100K: three blocks 4 % faster);
+MMA_MIN_PARTITION_TOKENS = 768
+# - when one partition per row fills under this share of the slots, more partitions over
+#   several waves fill them better (64 x 8K: 256 blocks in 396 slots, 0.729 ms; three
+#   partitions, 768 blocks in two waves of 396, 0.663).
+MMA_MIN_FILL = 0.9
+
+
+def wave_fill(blocks: int, slots: int) -> float:
+    """Share of the resident slots ``blocks`` keep busy over the waves they need."""
+    return blocks / (-(-blocks // slots) * slots)
+
+
+def rule_partitions(
+    body: str, blocks_per_sm: int, sm_count: int, rows: int, max_seq_len: int
+) -> int:
+    """The partition count of the split rule (module docstring): fill the resident slots
+    once; on the matrix-unit body, with the two refinements above."""
+    slots = blocks_per_sm * sm_count
+    wanted = max(1, slots // rows)
+    if body != MMA:
+        return wanted
+    if blocks_per_sm > 2 and max_seq_len < wanted * MMA_MIN_PARTITION_TOKENS:
+        slots = 2 * sm_count
+        wanted = max(1, slots // rows)
+    if rows <= slots and wave_fill(rows * wanted, slots) < MMA_MIN_FILL:
+        for more in range(wanted + 1, 4 * wanted + 1):
+            if max_seq_len < more * MMA_MIN_PARTITION_TOKENS:
+                break
+            if wave_fill(rows * more, slots) >= MMA_MIN_FILL:
+                return more
+    return wanted
+
+
 def decode_body(spec: DeviceSpec, query: str, cache: str) -> str:
     """The partition body a device runs: the matrix-unit one for 16-bit queries over a cache of
     their own type on NVIDIA (``csrc/decode_mma.cuh``); CoreX builds only the CUDA-core one."""
@@ -157,7 +200,7 @@ def native_split(
     rows = num_seqs * shape.num_kv_heads * head_groups
     tile = partition_grain(body, shape.block_size)
     if num_partitions is None:
-        wanted = max(1, (blocks_per_sm * spec.sm_count) // rows)
+        wanted = rule_partitions(body, blocks_per_sm, spec.sm_count, rows, max_seq_len)
     elif num_partitions < 1:
         raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
     else:
