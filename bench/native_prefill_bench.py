@@ -8,7 +8,8 @@ Shape: Qwen3.6 (24 query / 4 KV heads, head 256, fp16), batch 1, block size 16. 
 (context, chunk): the compute floor (attention FLOPs / the fp16 matmul rate measured in this
 run), ``native wmma`` and ``native fma`` (the latter only at ``--fma-rows``: it is ~10x slower),
 ``vllm triton`` (vLLM 0.6.3's ``context_attention_fwd`` from its sdist, ``--vllm-sdist``),
-``attn-core torch`` (``paged_prefix_prefill`` with the torch backend), ``sdpa contiguous``
+``attn-core torch`` / ``attn-core sdpa`` (``paged_prefix_prefill`` with the torch backend, and
+with the sdpa backend, which gathers the context and then runs SDPA), ``sdpa contiguous``
 (torch SDPA on pre-gathered K/V expanded to every head, lower-right causal mask). Columns: median
 ms, TFLOP/s, share of the matmul rate, time over the floor, transient memory above inputs and
 output (``max_memory_allocated`` delta), split count, and the max |error| against the float64
@@ -101,8 +102,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             if vllm_fwd is not None:
                 fn = vllm_prefill_fn(vllm_fwd, case, out)
                 _row(payload, args, "vllm triton", fn, out, want, check, base, 3, "0.6.3", None)
-            fn, note = pb._attn_core_fn(case, "torch", device, out)
-            _row(payload, args, "attn-core torch", fn, out, want, check, base, 3, note, None)
+            for backend in ("torch", "sdpa"):
+                fn, note = pb._attn_core_fn(case, backend, device, out)
+                _row(payload, args, f"attn-core {backend}", fn, out, want, check, base, 3, note,
+                     None)  # fmt: skip
             k_all, v_all = pb._contiguous_kv(case, ctx_k, ctx_v)
             fn, note = pb._baseline_sdpa(case, k_all, v_all)
             _row(payload, args, "sdpa contiguous", fn, None, want, check, base, 3, note, None)
