@@ -14,8 +14,9 @@ partition column, ``resident_blocks`` = blocks per SM x SMs), at least one, with
 a multiple of the body's tile (:func:`partition_grain`): 128 tokens on the CUDA-core body (one
 token per thread in the score phase), 16 on the matrix-unit one. The matrix-unit body refines
 it twice (:func:`rule_partitions`): partitions shorter than ``MMA_MIN_PARTITION_TOKENS`` at
-every resident slot fill two blocks per SM instead, and rows that leave more than a tenth of
-the slots empty take more partitions over several waves. Swept on the H200 (2026-12-02 18:26
+every resident slot fill two blocks per SM instead, and rows that fit one wave but leave more
+than a tenth of its slots empty take more partitions over several waves (none shorter than
+``MMA_MIN_PARTITION_TOKENS``). Swept on the H200 (2026-12-02 18:26
 UTC, three blocks per SM, ten shapes from 1 x 8K to 8 x 100K and the tensor-parallel head
 slices), the refined rule picks the fastest split at all ten; plain fill-once picked it at six
 and was up to 13 % slower at the others (6 / 1 heads at 1 x 100K, 1 x 8K, 64 x 8K, 12 / 2 heads
@@ -144,6 +145,7 @@ def rule_partitions(
     if blocks_per_sm > 2 and max_seq_len < wanted * MMA_MIN_PARTITION_TOKENS:
         slots = 2 * sm_count
         wanted = max(1, slots // rows)
+    # (a fill under 0.9 means rows > slots / 10, so wanted < 10: a short search, once per plan)
     if rows <= slots and wave_fill(rows * wanted, slots) < MMA_MIN_FILL:
         for more in range(wanted + 1, 4 * wanted + 1):
             if max_seq_len < more * MMA_MIN_PARTITION_TOKENS:
