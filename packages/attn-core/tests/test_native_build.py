@@ -38,8 +38,8 @@ def test_facts_cover_every_shipped_kernel() -> None:
     for q, c in kinds:
         for bucket in abi.HEAD_BUCKETS:
             for slots in build.SLOTS:
-                # every kernel on the CUDA-core body (CoreX's); the 16-bit same-type ones also
-                # on the matrix-unit body (NVIDIA's)
+                # every kernel on the CUDA-core body (CoreX's); 16-bit queries over their own
+                # type or fp8 also on the matrix-unit body (NVIDIA's)
                 assert (q, c, bucket, slots, facts.CUDA_CORE) in have, (q, c, bucket, slots)
                 mma = (q, c, bucket, slots, facts.MMA) in have
                 assert mma == facts.mma_body(q, c), (q, c, bucket, slots)
@@ -47,7 +47,7 @@ def test_facts_cover_every_shipped_kernel() -> None:
         if r.body == facts.CUDA_CORE:
             assert r.smem_bytes <= 32 * 1024, r  # the BI-V100 per-block budget
         else:  # dynamic only, as the mirror of decode_mma::Smem sizes it
-            assert r.smem_bytes == facts.mma_smem_bytes(r.head_bucket), r
+            assert r.smem_bytes == facts.mma_smem_bytes(r.head_bucket, r.cache), r
 
 
 def test_ptxas_parser_reads_registers_smem_and_spills() -> None:
@@ -74,8 +74,11 @@ ptxas info    : Compiling entry function '_ZN4attn48_GLOBAL__N__2e9472f3_15_page
 ptxas info    : Used 96 registers, used 1 barriers, 9728 bytes smem
 """  # noqa: E501
     mma, fp8 = facts.parse_ptxas(text, mma_built=True)
-    assert (mma.body, mma.registers, mma.smem_bytes) == (facts.MMA, 80, facts.mma_smem_bytes(128))
-    assert (fp8.body, fp8.smem_bytes) == (facts.CUDA_CORE, 9728)  # fp8 caches: CUDA-core
+    assert (mma.body, mma.registers, mma.smem_bytes) == (
+        facts.MMA, 80, facts.mma_smem_bytes(128, "float16")
+    )  # fmt: skip
+    # fp8 caches widen into 16-bit tiles: the same body, with byte stages
+    assert (fp8.body, fp8.smem_bytes) == (facts.MMA, 9728 + facts.mma_smem_bytes(128, "fp8_e4m3"))
     (portable, _) = facts.parse_ptxas(text, mma_built=False)
     assert portable.body == facts.CUDA_CORE and portable.smem_bytes == 0
 

@@ -45,7 +45,7 @@ def test_every_head_block_dtype(head_size: int, block_size: int, dtype: torch.dt
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
-@pytest.mark.parametrize("head_size", (64, 128, 256))
+@pytest.mark.parametrize("head_size", (64, 80, 128, 192, 256))  # 80, 192: below their buckets
 def test_fp8_caches(head_size, block_size, dtype, kv_cache_dtype) -> None:
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
@@ -122,12 +122,15 @@ def test_the_driver_reports_what_the_facts_record() -> None:
     major, minor = torch.cuda.get_device_capability()
     same_target = facts.load_facts()["arch"] == f"sm_{major}{minor}"  # else other registers
     names = {abi.FLOAT16: "float16", abi.BFLOAT16: "bfloat16", abi.FLOAT32: "float32"}
+    caches = {abi.FP8_E4M3: "fp8_e4m3", abi.FP8_E5M2: "fp8_e5m2"}
+    pairs = [(q, q) for q in names] + [(q, c) for q in names for c in caches]
     for bucket in abi.HEAD_BUCKETS:
-        for kind, group in itertools.product(names, range(1, 9)):
-            got = native_library(group).kernel_info("partition", kind, kind, bucket, group)
-            body = decode_body(spec, names[kind], names[kind])
-            want = facts.lookup("partition", names[kind], names[kind], bucket, group, body)
-            assert want is not None, (bucket, kind, group, body)
+        for (kind, cache), group in itertools.product(pairs, range(1, 9)):
+            got = native_library(group).kernel_info("partition", kind, cache, bucket, group)
+            query, cache_name = names[kind], {**names, **caches}[cache]
+            body = decode_body(spec, query, cache_name)
+            want = facts.lookup("partition", query, cache_name, bucket, group, body)
+            assert want is not None, (bucket, kind, cache, group, body)
             # in 128-byte units (the H200's allocation unit): the default build pads its static
             # arrays to the dynamic array's 128-byte alignment, which the portable build's
             # ptxas record (the CUDA-core body's) does not have (fp32, head 64: 5504 vs 5440)

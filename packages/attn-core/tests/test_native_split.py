@@ -96,18 +96,23 @@ def test_blocks_per_sm_is_the_profiles_occupancy_of_the_recorded_kernel():
 
 
 def test_each_device_gets_the_body_it_builds():
-    """NVIDIA: 16-bit queries over their own type take the matrix-unit body; fp8 caches, fp32
-    and every BI-V100 split the CUDA-core one, whose shared memory fits CoreX's 32 KiB."""
+    """NVIDIA: 16-bit queries over their own type or fp8 take the matrix-unit body; fp32 and
+    every BI-V100 split the CUDA-core one, whose shared memory fits CoreX's 32 KiB."""
     bi = get_device_spec("bi-v100")
     for dtype in (torch.float16, torch.bfloat16):
         shape = AttentionShape(dtype=dtype)
         nv, lab = native_split(shape, 1, 8192, H200), native_split(shape, 1, 8192, bi)
         assert nv.partition.body == MMA and lab.partition.body == CUDA_CORE
-        assert nv.partition.smem_bytes == mma_smem_bytes(256)  # dynamic only: no static arrays
+        assert nv.partition.smem_bytes == mma_smem_bytes(256, str(dtype)[len("torch.") :])
         assert lab.partition.smem_bytes <= 32 * 1024 and lab.blocks_per_sm >= 1
     fp8 = native_split(AttentionShape(kv_cache_dtype="fp8_e4m3"), 1, 8192, H200)
+    fp8_lab = native_split(AttentionShape(kv_cache_dtype="fp8_e4m3"), 1, 8192, bi)
     fp32 = native_split(AttentionShape(dtype=torch.float32), 1, 8192, H200)
-    assert fp8.partition.body == fp32.partition.body == CUDA_CORE
+    assert fp8.partition.body == MMA
+    assert (
+        fp8.partition.smem_bytes == mma_smem_bytes(256, "fp8_e4m3") < mma_smem_bytes(256, "float16")
+    )
+    assert fp8_lab.partition.body == fp32.partition.body == CUDA_CORE
 
 
 # docs/benchmarks.md (native decode, matrix-unit body, issue 17 round 4, 2026-12-02 18:26 UTC):
@@ -136,9 +141,13 @@ def test_the_h200_rule_at_the_measured_shapes(row):
 
 
 def test_the_cuda_core_rule_at_the_measured_shapes():
-    # the CUDA-core body (2026-12-01): fp8 at 1 x 100K
-    fp8 = AttentionShape(kv_cache_dtype="fp8_e4m3")
-    assert native_split(fp8, 1, 102400, H200).partition_size % 128 == 0
+    # the CUDA-core body works in 128-token tiles (fp32 queries on the H200); fp8 caches take the
+    # matrix-unit body there since 2026-12-03: 16-token tiles, 131 x 784 at 1 x 100K (measured
+    # 0.139 ms against 89 partitions of the CUDA-core body's 0.176)
+    fp32 = AttentionShape(dtype=torch.float32)
+    assert native_split(fp32, 1, 102400, H200).partition_size % 128 == 0
+    fp8 = native_split(AttentionShape(kv_cache_dtype="fp8_e4m3"), 1, 102400, H200)
+    assert (fp8.partition.body, fp8.num_partitions, fp8.partition_size) == (MMA, 131, 784)
 
 
 def test_one_partition_needs_no_partials():

@@ -35,6 +35,24 @@ ATTN_DEVICE void copy16_zfill(void* dst, const void* src, int valid) {
 
 ATTN_DEVICE void copy16(void* dst, const void* src) { copy16_zfill(dst, src, 16); }
 
+// dst <- the first `valid` bytes of 8 at src, the rest zero (valid in 0..8; both 8-byte
+// aligned): the fp8 value copies of caches whose pages hold 8 tokens.
+ATTN_DEVICE void copy8_zfill(void* dst, const void* src, int valid) {
+#if defined(ATTN_ASYNC_COPY)
+  __pipeline_memcpy_async(dst, src, 8, 8 - valid);
+#else
+  Vec8 v = {{0u, 0u}};
+  if (valid > 0) v = load_vec<Vec8>(src);
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const int keep = valid - 4 * w;
+    if (keep <= 0) v.w[w] = 0u;
+    else if (keep < 4) v.w[w] &= (1u << (8 * keep)) - 1u;
+  }
+  *reinterpret_cast<Vec8*>(dst) = v;
+#endif
+}
+
 ATTN_DEVICE void async_commit() {
 #if defined(ATTN_ASYNC_COPY)
   __pipeline_commit();

@@ -1,8 +1,8 @@
 // Paged decode attention reading vLLM 0.6.3's cache in place: GQA-gridded split-KV.
 //
 // Two partition bodies share the grid, the partials and the merge: on NVIDIA, 16-bit queries
-// over a cache of their own type run decode_mma.cuh's (matrix units, asynchronous copies); fp32
-// queries, fp8 caches and every CoreX build run the CUDA-core body below.
+// over a cache of their own type or an fp8 one run decode_mma.cuh's (matrix units, asynchronous
+// copies); fp32 queries and every CoreX build run the CUDA-core body below.
 //
 // Grid of the partition kernel: (num_kv_heads x head_groups, num_partitions, num_seqs); one
 // block of 128 threads reads its partition's K and V pages once for GROUP query heads of one
@@ -494,7 +494,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, PartitionSmem<GROUP, HE
 namespace attn {
 
 // ATTN_DECODE_MMA (on by default where the body builds): 16-bit queries over a cache of their
-// own type take the matrix-unit body; fp32 and fp8 caches, and CoreX, the CUDA-core one.
+// own type or an fp8 one take the matrix-unit body; fp32 queries, and CoreX, the CUDA-core one.
 #if !defined(ATTN_DECODE_MMA)
 #if defined(ATTN_DECODE_HAVE_MMA) && ATTN_THREADS == 128
 #define ATTN_DECODE_MMA 1
@@ -520,9 +520,12 @@ ATTN_DEVICE void cuda_core_partition(const AttnDecodeArgs& a) {
 }
 
 // Whether a (query, cache) pair takes the matrix-unit body (attn_core/native/facts.py mirrors it).
+// (fp8 widening covers 16-token tiles: the ATTN_DECODE_TILE=32 tuning variant runs them on
+// CUDA cores)
 template <int QKIND, int CKIND>
 __host__ __device__ constexpr bool mma_body() {
-  return ATTN_DECODE_MMA && CKIND == QKIND && (QKIND == kFloat16 || QKIND == kBFloat16);
+  return ATTN_DECODE_MMA && (QKIND == kFloat16 || QKIND == kBFloat16) &&
+         (CKIND == QKIND || (elem_bytes(CKIND) == 1 && ATTN_DECODE_TILE == 16));
 }
 
 #if ATTN_DECODE_MMA
@@ -540,8 +543,8 @@ template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
 #if ATTN_DECODE_MMA
   if constexpr (mma_body<QKIND, CKIND>()) {
-    decode_mma::partition_body<QKIND, HEAD_MAX, GROUP>(
-        a, *reinterpret_cast<decode_mma::Smem<HEAD_MAX>*>(decode_dynamic_smem));
+    decode_mma::partition_body<QKIND, CKIND, HEAD_MAX, GROUP>(
+        a, *reinterpret_cast<decode_mma::Smem<CKIND, HEAD_MAX>*>(decode_dynamic_smem));
   } else {
     cuda_core_partition<QKIND, CKIND, HEAD_MAX, GROUP>(a);
   }
@@ -628,7 +631,7 @@ struct Kernel {
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 constexpr int partition_smem() {
 #if ATTN_DECODE_MMA
-  if constexpr (mma_body<QKIND, CKIND>()) return decode_mma::smem_bytes<HEAD_MAX>();
+  if constexpr (mma_body<QKIND, CKIND>()) return decode_mma::smem_bytes<CKIND, HEAD_MAX>();
 #endif
   return 0;
 }
