@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from attn_core.device.spec import get_device_spec
 from attn_sim.designs import QWEN36, evaluate
 from attn_sim.gates import GateReport, _check_native_grid
@@ -89,3 +91,20 @@ def test_the_h200_runs_the_matrix_unit_body_with_its_opt_in_budget():
     assert not bi_part.opts_in and bi_part.tensor_flops == 0
     # without the opt-in the same design would not fit
     assert not evaluate(H200, dataclasses.replace(part, opts_in=False)).fits
+
+
+def test_the_matrix_unit_body_takes_its_tile_roof_when_it_is_longer():
+    """A block works through its 16-token tiles in turn: on the H200 at 1 x 100K the roof (65 tiles
+    at three blocks per SM) is longer than streaming plus arithmetic, so it is the time; the
+    CUDA-core body (the BI-V100's) has no roof."""
+    from attn_sim.native_design import MMA_SM_TILE_S
+
+    part, merge = native_designs(H200, QWEN36, 1, 102400)
+    judged = evaluate(H200, part)
+    assert part.serial_tiles == 65  # 99 partitions of 1040 tokens
+    roof = judged.waves.waves * 65 * judged.occupancy.blocks_per_sm * MMA_SM_TILE_S
+    streaming = (part.kv_bytes_read + part.other_bytes) / H200.hbm_bandwidth
+    assert roof > streaming
+    assert native_step_s(H200, [part]) == pytest.approx(roof + H200.launch_gap_s)
+    (bi_part, _) = native_designs(BI, QWEN36, 1, 102400)
+    assert bi_part.serial_tiles == 0

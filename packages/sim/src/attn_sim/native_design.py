@@ -6,11 +6,11 @@ backend (:func:`attn_core.plan_decode`, whose split the executor launches) and
 kernel reads each KV head's K/V once for the whole GQA group, the queries once per block, the
 block-table entries of its partition, and writes fp32 partials (output + log-sum-exp per query
 head and partition) or, with one partition, the output; the merge kernel reads the partials
-and writes the output. Arithmetic: on the CUDA-core body (CoreX's, and NVIDIA's fp32 and fp8
-caches) ``q.k`` and ``p.v`` are two fp32 FMAs per (token, head dim, query head), plus the
-softmax's exponentials; on the matrix-unit body (NVIDIA, 16-bit caches) the products run on
-the matrix units over 16 rows per block (the group's heads, zero-padded), and only the softmax
-stays on CUDA cores.
+and writes the output. Arithmetic: on the CUDA-core body (CoreX's, and NVIDIA's fp32 queries)
+``q.k`` and ``p.v`` are two fp32 FMAs per (token, head dim, query head), plus the softmax's
+exponentials; on the matrix-unit body (NVIDIA, 16-bit queries over 16-bit or fp8 caches, fp8
+widened in shared memory) the products run on the matrix units over 16 rows per block (the
+group's heads, zero-padded), and only the softmax stays on CUDA cores.
 
 On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's (the
 ``kernel_facts.json`` of that build); shared memory is the same static arrays on both.
@@ -86,6 +86,7 @@ def native_designs(
         f"{split.partition_size} tokens",
         tensor_flops=tensor,
         opts_in=mma,
+        serial_tiles=-(-split.partition_size // MMA_TILE_TOKENS) if mma else 0,
     )
     if not split.merged:
         return [partition]
@@ -103,25 +104,35 @@ def native_designs(
     return [partition, merge]
 
 
-# Added, not overlapped: on the H200 (2026-12-01, Nsight Compute, 1 x 100K tokens) the kernel
-# sat at 50 % of DRAM bandwidth and 50 % of issue slots with 16 warps per SM, neither saturated:
-# the latency of the FMA chains is not hidden behind the loads. Against the current kernel
-# (H200, 2026-12-02, replays back to back, docs/benchmarks.md "issue 17 round 2"), fp16 rows: the
-# datasheet h200 profile is 13-20 % under at every row but 1 x 8K (33 % under: the plan fills
-# half the resident slots there, which the sum does not see); the measured profile
-# (profiles/h200+h200-local.json) is -7 % to +8 % except 1 x 8K (-30 %). fp8 rows are 23-45 %
-# under on either: the model halves their bytes, the kernel does not get faster (its FMAs and
-# conversions stay). The max() of the two terms would be further under everywhere.
+# The matrix-unit body's latency roof: each block works through its partition's 16-token tiles
+# one after another (copies landed, scores, softmax, P.V, three barriers), and an SM spends about
+# MMA_SM_TILE_S on a tile of each resident block whatever the bytes: H200, 2026-12-02/03, fp16
+# rows from 32K to 256K at three blocks per SM took 1.9-2.3 us a tile per block, fp8 caches
+# (half the bytes) at four blocks per SM 2.7-2.8 us. Measured on the H200 only; the simulator
+# applies it to every NVIDIA profile (CoreX builds run the CUDA-core body, which has no roof
+# here).
+MMA_TILE_TOKENS = 16
+MMA_SM_TILE_S = 0.68e-6
+
+
+# Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
+# 1 x 100K tokens) the CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots
+# with 16 warps per SM, neither saturated: the latency of the FMA chains is not hidden behind
+# the loads. The matrix-unit body takes the larger of that sum and its tile roof. Against the
+# H200 (2026-12-03, replays back to back, docs/benchmarks.md "issue 17 round 5"), datasheet
+# h200 profile: see that section for the error per row.
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
     for d in designs:
-        w = evaluate(spec, d).waves
+        judged = evaluate(spec, d)
+        w = judged.waves
         if w is None:
             return float("inf")
         memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / w.memory_efficiency
         compute_s = (d.flops / spec.fp32_flops + d.tensor_flops / spec.fp16_flops) / w.efficiency
-        total += memory_s + compute_s + spec.launch_gap_s
+        roof_s = w.waves * d.serial_tiles * judged.occupancy.blocks_per_sm * MMA_SM_TILE_S
+        total += max(memory_s + compute_s, roof_s) + spec.launch_gap_s
     return total
 
 
@@ -177,7 +188,9 @@ NATIVE_LEGEND = (
     "priced from its own split (`partitions` of the context per sequence, resident "
     "`blocks_per_sm` from the kernel's recorded `registers` and shared memory) with streaming "
     "and fp32 arithmetic added, not overlapped (the H200's measurement; registers are the sm_90 "
-    "build's until the lab records CoreX's). `torch_ms`: the portable torch path, traced and "
+    "build's until the lab records CoreX's); on NVIDIA's matrix-unit body, the larger of that "
+    "and its tile roof (an SM spends `MMA_SM_TILE_S` on each resident block's 16-token tile, "
+    "measured on the H200). `torch_ms`: the portable torch path, traced and "
     "replayed the same way (as in the decode table below). `fits`: every launch is "
     "resident within the per-block shared-memory budget; `fits_device_memory`: K+V + the fp32 "
     "partials fit the device's memory."
