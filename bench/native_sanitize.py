@@ -4,8 +4,9 @@
     compute-sanitizer --tool racecheck python3 bench/native_sanitize.py
 
 Shapes cover one and several partitions, partial tiles, 8-token blocks with fp8 (8-byte value
-loads) and with fp16 (the matrix-unit body's value copies at page edges), GQA 6, 8 and 16 (a
-group over two blocks), head 64 (two token groups), 80 and 256.
+copies) and with fp16 (the matrix-unit body's value copies at page edges), fp8 caches widened
+on the matrix-unit body (e4m3 and e5m2, 16- and 32-token pages, head 80 below its bucket),
+GQA 6, 8 and 16 (a group over two blocks), head 64 (two token groups), 80 and 256.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ CASES = [
     ([7, 129], 4, 4, 80, 32, torch.float16, "auto", 2, 96),
     # the matrix-unit body: 8-token blocks, partitions of 72 (tiles start mid-page), group 8
     ([9, 200], 16, 2, 128, 8, torch.float16, "auto", 3, 72),
+    # fp8 widened on the matrix-unit body: bf16 queries over e5m2, e4m3 at head 80, 32-token pages
+    ([5, 300], 24, 4, 256, 16, torch.bfloat16, "fp8_e5m2", 3, 112),
+    ([7, 129], 4, 4, 80, 32, torch.float16, "fp8_e4m3", 2, 96),
 ]
 
 
