@@ -33,24 +33,19 @@ ATTN_DEVICE uint32_t fp8x2_to_half2_bits(uint32_t two_bytes) {  // bytes at bits
   return ((two_bytes & 0x00800080u) << 8) | ((two_bytes & 0x007F007Fu) << 7);
 }
 
-// Four fp8 bytes (element 0 lowest) as four 16-bit elements of kind OUT (fp16 or bf16), two
-// per word, element 0 in the low half of `lo`: exact (e4m3: divided by kE4M3Rescale). The
-// matrix-unit decode body widens staged fp8 tiles with it.
-template <int KIND, int OUT>
-ATTN_DEVICE void fp8x4_to_bits16x4(uint32_t four, uint32_t& lo, uint32_t& hi) {
-  // each byte in the top byte of a half: e5m2 exactly
-  uint32_t h[2] = {((four & 0xFFu) << 8) | ((four & 0xFF00u) << 16),
-                   ((four >> 8) & 0xFF00u) | (four & 0xFF000000u)};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (KIND == kFp8E4M3) h[i] = (h[i] & 0x80008000u) | ((h[i] >> 1) & 0x3F803F80u);
-    if (OUT == kBFloat16) {  // every fp8 value is a bf16 value: the top halves of the floats
-      const float2 f = half2_bits_to_float2(h[i]);
-      h[i] = (__float_as_uint(f.x) >> 16) | (__float_as_uint(f.y) & 0xFFFF0000u);
-    }
-  }
-  lo = h[0];
-  hi = h[1];
+// Four fp8 bytes (element 0 lowest) as two words of two IEEE halves each, element 0 in the low
+// half of `lo` (e4m3: divided by kE4M3Rescale), by the bit moves above.
+template <int KIND>
+ATTN_DEVICE void fp8x4_to_half2x2_bits(uint32_t four, uint32_t& lo, uint32_t& hi) {
+  lo = fp8x2_to_half2_bits<KIND>((four & 0xFFu) | ((four & 0xFF00u) << 8));
+  hi = fp8x2_to_half2_bits<KIND>(((four >> 16) & 0xFFu) | ((four >> 8) & 0xFF0000u));
+}
+
+// Two halves as two bf16s, for values every bf16 holds exactly (fp8's): the top halves of the
+// floats.
+ATTN_DEVICE uint32_t half2_bits_to_exact_bf16x2_bits(uint32_t bits) {
+  const float2 f = half2_bits_to_float2(bits);
+  return (__float_as_uint(f.x) >> 16) | (__float_as_uint(f.y) & 0xFFFF0000u);
 }
 
 // The N = bytes / elem_bytes(KIND) elements of a packed vector, in order, as floats (e4m3:

@@ -253,22 +253,19 @@ template <int CKIND, int OUT>
 ATTN_DEVICE void widen4(uint32_t four, uint32_t& lo, uint32_t& hi) {
 #if ATTN_DECODE_HW_FP8
   constexpr __nv_fp8_interpretation_t kInterp = CKIND == kFp8E4M3 ? __NV_E4M3 : __NV_E5M2;
-  uint32_t h[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
-        static_cast<__nv_fp8x2_storage_t>(four >> (16 * i)), kInterp);
-    h[i] = static_cast<uint32_t>(r.x) | (static_cast<uint32_t>(r.y) << 16);
-    if (OUT == kBFloat16) {  // every fp8 value is a bf16 value: the top halves of the floats
-      const float2 f = half2_bits_to_float2(h[i]);
-      h[i] = (__float_as_uint(f.x) >> 16) | (__float_as_uint(f.y) & 0xFFFF0000u);
-    }
-  }
-  lo = h[0];
-  hi = h[1];
+  const __half2_raw l =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four), kInterp);
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four >> 16), kInterp);
+  lo = static_cast<uint32_t>(l.x) | (static_cast<uint32_t>(l.y) << 16);
+  hi = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 #else
-  fp8x4_to_bits16x4<CKIND, OUT>(four, lo, hi);
+  fp8x4_to_half2x2_bits<CKIND>(four, lo, hi);
 #endif
+  if (OUT == kBFloat16) {
+    lo = half2_bits_to_exact_bf16x2_bits(lo);
+    hi = half2_bits_to_exact_bf16x2_bits(hi);
+  }
 }
 
 // 16 fp8 bytes -> 16 16-bit elements (two 16-byte vectors).
@@ -362,20 +359,19 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<CKIND, HEAD_MAX>& 
   // two-byte stores per thread, a fixed cost that short partitions felt; fp8 byte stages widen
   // their zeros)
   const int pad = HEAD_MAX - D;
+  // keys: kStages x kTW rows of pitch kp, columns D..; values: kStages x pad rows of pitch vp
+  auto zero_pads = [&](auto* keys, int kp, auto* values, int vp) {
+    for (int i = tid; i < kStages * kTW * pad; i += kThreads)
+      keys[(i / pad) * kp + D + i % pad] = 0;
+    for (int i = tid; i < kStages * pad * vp; i += kThreads) {
+      const int st = i / (pad * vp), rest = i % (pad * vp);
+      values[(st * HEAD_MAX + D + rest / vp) * vp + rest % vp] = 0;
+    }
+  };
   if constexpr (kRaw) {
-    for (int i = tid; i < kStages * kTW * pad; i += kThreads)  // key columns D .. HEAD_MAX - 1
-      (&s.rk[0][0][0])[(i / pad) * HEAD_MAX + D + i % pad] = 0;
-    for (int i = tid; i < kStages * pad * kTW; i += kThreads) {  // value rows D .. HEAD_MAX - 1
-      const int st = i / (pad * kTW), rest = i % (pad * kTW);
-      s.rv[st][D + rest / kTW][rest % kTW] = 0;
-    }
+    zero_pads(&s.rk[0][0][0], HEAD_MAX, &s.rv[0][0][0], kTW);
   } else {
-    for (int i = tid; i < kStages * kTW * pad; i += kThreads)  // key columns D .. HEAD_MAX - 1
-      (&s.k[0][0][0])[(i / pad) * S::kKP + D + i % pad] = 0;
-    for (int i = tid; i < kStages * pad * S::kVP; i += kThreads) {  // value rows D .. HEAD_MAX - 1
-      const int st = i / (pad * S::kVP), rest = i % (pad * S::kVP);
-      s.v[st][D + rest / S::kVP][rest % S::kVP] = 0;
-    }
+    zero_pads(&s.k[0][0][0], S::kKP, &s.v[0][0][0], S::kVP);
   }
   // this warp's accumulator rows, learned from an index matrix (element (r, c) = 16 r + c)
   float* scratch = &s.s[warp][0][0];
@@ -414,7 +410,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<CKIND, HEAD_MAX>& 
 #pragma unroll
   for (int i = 0; i < kSteps; ++i) wmma::fill_fragment(o[i], 0.0f);
 
-  // The three phases of a tile. fp8: `widen` first brings this warp's head dims of byte stage
+  // The phases of a tile. fp8: `widen` first brings this warp's head dims of byte stage
   // `st` into the 16-bit stage (the previous tile there was read only by this warp, and it is
   // past that tile's P.V).
   auto widen = [&](int st) {
