@@ -4,12 +4,12 @@
     python3 bench/native_tune.py run --variants .native-variants   # on the GPU
 
 Each variant is the kernel built with other ``ATTN_THREADS`` / ``ATTN_KEY_LOADS`` /
-``ATTN_VALUE_LOADS`` / ``ATTN_MIN_BLOCKS`` (``csrc/paged_decode.cu``, the CUDA-core body) or
-``ATTN_DECODE_STAGES`` / ``ATTN_DECODE_TILE`` (``csrc/decode_mma.cuh``, the matrix-unit body),
-fp16 queries and head bucket 256 only (``ATTN_TUNING_ONLY``: seconds to build). ``run``
-prints, per variant, the driver's registers and resident blocks per SM and the best CUDA-graph
-time per shape over a few partition splits (Qwen3.6 24/4 heads, head 256, block 16), plus fp8
-at 1 x 100K (always the CUDA-core body).
+``ATTN_VALUE_LOADS`` / ``ATTN_MIN_BLOCKS`` (``csrc/paged_decode.cu``, the CUDA-core body), or
+the default build (``mma``: the matrix-unit body of ``csrc/decode_warp.cuh``, with
+``ATTN_MIN_BLOCKS``), fp16 queries and head bucket 256 only (``ATTN_TUNING_ONLY``: seconds to
+build). ``run`` prints, per variant, the driver's registers and resident blocks per SM and the
+best CUDA-graph time per shape over a few partition splits (Qwen3.6 24/4 heads, head 256, block
+16), plus fp8 at 1 x 100K.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # The CUDA-core body's knobs (ATTN_DECODE_MMA=0: fp16 would take the matrix-unit body), then the
-# matrix-unit body's (csrc/decode_mma.cuh). ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per
-# pipeline chunk (two chunks in flight); ATTN_DECODE_STAGES / _TILE: the copy ring.
+# matrix-unit body (csrc/decode_warp.cuh). ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per
+# pipeline chunk (two chunks in flight); ATTN_MIN_BLOCKS: a register cap through launch bounds
+# (three blocks per SM spilled 400 bytes in the 16-bit matrix-unit kernels, 2026-12-03).
 _BASE = ("ATTN_DECODE_MMA=0", "ATTN_THREADS=128", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4")
 _CORE = ("ATTN_DECODE_MMA=0", "ATTN_THREADS=128")
 VARIANTS = {
@@ -33,10 +34,8 @@ VARIANTS = {
     "k8_v8": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
     "k8_v8_b2": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8", "ATTN_MIN_BLOCKS=2"),
     "t256": ("ATTN_THREADS=256", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4"),
-    "mma": ("ATTN_DECODE_STAGES=3", "ATTN_DECODE_TILE=16"),
-    "mma_s2": ("ATTN_DECODE_STAGES=2", "ATTN_DECODE_TILE=16"),
-    "mma_s4": ("ATTN_DECODE_STAGES=4", "ATTN_DECODE_TILE=16"),
-    "mma_t32": ("ATTN_DECODE_STAGES=2", "ATTN_DECODE_TILE=32"),
+    "mma": (),
+    "mma_b3": ("ATTN_MIN_BLOCKS=3",),
 }  # fmt: skip
 TUNING_GROUP = 6  # Qwen3.6: 24 query / 4 KV heads
 K = 1024
@@ -113,7 +112,7 @@ def run(variants: Path, shapes_arg: str) -> int:
         for kind, c in fp8.items():
             best = min(
                 graph_ms([native_step(lib, c, p, ps)])[0]
-                for p, ps in splits(1, 100 * K, sm, facts.blocks_per_sm)
+                for p, ps in splits(1, 100 * K, sm, facts.blocks_per_sm, grain)
             )
             row[kind] = round(best, 4)
         rows.append(row)

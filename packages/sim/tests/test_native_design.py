@@ -73,36 +73,44 @@ def test_the_gate_passes_on_the_default_profile():
 H200 = get_device_spec("h200")
 
 
-def test_the_h200_runs_the_matrix_unit_body_with_its_opt_in_budget():
-    """NVIDIA profiles price the matrix-unit body: its products at the fp16 matrix rate, its 64 KiB
-    of dynamic shared memory against the opt-in budget (the launcher opts in), which the gate
-    accepts; the BI-V100 keeps the CUDA-core body inside the default budget."""
+def test_the_h200_runs_the_matrix_unit_body_within_the_default_budget():
+    """NVIDIA profiles price the matrix-unit body: its products at the fp16 matrix rate, its
+    static shared memory inside the default 48 KiB, which the gate accepts; the BI-V100 keeps
+    the CUDA-core body."""
     (part, _) = native_designs(H200, QWEN36, 1, 102400)
-    assert part.opts_in and part.tensor_flops > 0 and part.static_smem == 0
-    assert part.dynamic_smem > H200.shared_mem_per_block
+    assert not part.opts_in and part.tensor_flops > 0 and part.dynamic_smem == 0
+    assert 0 < part.static_smem <= H200.shared_mem_per_block
     judged = evaluate(H200, part)
-    assert judged.fits and judged.smem_budget == H200.shared_mem_per_block_optin
+    assert judged.fits and judged.smem_budget == H200.shared_mem_per_block
     report = GateReport()
     _check_native_grid(H200, report, [Case("decode", b, 102400) for b in (1, 8, 64)])
-    # partition and merge kernels at each batch: 64 x 100K splits in three (256 rows fill 65 %
-    # of the 396 slots in one wave, 97 % in two; attn_core.native.split.rule_partitions)
-    assert report.checks == 6 and not report.violations
+    # partition and merge kernels at batch 1 and 8; 64 x 100K fills the 264 slots (two blocks
+    # per SM) with one partition per row, so no merge (attn_core.native.split.rule_partitions)
+    assert report.checks == 5 and not report.violations
     (bi_part, _) = native_designs(BI, QWEN36, 1, 102400)
     assert not bi_part.opts_in and bi_part.tensor_flops == 0
-    # without the opt-in the same design would not fit
-    assert not evaluate(H200, dataclasses.replace(part, opts_in=False)).fits
+
+
+def test_an_fp8_cache_halves_the_bytes_the_design_reads():
+    """The matrix-unit body widens fp8 in registers: the design reads half the K/V bytes; where
+    the tile roof does not bind (64 x 8K: 128 tiles a warp), the step is faster than fp16's."""
+    fp8 = dataclasses.replace(QWEN36, kv_cache_dtype="fp8_e4m3")
+    f16 = native_designs(H200, QWEN36, 64, 8192)
+    f8 = native_designs(H200, fp8, 64, 8192)
+    assert f8[0].kv_bytes_read * 2 == f16[0].kv_bytes_read
+    assert native_step_s(H200, f8) <= native_step_s(H200, f16)
 
 
 def test_the_matrix_unit_body_takes_its_tile_roof_when_it_is_longer():
-    """A block works through its 16-token tiles in turn: on the H200 at 1 x 100K the roof (65 tiles
-    at three blocks per SM) is longer than streaming plus arithmetic, so it is the time; the
-    CUDA-core body (the BI-V100's) has no roof."""
-    from attn_sim.native_design import MMA_SM_TILE_S
+    """Each warp walks its 16-token tiles in turn: on the H200 at 1 x 100K the roof (25 tiles a
+    warp, one wave) is longer than streaming plus arithmetic, so it is the time; the CUDA-core
+    body (the BI-V100's) has no roof."""
+    from attn_sim.native_design import MMA_WARP_TILE_S
 
-    part, merge = native_designs(H200, QWEN36, 1, 102400)
+    part, _ = native_designs(H200, QWEN36, 1, 102400)
     judged = evaluate(H200, part)
-    assert part.serial_tiles == 65  # 99 partitions of 1040 tokens
-    roof = judged.waves.waves * 65 * judged.occupancy.blocks_per_sm * MMA_SM_TILE_S
+    assert part.serial_tiles == 25  # 66 partitions of 1552 tokens over four warps
+    roof = judged.waves.waves * 25 * MMA_WARP_TILE_S
     streaming = (part.kv_bytes_read + part.other_bytes) / H200.hbm_bandwidth
     assert roof > streaming
     assert native_step_s(H200, [part]) == pytest.approx(roof + H200.launch_gap_s)

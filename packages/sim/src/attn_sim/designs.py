@@ -73,7 +73,7 @@ class KernelDesign:
     source: str = ""
     tensor_flops: int = 0  # matrix-unit arithmetic (fp16 in, fp32 accumulate)
     opts_in: bool = False  # dynamic shared memory past the default per-block limit (CUDA opt-in)
-    serial_tiles: int = 0  # tiles one block works through in turn (a latency roof; 0: none)
+    serial_tiles: int = 0  # tiles one warp works through in turn (a latency roof; 0: none)
 
     @property
     def blocks(self) -> int:

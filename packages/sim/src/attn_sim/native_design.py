@@ -9,8 +9,8 @@ head and partition) or, with one partition, the output; the merge kernel reads t
 and writes the output. Arithmetic: on the CUDA-core body (CoreX's, and NVIDIA's fp32 queries)
 ``q.k`` and ``p.v`` are two fp32 FMAs per (token, head dim, query head), plus the softmax's
 exponentials; on the matrix-unit body (NVIDIA, 16-bit queries over 16-bit or fp8 caches, fp8
-widened in shared memory) the products run on the matrix units over 16 rows per block (the
-group's heads, zero-padded), and only the softmax stays on CUDA cores.
+widened in registers) the products run on the matrix units over 8 columns per block (m16n8k16's
+N side: the group's heads, zero-padded), and only the softmax stays on CUDA cores.
 
 On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's (the
 ``kernel_facts.json`` of that build); shared memory is the same static arrays on both.
@@ -66,8 +66,8 @@ def native_designs(
     partials = heads * split.num_partitions * (shape.head_size + 1) * FP32
     softmax = 8 * heads * ctx  # exp, max, sum per score
     mma = split.partition.body == MMA
-    if mma:  # 16 matrix rows per block, whatever the group
-        rows = num_seqs * shape.num_kv_heads * split.head_groups * 16
+    if mma:  # 8 matrix columns per block, whatever the group
+        rows = num_seqs * shape.num_kv_heads * split.head_groups * 8
         flops, tensor = softmax, 4 * rows * ctx * shape.head_size
     else:  # FMAs x 2
         flops, tensor = 4 * heads * ctx * shape.head_size + softmax, 0
@@ -76,8 +76,8 @@ def native_designs(
         name="native_partition",
         grid=(shape.num_kv_heads * split.head_groups, split.num_partitions, num_seqs),
         threads=128,
-        static_smem=0 if mma else split.partition.smem_bytes,
-        dynamic_smem=split.partition.smem_bytes if mma else 0,
+        static_smem=split.partition.smem_bytes,
+        dynamic_smem=0,
         registers=split.partition.registers,
         kv_bytes_read=kv,
         other_bytes=table + query + (partials if split.merged else out),
@@ -85,8 +85,7 @@ def native_designs(
         source=f"attn-core native kernel ({body}), {split.num_partitions} x "
         f"{split.partition_size} tokens",
         tensor_flops=tensor,
-        opts_in=mma,
-        serial_tiles=-(-split.partition_size // MMA_TILE_TOKENS) if mma else 0,
+        serial_tiles=-(-split.partition_size // (MMA_TILE_TOKENS * MMA_WARPS)) if mma else 0,
     )
     if not split.merged:
         return [partition]
@@ -104,22 +103,21 @@ def native_designs(
     return [partition, merge]
 
 
-# The matrix-unit body's latency roof: each block works through its partition's 16-token tiles
-# one after another (copies landed, scores, softmax, P.V, three barriers), and an SM spends about
-# MMA_SM_TILE_S on a tile of each resident block whatever the bytes: H200, 2026-12-02/03, fp16
-# rows from 32K to 256K at three blocks per SM took 1.9-2.3 us a tile per block, fp8 caches
-# (half the bytes) at four blocks per SM 2.7-2.8 us. Measured on the H200 only; the simulator
-# applies it to every NVIDIA profile (CoreX builds run the CUDA-core body, which has no roof
-# here).
-MMA_TILE_TOKENS = 16
-MMA_SM_TILE_S = 0.68e-6
+# The matrix-unit body's latency roof: each of a block's four warps works through its 16-token
+# tiles one after another with one tile's loads in flight, and a tile takes a warp about
+# MMA_WARP_TILE_S whatever the bytes: H200, 2026-12-03, at two blocks per SM, 4.5 us a tile
+# (64 x 8K: 128 tiles per warp in 0.573 ms; 8 x 100K: 200 in 0.892; 1 x 100K fp8 caches, half
+# the bytes: 25 in 0.115). Measured on the H200 only; the simulator applies it to every NVIDIA
+# profile (CoreX builds run the CUDA-core body, which has no roof here).
+MMA_TILE_TOKENS, MMA_WARPS = 16, 4
+MMA_WARP_TILE_S = 4.5e-6
 
 
 # Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
 # 1 x 100K tokens) the CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots
 # with 16 warps per SM, neither saturated: the latency of the FMA chains is not hidden behind
 # the loads. The matrix-unit body takes the larger of that sum and its tile roof. Against the
-# H200 (2026-12-03, replays back to back, docs/benchmarks.md "issue 17 round 5"), datasheet
+# H200 (2026-12-03, replays back to back, docs/benchmarks.md "issue 17 round 6"), datasheet
 # h200 profile: see that section for the error per row.
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
@@ -131,7 +129,7 @@ def native_step_s(spec: DeviceSpec, designs: list) -> float:
             return float("inf")
         memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / w.memory_efficiency
         compute_s = (d.flops / spec.fp32_flops + d.tensor_flops / spec.fp16_flops) / w.efficiency
-        roof_s = w.waves * d.serial_tiles * judged.occupancy.blocks_per_sm * MMA_SM_TILE_S
+        roof_s = w.waves * d.serial_tiles * MMA_WARP_TILE_S
         total += max(memory_s + compute_s, roof_s) + spec.launch_gap_s
     return total
 
@@ -189,8 +187,8 @@ NATIVE_LEGEND = (
     "`blocks_per_sm` from the kernel's recorded `registers` and shared memory) with streaming "
     "and fp32 arithmetic added, not overlapped (the H200's measurement; registers are the sm_90 "
     "build's until the lab records CoreX's); on NVIDIA's matrix-unit body, the larger of that "
-    "and its tile roof (an SM spends `MMA_SM_TILE_S` on each resident block's 16-token tile, "
-    "measured on the H200). `torch_ms`: the portable torch path, traced and "
+    "and its tile roof (each warp spends `MMA_WARP_TILE_S` on each of its 16-token tiles in "
+    "turn, measured on the H200). `torch_ms`: the portable torch path, traced and "
     "replayed the same way (as in the decode table below). `fits`: every launch is "
     "resident within the per-block shared-memory budget; `fits_device_memory`: K+V + the fp32 "
     "partials fit the device's memory."

@@ -4,13 +4,12 @@
 the registers, shared memory and spill bytes ptxas reported, with the compiler, target and a
 digest of the sources it was built from. ``python -m attn_core.native facts --write``
 regenerates it from two builds' logs (``-Xptxas -v``): the default one, whose 16-bit queries
-over same-type or fp8 caches take the matrix-unit body (``"mma"``, ``csrc/decode_mma.cuh``,
+over same-type or fp8 caches take the matrix-unit body (``"mma"``, ``csrc/decode_warp.cuh``,
 NVIDIA only), and one with ``-DATTN_DECODE_MMA=0``, every kernel on the CUDA-core body
 (``"cuda_core"``: what CoreX compiles). A CPU test fails when the sources changed and the file
 did not.
 
-The matrix-unit body's shared memory is dynamic, which ptxas does not report: its bytes come
-from :func:`mma_smem_bytes`, which mirrors ``decode_mma::Smem``, and a CUDA test compares both
+Every body's shared memory is static, so ptxas reports it, and a CUDA test compares each record
 with what the driver reports for the built kernel. On the BI-V100 the CUDA-core body's shared
 memory is the same (static arrays sized by the same constants); registers come from CoreX's
 compiler there and are unmeasured until the lab's first build, so the simulator treats the
@@ -30,8 +29,7 @@ FACTS_FILE = Path(__file__).resolve().parent / "kernel_facts.json"
 KINDS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # attn::ElemKind order
 THREADS = 128  # csrc/paged_decode.cu kThreads (the default ATTN_THREADS)
 MMA, CUDA_CORE = "mma", "cuda_core"  # the partition bodies
-# csrc/decode_mma.cuh's defaults (ATTN_DECODE_TILE, ATTN_DECODE_STAGES)
-MMA_TILE_TOKENS, MMA_STAGES = 16, 3
+MMA_TILE_TOKENS = 16  # csrc/decode_warp.cuh kTok: tokens of one warp's tile
 
 
 FP8_KINDS = ("fp8_e4m3", "fp8_e5m2")
@@ -41,29 +39,6 @@ def mma_body(query: str, cache: str) -> bool:
     """Whether a (query, cache) pair takes the matrix-unit body where it is built (paged_decode.cu
     ``mma_body``): 16-bit queries over a cache of their own type or an fp8 one."""
     return query in ("float16", "bfloat16") and (cache == query or cache in FP8_KINDS)
-
-
-def mma_smem_bytes(head_bucket: int, cache: str) -> int:
-    """Dynamic shared memory of the matrix-unit body: ``sizeof(decode_mma::Smem<CKIND,
-    HEAD_MAX>)``. 16-bit caches keep every stage 16-bit; fp8 caches land in byte stages and
-    are widened into one 16-bit stage (the unused byte arrays are 16 bytes each)."""
-    tile, stages = MMA_TILE_TOKENS, MMA_STAGES
-    raw = cache in FP8_KINDS
-    wide = 1 if raw else stages
-    key_pitch = head_bucket + 8  # 16-bit elements
-    value_pitch = tile if tile == 16 else tile + 8
-    rows = 16
-    size = (
-        rows * key_pitch * 2  # q
-        + wide * tile * key_pitch * 2  # k
-        + wide * head_bucket * value_pitch * 2  # v
-        + (2 * stages * tile * head_bucket if raw else 2 * 16)  # rk, rv: byte stages
-        + 4 * rows * tile * 4  # s: four warps' partial scores
-        + rows * (tile + 8) * 2  # p
-        + 2 * rows * 4  # alpha, m
-        + 256 * 4  # pages
-    )
-    return -(-size // 128) * 128  # alignas(128)
 
 
 _ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>[^']+)'")
@@ -91,7 +66,7 @@ class KernelRecord:
 def parse_ptxas(text: str, *, mma_built: bool = False) -> list[KernelRecord]:
     """Records from ``nvcc -Xptxas -v`` output (one library's log); ``mma_built``: the library
     was built with the matrix-unit body on (the default), so the kernels that take it are
-    recorded as :data:`MMA` with its dynamic shared memory added."""
+    recorded as :data:`MMA`."""
     records, current = [], None
     spill = 0
     for line in text.splitlines():
@@ -119,7 +94,6 @@ def _record(name: str, regs: int, smem: int, spill: int, mma_built: bool) -> Opt
         q, c, bucket, slots = (int(x) for x in p.groups())
         query, cache = KINDS[q], KINDS[c]
         if mma_built and mma_body(query, cache):
-            smem += mma_smem_bytes(bucket, cache)
             return KernelRecord("partition", query, cache, bucket, slots, regs, smem, spill, MMA)
         return KernelRecord("partition", query, cache, bucket, slots, regs, smem, spill)
     m = _MERGE.search(name)

@@ -17,10 +17,13 @@ it twice (:func:`rule_partitions`): partitions shorter than ``MMA_MIN_PARTITION_
 every resident slot fill two blocks per SM instead, and rows that fit one wave but leave more
 than a tenth of its slots empty take more partitions over several waves (none shorter than
 ``MMA_MIN_PARTITION_TOKENS``). Swept on the H200 (2026-12-02 18:26
-UTC, three blocks per SM, ten shapes from 1 x 8K to 8 x 100K and the tensor-parallel head
-slices), the refined rule picks the fastest split at all ten; plain fill-once picked it at six
-and was up to 13 % slower at the others (6 / 1 heads at 1 x 100K, 1 x 8K, 64 x 8K, 12 / 2 heads
-at 1 x 100K). For the CUDA-core body: on the H200 (2026-12-01,
+UTC, the wmma body before the present one, three blocks per SM, ten shapes from 1 x 8K to 8 x
+100K and the tensor-parallel head slices), the refined rule picked the fastest split at all ten;
+plain fill-once picked it at six and was up to 13 % slower at the others. The present body
+(``csrc/decode_warp.cuh``, two blocks per SM at head 256) swept on 2026-12-03 at the same ten
+shapes: the rule (plain fill-once at all ten) picks the fastest at nine and is 2 % slower at
+the tenth (6 / 1 heads at 1 x 100K: 256 x 400 against 200 x 512). For the CUDA-core body: on
+the H200 (2026-12-01,
 ``bench/native_decode_bench.py --sweep``, Qwen3.6 fp16) this rule picked the fastest of the
 swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and 64x8K; filling the device
 twice over was 3-9 % slower (more partials to merge, no more bandwidth). On 2026-12-02 (the
@@ -38,7 +41,7 @@ from typing import Optional
 
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.iluvatar import iluvatar_name
-from attn_core.device.spec import DeviceSpec, occupancy_limits, opted_in
+from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.native import abi
 from attn_core.native.facts import (
     CUDA_CORE,
@@ -157,7 +160,8 @@ def rule_partitions(
 
 def decode_body(spec: DeviceSpec, query: str, cache: str) -> str:
     """The partition body a device runs: the matrix-unit one for 16-bit queries over a cache of
-    their own type on NVIDIA (``csrc/decode_mma.cuh``); CoreX builds only the CUDA-core one."""
+    their own type or an fp8 one on NVIDIA (``csrc/decode_warp.cuh``); CoreX builds only the
+    CUDA-core one."""
     return MMA if mma_body(query, cache) and not iluvatar_name(spec.name) else CUDA_CORE
 
 
@@ -190,8 +194,7 @@ def native_split(
         raise ValueError(
             f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots} ({body})"
         )
-    budget = opted_in(spec) if body == MMA else spec  # the matrix-unit body's launcher opts in
-    limits = occupancy_limits(budget, THREADS, partition.registers, partition.smem_bytes)
+    limits = occupancy_limits(spec, THREADS, partition.registers, partition.smem_bytes)
     blocks_per_sm = min(limits.values())
     if blocks_per_sm < 1:
         raise ValueError(

@@ -25,6 +25,12 @@
 
 #define ATTN_DEVICE __device__ __forceinline__
 
+// A lambda's body inlined into its caller: upstream clang 16 (and so, likely, CoreX's clang)
+// emitted the prefill kernel's large by-reference softmax lambdas as calls with their closure in
+// a 288-byte local depot, and the decode body's loaders with their register arrays there; nvcc
+// inlined them either way. GNU syntax, which both compilers take.
+#define ATTN_INLINE_LAMBDA __attribute__((always_inline))
+
 namespace attn {
 
 // Element kinds, shared with the Python side (attn_core/native/abi.py).

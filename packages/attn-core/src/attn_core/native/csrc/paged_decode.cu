@@ -1,8 +1,9 @@
 // Paged decode attention reading vLLM 0.6.3's cache in place: GQA-gridded split-KV.
 //
 // Two partition bodies share the grid, the partials and the merge: on NVIDIA, 16-bit queries
-// over a cache of their own type or an fp8 one run decode_mma.cuh's (matrix units, asynchronous
-// copies); fp32 queries and every CoreX build run the CUDA-core body below.
+// over a cache of their own type or an fp8 one run decode_warp.cuh's (four independent warp
+// streams on the m16n8k16 matrix instruction); fp32 queries and every CoreX build run the
+// CUDA-core body below.
 //
 // Grid of the partition kernel: (num_kv_heads x head_groups, num_partitions, num_seqs); one
 // block of 128 threads reads its partition's K and V pages once for GROUP query heads of one
@@ -40,8 +41,6 @@
 // one max_seq_len stays exact for any seq_lens up to it. Tokens past a sequence's end are never
 // loaded from pages it does not own and are masked inside its last page (value slots there may
 // hold inf/NaN).
-
-#include <atomic>
 
 #include "attn_convert.cuh"
 #include "attn_decode_abi.h"
@@ -490,7 +489,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, PartitionSmem<GROUP, HE
 }
 
 }  // namespace attn
-#include "decode_mma.cuh"  // the matrix-unit body (uses kThreads and kLog2e above)
+#include "decode_warp.cuh"  // the matrix-unit body (uses kThreads and kLog2e above)
 namespace attn {
 
 // ATTN_DECODE_MMA (on by default where the body builds): 16-bit queries over a cache of their
@@ -503,7 +502,7 @@ namespace attn {
 #endif
 #endif
 #if ATTN_DECODE_MMA && !defined(ATTN_DECODE_HAVE_MMA)
-#error "ATTN_DECODE_MMA needs NVIDIA wmma and asynchronous copies (decode_mma.cuh)"
+#error "ATTN_DECODE_MMA needs NVIDIA's mma.sync (decode_warp.cuh)"
 #endif
 
 // The CUDA-core body with its shared memory.
@@ -519,23 +518,18 @@ ATTN_DEVICE void cuda_core_partition(const AttnDecodeArgs& a) {
   partition_body<QKIND, CKIND, HEAD_MAX, GROUP, 16>(a, s);
 }
 
-// Whether a (query, cache) pair takes the matrix-unit body (attn_core/native/facts.py mirrors it).
-// (fp8 widening covers 16-token tiles: the ATTN_DECODE_TILE=32 tuning variant runs them on
-// CUDA cores)
+// Whether a (query, cache) pair takes the matrix-unit body (attn_core/native/facts.py mirrors
+// it): 16-bit queries over a cache of their own type or an fp8 one.
 template <int QKIND, int CKIND>
 __host__ __device__ constexpr bool mma_body() {
   return ATTN_DECODE_MMA && (QKIND == kFloat16 || QKIND == kBFloat16) &&
-         (CKIND == QKIND || (elem_bytes(CKIND) == 1 && ATTN_DECODE_TILE == 16));
+         (CKIND == QKIND || elem_bytes(CKIND) == 1);
 }
-
-#if ATTN_DECODE_MMA
-extern __shared__ __align__(128) unsigned char decode_dynamic_smem[];
-#endif
 
 // Internal linkage from here on: several of these libraries share a process (one per GQA group,
 // tuning variants beside them), and vague-linkage symbols (template instances and their
 // function-local statics, which GCC makes STB_GNU_UNIQUE) would be unified across them even
-// under RTLD_LOCAL: two variants loaded together shared prepare_partition's "attribute set" bit,
+// under RTLD_LOCAL: two variants loaded together shared a kernel-setup function's static flag,
 // and the second's kernel launched without its opt-in (H200, 2026-12-02: invalid argument).
 namespace {
 
@@ -543,8 +537,8 @@ template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
 #if ATTN_DECODE_MMA
   if constexpr (mma_body<QKIND, CKIND>()) {
-    decode_mma::partition_body<QKIND, CKIND, HEAD_MAX, GROUP>(
-        a, *reinterpret_cast<decode_mma::Smem<CKIND, HEAD_MAX>*>(decode_dynamic_smem));
+    __shared__ decode_warp::Smem<HEAD_MAX> s;
+    decode_warp::partition_body<QKIND, CKIND, HEAD_MAX, GROUP>(a, s);
   } else {
     cuda_core_partition<QKIND, CKIND, HEAD_MAX, GROUP>(a);
   }
@@ -620,46 +614,11 @@ int group_slots(int group) {
 
 namespace {
 
-// A partition kernel and the dynamic shared memory it is launched with.
-struct Kernel {
-  KernelPtr fn;
-  int smem;                 // dynamic bytes per block (0: static only)
-  cudaError_t (*prepare)();  // lets the kernel take `smem` on the current device
-};
-
-// The dynamic shared memory a partition kernel is launched with (0: its arrays are static).
-template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
-constexpr int partition_smem() {
-#if ATTN_DECODE_MMA
-  if constexpr (mma_body<QKIND, CKIND>()) return decode_mma::smem_bytes<CKIND, HEAD_MAX>();
-#endif
-  return 0;
-}
-
-// Above 48 KiB a kernel must opt in, once per device (cudaFuncSetAttribute costs about as much
-// as a launch, and the steady decode path comes here every step).
-template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
-cudaError_t prepare_partition() {
-  constexpr int smem = partition_smem<QKIND, CKIND, HEAD_MAX, GROUP>();
-  if (smem == 0) return cudaSuccess;
-  static std::atomic<uint64_t> ready{0};  // one bit per device ordinal below 64
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (ready.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  err = cudaFuncSetAttribute(
-      reinterpret_cast<const void*>(partition_kernel<QKIND, CKIND, HEAD_MAX, GROUP>),
-      cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err == cudaSuccess) ready.fetch_or(bit, std::memory_order_acq_rel);
-  return err;
-}
+using Kernel = KernelPtr;  // a partition kernel (every body's shared memory is static)
 
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 Kernel partition_entry() {
-  return {partition_kernel<QKIND, CKIND, HEAD_MAX, GROUP>,
-          partition_smem<QKIND, CKIND, HEAD_MAX, GROUP>(),
-          prepare_partition<QKIND, CKIND, HEAD_MAX, GROUP>};
+  return partition_kernel<QKIND, CKIND, HEAD_MAX, GROUP>;
 }
 
 template <int QKIND, int HEAD_MAX, int GROUP>
@@ -667,7 +626,7 @@ Kernel pick_cache(int cache_kind) {
   if (cache_kind == QKIND) return partition_entry<QKIND, QKIND, HEAD_MAX, GROUP>();
   if (cache_kind == kFp8E4M3) return partition_entry<QKIND, kFp8E4M3, HEAD_MAX, GROUP>();
   if (cache_kind == kFp8E5M2) return partition_entry<QKIND, kFp8E5M2, HEAD_MAX, GROUP>();
-  return {};
+  return nullptr;
 }
 
 template <int HEAD_MAX, int GROUP>
@@ -676,22 +635,22 @@ Kernel pick_query(int query_kind, int cache_kind) {
     case kFloat32: return pick_cache<kFloat32, HEAD_MAX, GROUP>(cache_kind);
     case kFloat16: return pick_cache<kFloat16, HEAD_MAX, GROUP>(cache_kind);
     case kBFloat16: return pick_cache<kBFloat16, HEAD_MAX, GROUP>(cache_kind);
-    default: return {};
+    default: return nullptr;
   }
 }
 
 Kernel partition_for(int query_kind, int cache_kind, int head_bucket, int slots) {
-  if (slots != ATTN_GROUP_SLOTS) return {};  // another library serves this group
+  if (slots != ATTN_GROUP_SLOTS) return nullptr;  // another library serves this group
   constexpr int G = ATTN_GROUP_SLOTS;
 #ifdef ATTN_TUNING_ONLY  // bench/native_tune.py: fp16 queries, head bucket 256, every cache kind
   return query_kind == kFloat16 && head_bucket == 256 ? pick_query<256, G>(query_kind, cache_kind)
-                                                      : Kernel{};
+                                                      : nullptr;
 #else
   switch (head_bucket) {
     case 64: return pick_query<64, G>(query_kind, cache_kind);
     case 128: return pick_query<128, G>(query_kind, cache_kind);
     case 256: return pick_query<256, G>(query_kind, cache_kind);
-    default: return {};
+    default: return nullptr;
   }
 #endif
 }
@@ -740,14 +699,12 @@ int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
   const Kernel partition =
       partition_for(a.query_kind, a.cache_kind, head_bucket(a.head_size), slots);
   const KernelPtr merge = merge_for(a.query_kind);
-  if (partition.fn == nullptr || merge == nullptr) return cudaErrorInvalidValue;
-  cudaError_t err = partition.prepare();
-  if (err != cudaSuccess) return err;
+  if (partition == nullptr || merge == nullptr) return cudaErrorInvalidValue;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int head_groups = (group + slots - 1) / slots;
   const dim3 grid(a.num_kv_heads * head_groups, a.num_partitions, a.num_seqs);
-  partition.fn<<<grid, kThreads, partition.smem, s>>>(a);
-  err = cudaGetLastError();
+  partition<<<grid, kThreads, 0, s>>>(a);
+  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.num_partitions == 1) return err;
   merge<<<dim3(a.num_heads, a.num_seqs), kThreads, 0, s>>>(a);
   return cudaGetLastError();
@@ -756,20 +713,19 @@ int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
 int attn_native_kernel_info(int which, int query_kind, int cache_kind, int head_bucket,
                             int group, AttnKernelInfo* info) {
   using namespace attn;
-  Kernel kernel = which == 0 ? partition_for(query_kind, cache_kind, head_bucket, group_slots(group))
-                             : Kernel{merge_for(query_kind), 0, nullptr};
-  if (kernel.fn == nullptr || info == nullptr) return cudaErrorInvalidValue;
-  cudaError_t err = kernel.prepare != nullptr ? kernel.prepare() : cudaSuccess;
-  if (err != cudaSuccess) return err;
+  const KernelPtr kernel = which == 0 ? partition_for(query_kind, cache_kind, head_bucket,
+                                                      group_slots(group))
+                                      : merge_for(query_kind);
+  if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
   cudaFuncAttributes attr;
-  err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel.fn));
+  cudaError_t err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel));
   if (err != cudaSuccess) return err;
   int blocks = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, reinterpret_cast<const void*>(kernel.fn), kThreads, kernel.smem);
+      &blocks, reinterpret_cast<const void*>(kernel), kThreads, 0);
   if (err != cudaSuccess) return err;
   info->num_regs = attr.numRegs;
-  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes) + kernel.smem;
+  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
   info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
   info->max_threads_per_block = attr.maxThreadsPerBlock;
   info->threads_per_block = kThreads;

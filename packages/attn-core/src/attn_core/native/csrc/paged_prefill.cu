@@ -47,11 +47,6 @@
 
 namespace attn {
 
-// A lambda's body inlined into its caller: upstream clang 16 (and so, likely, CoreX's clang)
-// emitted the kernel's large by-reference softmax lambdas as calls with their closure in a
-// 288-byte local depot; nvcc inlined them either way. GNU syntax, which both compilers take.
-#define ATTN_INLINE_LAMBDA __attribute__((always_inline))
-
 constexpr float kLog2eP = 1.4426950408889634f;
 constexpr int kMergeThreads = 256;
 

@@ -1,0 +1,401 @@
+// The decode partition on NVIDIA's matrix units: 16-bit queries over a cache of the same type
+// or an fp8 one, as four independent warp streams on the m16n8k16 instruction.
+//
+// Included by paged_decode.cu (it uses that file's kThreads and kLog2e); its partition kernel
+// runs this body where ATTN_DECODE_MMA is on, and the CUDA-core body elsewhere (fp32 queries,
+// CoreX).
+//
+// Why: the body before this one (wmma over a shared-memory ring, git history before
+// 2026-12-03) walked 16-token tiles with all four warps splitting the head dims, so every tile
+// cost three block barriers, a round trip of partial scores through shared memory and ~1500
+// warp instructions per block (ncu, H200, 1 x 100K); a block advanced one tile per ~2 us:
+// 0.150 ms against a 0.101 ms floor. A kernel that only streams the same pages through the
+// same kind of ring reads them in 0.093 ms (bench/paged_read_bound.py, H200, 2026-12-03), so
+// the bytes were not what bound it.
+//
+// Here each warp owns whole 16-token tiles (tiles w, w + 4, ... of the block's partition) over
+// every head dim, loads its keys and values straight into registers and keeps its own running
+// max, sum and output; the four warps meet once, at the end, to merge (the same log-sum-exp
+// weighting the merge kernel applies across partitions). No block barrier and no shared memory
+// in the tile loop but one 256-byte per-warp transpose of the probabilities.
+//
+// The products, transposed so the GQA heads are the 8-wide N side of m16n8k16 (group <= 8):
+//   S^T[token][head] = K[token][dims] . Q^T[dims][head]   (M = 16 tokens, K = 16 dims a step)
+//   O^T[dim][head]  += V^T[dim][tokens] . P^T[tokens][head] (M = 16 dims, K = the 16 tokens)
+// A dot product does not care in which order its terms are summed, so each lane's fragment
+// slots are mapped onto whatever the cache layout delivers in one load: for S, lane (g, t)
+// (g = lane / 4, t = lane % 4) loads one 16-byte key vector (vLLM's x-group 4p + t: 8 dims of
+// a 16-bit cache, 16 of an fp8 one) of tokens g and g + 8, which fills its A slots of two
+// (fp8: four) k steps; for P.V it loads tokens 4t .. 4t + 3 (8 bytes, fp8 4) of dims g and
+// g + 8 of each 16-dim tile. The queries' B fragments and the probabilities' B fragment follow
+// the same slot -> dim / token maps. Keys past the tile's end and dims past the head size are
+// zeros; values of tokens past the end are zeroed in registers (a reused page's inf/NaN never
+// meets a zero probability).
+//
+// fp8 caches are widened in registers as their products read them, exactly (sm_89+ converts in
+// hardware; older targets read e4m3 as value x 2^-8, folded into the fp32 scales: a scale is
+// never applied to 16-bit data).
+#pragma once
+
+#include "attn_convert.cuh"
+#include "attn_platform.cuh"
+
+#if !defined(__ILUVATAR__)  // inline PTX (mma.sync, sm_80+) and warp shuffles: NVIDIA only
+#define ATTN_DECODE_HAVE_MMA 1
+
+// sm_89+ widens two fp8 values per instruction (cvt.rn.f16x2.e4m3x2 / .e5m2x2, through
+// cuda_fp8.h), exactly; older targets use attn_convert.cuh's bit moves (e4m3 as value x 2^-8).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#include <cuda_fp8.h>
+#define ATTN_DECODE_HW_FP8 1
+#else
+#define ATTN_DECODE_HW_FP8 0
+#endif
+
+namespace attn {
+namespace decode_warp {
+
+constexpr int kWarps = 4;
+constexpr int kTok = 16;  // tokens per warp tile
+constexpr int kHeads = 8;  // the N side of m16n8k16: head slots per block (GROUP <= 8)
+
+// The block's shared memory (static): the queries, one 256-byte transpose per warp, and the
+// warps' states for the final merge.
+template <int HEAD_MAX>
+struct alignas(16) Smem {
+  // query rows padded by 64 bytes: the 8 rows a phase of 16-byte loads touches fall on
+  // distinct banks
+  static constexpr int kQP = HEAD_MAX + 32;
+  static constexpr int kOP = HEAD_MAX + 4;  // O rows: lanes t = 0..3 write 4 rows at once
+  uint16_t q[kHeads][kQP];
+  uint16_t p[kWarps][kHeads][kTok];  // per warp: P[head][token], 16-bit
+  float o[kWarps][kHeads][kOP];      // per warp at the end: unnormalised O[head][dim]
+  float m[kWarps][kHeads], l[kWarps][kHeads];
+};
+
+// d += a . b on m16n8k16 (fp32 accumulate); a: 4 words of 16-bit pairs, b: 2.
+template <int QKIND>
+ATTN_DEVICE void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                          uint32_t b0, uint32_t b1) {
+  if constexpr (QKIND == kFloat16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Keep the low (tokens < len) 16-bit halves of a word of two tokens `tok`, `tok + 1`.
+ATTN_DEVICE uint32_t keep_tokens(uint32_t w, int tok, int len) {
+  return tok + 1 < len ? w : tok < len ? (w & 0xFFFFu) : 0u;
+}
+
+// The scale an fp8 cache's widened elements carry (e4m3 through bit moves: 2^-8).
+template <int CKIND>
+__device__ constexpr float widened_rescale() {
+  return CKIND == kFp8E4M3 && !ATTN_DECODE_HW_FP8 ? kE4M3Rescale : 1.0f;
+}
+
+// Four fp8 bytes (element 0 lowest) as four 16-bit OUT elements, two per word.
+template <int CKIND, int OUT>
+ATTN_DEVICE void widen4(uint32_t four, uint32_t& lo, uint32_t& hi) {
+#if ATTN_DECODE_HW_FP8
+  constexpr __nv_fp8_interpretation_t kInterp = CKIND == kFp8E4M3 ? __NV_E4M3 : __NV_E5M2;
+  const __half2_raw l =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four), kInterp);
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(four >> 16), kInterp);
+  lo = static_cast<uint32_t>(l.x) | (static_cast<uint32_t>(l.y) << 16);
+  hi = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+#else
+  fp8x4_to_half2x2_bits<CKIND>(four, lo, hi);
+#endif
+  if (OUT == kBFloat16) {
+    lo = half2_bits_to_exact_bf16x2_bits(lo);
+    hi = half2_bits_to_exact_bf16x2_bits(hi);
+  }
+}
+
+template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
+ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
+  static_assert(GROUP <= kHeads && kThreads == kWarps * 32, "4 warps, <= 8 head slots");
+  constexpr int kEB = elem_bytes(CKIND);
+  constexpr bool kFp8 = kEB == 1;
+  static_assert(kFp8 || CKIND == QKIND, "16-bit caches hold the queries' type");
+  constexpr int kVecDims = 16 / kEB;  // dims of one 16-byte key vector (vLLM's x)
+  constexpr int kKeyVecs = HEAD_MAX / (4 * kVecDims);  // key vectors per token and lane
+  constexpr int kDimTiles = HEAD_MAX / 16;  // 16-dim tiles of O
+  constexpr int kVWords = kFp8 ? 1 : 2;  // one lane's 4 tokens of one dim: 4 or 8 bytes
+  // what the widened fp8 elements carry (e4m3 by bit moves: x 2^-8): undone in the fp32 scales
+  constexpr float kRescale = widened_rescale<CKIND>();
+
+  // The block's work, as the other bodies compute it.
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int group = a.num_heads / a.num_kv_heads;
+  const int head_groups = (group + GROUP - 1) / GROUP;
+  const int kv_head = blockIdx.x / head_groups;
+  const int g0 = (blockIdx.x % head_groups) * GROUP;
+  const int G = min(GROUP, group - g0);  // real heads; slots G.. carry zero queries
+  const int head0 = kv_head * group + g0;
+  const int part = blockIdx.y;
+  const int seq = blockIdx.z;
+  const int D = a.head_size;
+  const int seq_len = min(a.seq_lens[seq], a.table_width * a.block_size);
+  const int start = part * a.partition_size;
+  if (start >= seq_len) {
+    if (a.num_partitions == 1) {  // an empty sequence: zeros, as the merge writes them
+      for (int i = tid; i < G * D; i += kThreads) {
+        store_elem<QKIND>(a.out, seq * a.out_seq_stride + (head0 + i / D) * a.out_head_stride +
+                                     i % D, 0.0f);
+      }
+    }
+    return;  // the merge reads only partitions that hold tokens
+  }
+  const int end = min(start + a.partition_size, seq_len);
+
+  const uint16_t* query = static_cast<const uint16_t*>(a.query);
+  for (int i = tid; i < kHeads * HEAD_MAX; i += kThreads) {
+    const int r = i / HEAD_MAX, d = i % HEAD_MAX;
+    s.q[r][d] = r < G && d < D ? query[seq * a.q_seq_stride + (head0 + r) * a.q_head_stride + d]
+                               : static_cast<uint16_t>(0);
+  }
+  __syncthreads();  // the queries, the only data the warps share before the merge
+
+  int bs_shift = 0;
+  while ((1 << bs_shift) < a.block_size) ++bs_shift;
+  const int bs_mask = a.block_size - 1;
+  const uint8_t* k_head =
+      static_cast<const uint8_t*>(a.key_cache) + kv_head * a.k_head_stride * kEB;
+  const uint8_t* v_head =
+      static_cast<const uint8_t*>(a.value_cache) + kv_head * a.v_head_stride * kEB;
+  const int64_t k_block_bytes = a.k_block_stride * kEB, v_block_bytes = a.v_block_stride * kEB;
+  const int k_group_bytes = a.block_size * 16;  // one x-group (16 bytes a token) of a page
+  const int v_dim_bytes = a.block_size * kEB;   // one dim of a page's values
+  const int32_t* table = a.block_tables + seq * a.table_stride;
+  const float qscale = a.scale * (kLog2e * kRescale);
+  float slope[2];  // this lane's heads 2t, 2t + 1
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int h = 2 * t + e;
+    slope[e] = a.alibi_slopes != nullptr && h < G ? a.alibi_slopes[head0 + h] * kLog2e : 0.0f;
+  }
+
+  float o[kDimTiles][4];  // O^T: (dim 16 i + g (+8), head 2t (+1))
+#pragma unroll
+  for (int i = 0; i < kDimTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // heads 2t, 2t + 1
+
+  // The warp's tiles are j = warp, warp + 4, ...; a tile's loads are in flight while the
+  // previous one computes: the keys of tile j + 4 are requested as soon as tile j's scores
+  // have read its keys, its values as soon as tile j's P.V has read its values, so the
+  // registers that hold them are the same and only their lifetimes move. Page ids are read two
+  // tiles ahead of their loads: a table read in front of a tile's own loads put two memory
+  // latencies in series per tile (1 x 100K: 0.195 ms on the H200 against the wmma body's
+  // 0.151, 2026-12-03).
+  const int n_tiles = (end - start + kTok - 1) / kTok;
+  auto tile_len = [&](int j) ATTN_INLINE_LAMBDA {
+    return j < n_tiles ? min(kTok, end - (start + j * kTok)) : 0;
+  };
+  // this lane's page ids of tile j: keys of tokens g and g + 8, values of tokens 4t .. 4t + 3
+  // (0 past the partition's end, where nothing is loaded)
+  struct Pages {
+    int a, b, v;
+  };
+  auto pages_of = [&](int j) ATTN_INLINE_LAMBDA {
+    const int tok0 = start + j * kTok, len = tile_len(j);
+    return Pages{g < len ? table[(tok0 + g) >> bs_shift] : 0,
+                 g + 8 < len ? table[(tok0 + g + 8) >> bs_shift] : 0,
+                 4 * t < len ? table[(tok0 + 4 * t) >> bs_shift] : 0};
+  };
+  // keys of tokens g and g + 8, x-groups 4p + t (16-bit: dims 32p + 8t .. + 7; fp8: 64p + 16t
+  // .. + 15)
+  Vec16 ka[kKeyVecs], kb[kKeyVecs];
+  auto load_keys = [&](int j, const Pages& pg) ATTN_INLINE_LAMBDA {
+    const int tok0 = start + j * kTok, len = tile_len(j);
+    const uint8_t* a_src = k_head + pg.a * k_block_bytes + ((tok0 + g) & bs_mask) * 16;
+    const uint8_t* b_src = k_head + pg.b * k_block_bytes + ((tok0 + g + 8) & bs_mask) * 16;
+#pragma unroll
+    for (int p = 0; p < kKeyVecs; ++p) {
+      const int xg = 4 * p + t;
+      const bool in_head = kVecDims * xg < D;
+      const Vec16 zero{{0, 0, 0, 0}};
+      ka[p] = g < len && in_head ? load_vec<Vec16>(a_src + xg * k_group_bytes) : zero;
+      kb[p] = g + 8 < len && in_head ? load_vec<Vec16>(b_src + xg * k_group_bytes) : zero;
+    }
+  };
+  // values of tokens 4t .. 4t + 3, dims 16 i + g (v0) and 16 i + g + 8 (v1), as loaded
+  struct alignas(4 * kVWords) ValueWords {
+    uint32_t w[kVWords];
+  };
+  ValueWords v0[kDimTiles], v1[kDimTiles];
+  auto load_values = [&](int j, const Pages& pg) ATTN_INLINE_LAMBDA {
+    const int tok0 = start + j * kTok;
+    const bool ok = 4 * t < tile_len(j);
+    const uint8_t* src = v_head + pg.v * v_block_bytes + ((tok0 + 4 * t) & bs_mask) * kEB;
+#pragma unroll
+    for (int i = 0; i < kDimTiles; ++i) {
+      const int d0 = 16 * i + g, d1 = d0 + 8;
+      v0[i] = ok && d0 < D ? load_vec<ValueWords>(src + d0 * v_dim_bytes) : ValueWords{};
+      v1[i] = ok && d1 < D ? load_vec<ValueWords>(src + d1 * v_dim_bytes) : ValueWords{};
+    }
+  };
+
+  Pages ahead = pages_of(warp + kWarps);  // tile j + 4's page ids, read during tile j - 4
+  {
+    const Pages first = pages_of(warp);
+    load_keys(warp, first);
+    load_values(warp, first);
+  }
+  for (int j = warp; j < n_tiles; j += kWarps) {
+    const int tok0 = start + j * kTok;
+    const int len = tile_len(j);
+    const Pages next = ahead;
+    ahead = pages_of(j + 2 * kWarps);
+
+    // S^T = K Q^T: (token g (+8), head 2t (+1))
+    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int p = 0; p < kKeyVecs; ++p) {
+      const Vec16* q = reinterpret_cast<const Vec16*>(&s.q[g][4 * kVecDims * p + kVecDims * t]);
+      if constexpr (kFp8) {  // 16 dims a vector: widened into 8 words, four k steps
+        const Vec16 q0 = q[0], q1 = q[1];
+        uint32_t wa[8], wb[8];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          widen4<CKIND, QKIND>(ka[p].w[r], wa[2 * r], wa[2 * r + 1]);
+          widen4<CKIND, QKIND>(kb[p].w[r], wb[2 * r], wb[2 * r + 1]);
+        }
+        const uint32_t qw[8] = {q0.w[0], q0.w[1], q0.w[2], q0.w[3],
+                                q1.w[0], q1.w[1], q1.w[2], q1.w[3]};
+#pragma unroll
+        for (int st = 0; st < 4; ++st) {
+          mma16816<QKIND>(sc, wa[2 * st], wb[2 * st], wa[2 * st + 1], wb[2 * st + 1], qw[2 * st],
+                          qw[2 * st + 1]);
+        }
+      } else {  // 8 dims a vector: two k steps
+        const Vec16 q0 = q[0];
+        mma16816<QKIND>(sc, ka[p].w[0], kb[p].w[0], ka[p].w[1], kb[p].w[1], q0.w[0], q0.w[1]);
+        mma16816<QKIND>(sc, ka[p].w[2], kb[p].w[2], ka[p].w[3], kb[p].w[3], q0.w[2], q0.w[3]);
+      }
+    }
+    if (j + kWarps < n_tiles) load_keys(j + kWarps, next);
+
+    // online softmax per head over the warp's tokens (base 2, fp32 scale)
+    float x[4], m_tile[2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int tok = g + 8 * (i / 2);
+      const float rel = static_cast<float>(tok0 + tok - seq_len + 1);
+      x[i] = tok < len ? fmaf(slope[i % 2], rel, sc[i] * qscale) : -INFINITY;
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float m = fmaxf(x[e], x[e + 2]);
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+      m_tile[e] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+    }
+    float alpha[2], prob[4];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float m_new = fmaxf(m_run[e], m_tile[e]);  // finite: the tile holds a real token
+      alpha[e] = exp2f(m_run[e] - m_new);
+      prob[e] = exp2f(x[e] - m_new);
+      prob[e + 2] = exp2f(x[e + 2] - m_new);
+      l_run[e] = l_run[e] * alpha[e] + (prob[e] + prob[e + 2]);  // this lane's tokens
+      m_run[e] = m_new;
+    }
+    // P^T's B fragment wants head g and tokens 4t .. 4t + 3: transposed through 256 bytes
+    __syncwarp();  // the previous tile's reads of s.p are done
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s.p[warp][2 * t + i % 2][g + 8 * (i / 2)] = to_bits16<QKIND>(prob[i]);
+    }
+    __syncwarp();
+    const Vec8 pf = *reinterpret_cast<const Vec8*>(&s.p[warp][g][4 * t]);
+
+    // O^T = alpha O^T + V^T P^T
+#pragma unroll
+    for (int i = 0; i < kDimTiles; ++i) {
+      uint32_t x0[2], x1[2];  // tokens (4t, 4t + 1), (4t + 2, 4t + 3) of dims g and g + 8
+      if constexpr (kFp8) {
+        widen4<CKIND, QKIND>(v0[i].w[0], x0[0], x0[1]);
+        widen4<CKIND, QKIND>(v1[i].w[0], x1[0], x1[1]);
+      } else {
+        x0[0] = v0[i].w[0], x0[1] = v0[i].w[1], x1[0] = v1[i].w[0], x1[1] = v1[i].w[1];
+      }
+      if (len < kTok) {  // the partition's last tile: tokens past the end may be inf/NaN
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          x0[e] = keep_tokens(x0[e], 4 * t + 2 * e, len);
+          x1[e] = keep_tokens(x1[e], 4 * t + 2 * e, len);
+        }
+      }
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[1];
+      o[i][2] *= alpha[0];
+      o[i][3] *= alpha[1];
+      mma16816<QKIND>(o[i], x0[0], x1[0], x0[1], x1[1], pf.w[0], pf.w[1]);
+    }
+    if (j + kWarps < n_tiles) load_values(j + kWarps, next);
+  }
+
+  // Each warp's state (sums over its lanes' tokens first), then the merge of the four.
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], 4);
+    l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], 8);
+    l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], 16);
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s.m[warp][2 * t + e] = m_run[e];  // -inf with l = 0 for a warp that had no tile
+      s.l[warp][2 * t + e] = l_run[e];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kDimTiles; ++i) {
+    s.o[warp][2 * t][16 * i + g] = o[i][0];
+    s.o[warp][2 * t + 1][16 * i + g] = o[i][1];
+    s.o[warp][2 * t][16 * i + g + 8] = o[i][2];
+    s.o[warp][2 * t + 1][16 * i + g + 8] = o[i][3];
+  }
+  __syncthreads();
+  const bool single = a.num_partitions == 1;
+  for (int i = tid; i < G * D; i += kThreads) {
+    const int h = i / D, d = i % D;
+    float m = s.m[0][h];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, s.m[w][h]);  // finite: warp 0 had a tile
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = exp2f(s.m[w][h] - m);
+      num = fmaf(wt, s.o[w][h][d], num);
+      den = fmaf(wt, s.l[w][h], den);
+    }
+    const float v = num * (a.v_scale * kRescale / den);  // den >= 1: the max token gives 2^0
+    if (single) {
+      store_elem<QKIND>(a.out, seq * a.out_seq_stride + (head0 + h) * a.out_head_stride + d, v);
+    } else {
+      const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + head0 + h) * a.num_partitions;
+      a.part_out[(row + part) * D + d] = v;
+      if (d == 0) {
+        a.part_lse[row + part] = m + log2f(den);
+      }
+    }
+  }
+}
+
+}  // namespace decode_warp
+}  // namespace attn
+#endif  // ATTN_DECODE_HAVE_MMA
