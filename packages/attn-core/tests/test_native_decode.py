@@ -5,7 +5,9 @@ Every head size x block size x dtype; fp8 caches (e4m3, e5m2) with scales; ALiBi
 and long ones mixed in one batch; permuted block tables with random ids past each row's end;
 NaN in the cache slots past each sequence's end; NaN-poisoned outputs and partials; more
 partitions than any sequence needs (max_seq_len far above the lengths); CUDA-graph replay after
-seq_lens change. CPU-only machines skip these with the reason.
+seq_lens change. On NVIDIA, block 16 at head 64, 128 and 256 (a head that fills its bucket)
+runs the matrix-unit body's specialised loop, every other block and head size its general one.
+CPU-only machines skip these with the reason.
 """
 
 from __future__ import annotations

@@ -28,9 +28,10 @@
 // a 16-bit cache, 16 of an fp8 one) of tokens g and g + 8, which fills its A slots of two
 // (fp8: four) k steps; for P.V it loads tokens 4t .. 4t + 3 (8 bytes, fp8 4) of dims g and
 // g + 8 of each 16-dim tile. The queries' B fragments and the probabilities' B fragment follow
-// the same slot -> dim / token maps. Keys past the tile's end and dims past the head size are
-// zeros; values of tokens past the end are zeroed in registers (a reused page's inf/NaN never
-// meets a zero probability).
+// the same slot -> dim / token maps. Dims past the head size are zeros; keys past the tile's
+// end are zeros (or, in the specialised body, their page's stale slots, whose scores are
+// masked); values of tokens past the end are zeroed in registers (a reused page's inf/NaN
+// never meets a zero probability).
 //
 // fp8 caches are widened in registers as their products read them, exactly (sm_89+ converts in
 // hardware; older targets read e4m3 as value x 2^-8, folded into the fp32 scales: a scale is
@@ -92,9 +93,25 @@ ATTN_DEVICE void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, 
   }
 }
 
-// Keep the low (tokens < len) 16-bit halves of a word of two tokens `tok`, `tok + 1`.
-ATTN_DEVICE uint32_t keep_tokens(uint32_t w, int tok, int len) {
-  return tok + 1 < len ? w : tok < len ? (w & 0xFFFFu) : 0u;
+// Zero the tokens >= len of one lane's values of one dim: tokens tok .. tok + 3, as loaded
+// (EB = 2: two words of two 16-bit tokens; EB = 1: one word of four fp8 bytes).
+template <int EB>
+ATTN_DEVICE void keep_values(uint32_t* w, int tok, int len) {
+  const int keep = min(max(len - tok, 0), 4);  // tokens of the four that are real
+  if constexpr (EB == 1) {
+    w[0] &= keep == 4 ? 0xFFFFFFFFu : (1u << (8 * keep)) - 1u;
+  } else {
+    w[0] &= keep >= 2 ? 0xFFFFFFFFu : keep == 1 ? 0xFFFFu : 0u;
+    w[1] &= keep == 4 ? 0xFFFFFFFFu : keep == 3 ? 0xFFFFu : 0u;
+  }
+}
+
+// 2^x in one instruction (the matrix-unit body's softmax; exp2f adds a denormal-range fixup
+// of five instructions): x = -inf gives 0, results below 2^-126 flush to 0.
+ATTN_DEVICE float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // The scale an fp8 cache's widened elements carry (e4m3 through bit moves: 2^-8).
@@ -123,9 +140,19 @@ ATTN_DEVICE void widen4(uint32_t four, uint32_t& lo, uint32_t& hi) {
   }
 }
 
-template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
+// The body, for any block size and head size (FIXED_BS = 0), or specialised (FIXED_BS = 16) for
+// vLLM's default block of 16 tokens and a head that fills its bucket (a.head_size == HEAD_MAX;
+// the caller checks both). Specialised, a tile is exactly one page, every load's offset is a
+// constant and no load needs a predicate: the general loop spent ~840 of its 1773 instructions
+// per tile on value addresses, predicates and the branches around predicated loads (SASS, fp16
+// head 256); issue, not DRAM, bound it (ncu, H200 1 x 100K, 2026-12-03: 40 % of issue slots
+// busy with ~2 warps per scheduler, "wait" the main stall, DRAM 57 % of peak). Specialised:
+// ~460 a tile, and 1 x 100K 0.132 -> 0.114 ms, fp8 0.114 -> 0.070 (H200, same day).
+template <int QKIND, int CKIND, int HEAD_MAX, int GROUP, int FIXED_BS>
 ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   static_assert(GROUP <= kHeads && kThreads == kWarps * 32, "4 warps, <= 8 head slots");
+  static_assert(FIXED_BS == 0 || FIXED_BS == kTok, "specialised for one page per tile");
+  constexpr bool kFixed = FIXED_BS != 0;
   constexpr int kEB = elem_bytes(CKIND);
   constexpr bool kFp8 = kEB == 1;
   static_assert(kFp8 || CKIND == QKIND, "16-bit caches hold the queries' type");
@@ -136,7 +163,9 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   // what the widened fp8 elements carry (e4m3 by bit moves: x 2^-8): undone in the fp32 scales
   constexpr float kRescale = widened_rescale<CKIND>();
 
-  // The block's work, as the other bodies compute it.
+  // The block's work, as the CUDA-core body computes it (inline: routed through a struct
+  // filled by a helper, the CUDA-core body lost its uniform registers and ran 40 % slower,
+  // H200 1 x 100K: 0.246 ms against 0.176).
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int group = a.num_heads / a.num_kv_heads;
@@ -147,7 +176,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   const int head0 = kv_head * group + g0;
   const int part = blockIdx.y;
   const int seq = blockIdx.z;
-  const int D = a.head_size;
+  const int D = kFixed ? HEAD_MAX : a.head_size;
   const int seq_len = min(a.seq_lens[seq], a.table_width * a.block_size);
   const int start = part * a.partition_size;
   if (start >= seq_len) {
@@ -171,14 +200,16 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
 
   int bs_shift = 0;
   while ((1 << bs_shift) < a.block_size) ++bs_shift;
-  const int bs_mask = a.block_size - 1;
+  if (kFixed) bs_shift = 4;
+  const int bs_mask = (1 << bs_shift) - 1;
   const uint8_t* k_head =
       static_cast<const uint8_t*>(a.key_cache) + kv_head * a.k_head_stride * kEB;
   const uint8_t* v_head =
       static_cast<const uint8_t*>(a.value_cache) + kv_head * a.v_head_stride * kEB;
   const int64_t k_block_bytes = a.k_block_stride * kEB, v_block_bytes = a.v_block_stride * kEB;
-  const int k_group_bytes = a.block_size * 16;  // one x-group (16 bytes a token) of a page
-  const int v_dim_bytes = a.block_size * kEB;   // one dim of a page's values
+  const int block_size = kFixed ? FIXED_BS : a.block_size;
+  const int k_group_bytes = block_size * 16;  // one x-group (16 bytes a token) of a page
+  const int v_dim_bytes = block_size * kEB;   // one dim of a page's values
   const int32_t* table = a.block_tables + seq * a.table_stride;
   const float qscale = a.scale * (kLog2e * kRescale);
   float slope[2];  // this lane's heads 2t, 2t + 1
@@ -210,6 +241,10 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     int a, b, v;
   };
   auto pages_of = [&](int j) ATTN_INLINE_LAMBDA {
+    if constexpr (kFixed) {  // one page a tile (the partition starts on a page): one read
+      const int page = j < n_tiles ? table[(start >> 4) + j] : 0;
+      return Pages{page, page, page};
+    }
     const int tok0 = start + j * kTok, len = tile_len(j);
     return Pages{g < len ? table[(tok0 + g) >> bs_shift] : 0,
                  g + 8 < len ? table[(tok0 + g + 8) >> bs_shift] : 0,
@@ -219,6 +254,15 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   // .. + 15)
   Vec16 ka[kKeyVecs], kb[kKeyVecs];
   auto load_keys = [&](int j, const Pages& pg) ATTN_INLINE_LAMBDA {
+    if constexpr (kFixed) {  // tokens past the end are read from their (real) page and masked
+      const uint8_t* src = k_head + pg.a * k_block_bytes + g * 16 + t * k_group_bytes;
+#pragma unroll
+      for (int p = 0; p < kKeyVecs; ++p) {
+        ka[p] = load_vec<Vec16>(src + 4 * p * k_group_bytes);
+        kb[p] = load_vec<Vec16>(src + 4 * p * k_group_bytes + 8 * 16);
+      }
+      return;
+    }
     const int tok0 = start + j * kTok, len = tile_len(j);
     const uint8_t* a_src = k_head + pg.a * k_block_bytes + ((tok0 + g) & bs_mask) * 16;
     const uint8_t* b_src = k_head + pg.b * k_block_bytes + ((tok0 + g + 8) & bs_mask) * 16;
@@ -237,6 +281,15 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   };
   ValueWords v0[kDimTiles], v1[kDimTiles];
   auto load_values = [&](int j, const Pages& pg) ATTN_INLINE_LAMBDA {
+    if constexpr (kFixed) {  // tokens past the end: read, then zeroed in the last tile
+      const uint8_t* src = v_head + pg.v * v_block_bytes + 4 * t * kEB + g * v_dim_bytes;
+#pragma unroll
+      for (int i = 0; i < kDimTiles; ++i) {
+        v0[i] = load_vec<ValueWords>(src + 16 * i * v_dim_bytes);
+        v1[i] = load_vec<ValueWords>(src + (16 * i + 8) * v_dim_bytes);
+      }
+      return;
+    }
     const int tok0 = start + j * kTok;
     const bool ok = 4 * t < tile_len(j);
     const uint8_t* src = v_head + pg.v * v_block_bytes + ((tok0 + 4 * t) & bs_mask) * kEB;
@@ -260,8 +313,9 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     const Pages next = ahead;
     ahead = pages_of(j + 2 * kWarps);
 
-    // S^T = K Q^T: (token g (+8), head 2t (+1))
-    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // S^T = K Q^T: (token g (+8), head 2t (+1)), as two independent chains of products (one
+    // chain put every product's latency in series: 16 at head 256)
+    float sc2[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int p = 0; p < kKeyVecs; ++p) {
       const Vec16* q = reinterpret_cast<const Vec16*>(&s.q[g][4 * kVecDims * p + kVecDims * t]);
@@ -277,15 +331,20 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
                                 q1.w[0], q1.w[1], q1.w[2], q1.w[3]};
 #pragma unroll
         for (int st = 0; st < 4; ++st) {
-          mma16816<QKIND>(sc, wa[2 * st], wb[2 * st], wa[2 * st + 1], wb[2 * st + 1], qw[2 * st],
-                          qw[2 * st + 1]);
+          mma16816<QKIND>(sc2[st % 2], wa[2 * st], wb[2 * st], wa[2 * st + 1], wb[2 * st + 1],
+                          qw[2 * st], qw[2 * st + 1]);
         }
       } else {  // 8 dims a vector: two k steps
         const Vec16 q0 = q[0];
-        mma16816<QKIND>(sc, ka[p].w[0], kb[p].w[0], ka[p].w[1], kb[p].w[1], q0.w[0], q0.w[1]);
-        mma16816<QKIND>(sc, ka[p].w[2], kb[p].w[2], ka[p].w[3], kb[p].w[3], q0.w[2], q0.w[3]);
+        mma16816<QKIND>(sc2[0], ka[p].w[0], kb[p].w[0], ka[p].w[1], kb[p].w[1], q0.w[0],
+                        q0.w[1]);
+        mma16816<QKIND>(sc2[1], ka[p].w[2], kb[p].w[2], ka[p].w[3], kb[p].w[3], q0.w[2],
+                        q0.w[3]);
       }
     }
+    float sc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sc[i] = sc2[0][i] + sc2[1][i];
     if (j + kWarps < n_tiles) load_keys(j + kWarps, next);
 
     // online softmax per head over the warp's tokens (base 2, fp32 scale)
@@ -307,9 +366,9 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const float m_new = fmaxf(m_run[e], m_tile[e]);  // finite: the tile holds a real token
-      alpha[e] = exp2f(m_run[e] - m_new);
-      prob[e] = exp2f(x[e] - m_new);
-      prob[e + 2] = exp2f(x[e + 2] - m_new);
+      alpha[e] = fast_exp2(m_run[e] - m_new);
+      prob[e] = fast_exp2(x[e] - m_new);
+      prob[e + 2] = fast_exp2(x[e + 2] - m_new);
       l_run[e] = l_run[e] * alpha[e] + (prob[e] + prob[e + 2]);  // this lane's tokens
       m_run[e] = m_new;
     }
@@ -322,6 +381,14 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     __syncwarp();
     const Vec8 pf = *reinterpret_cast<const Vec8*>(&s.p[warp][g][4 * t]);
 
+    if (len < kTok) {  // the partition's last tile: tokens past the end may be inf/NaN
+#pragma unroll
+      for (int i = 0; i < kDimTiles; ++i) {
+        keep_values<kEB>(v0[i].w, 4 * t, len);
+        keep_values<kEB>(v1[i].w, 4 * t, len);
+      }
+    }
+
     // O^T = alpha O^T + V^T P^T
 #pragma unroll
     for (int i = 0; i < kDimTiles; ++i) {
@@ -331,13 +398,6 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
         widen4<CKIND, QKIND>(v1[i].w[0], x1[0], x1[1]);
       } else {
         x0[0] = v0[i].w[0], x0[1] = v0[i].w[1], x1[0] = v1[i].w[0], x1[1] = v1[i].w[1];
-      }
-      if (len < kTok) {  // the partition's last tile: tokens past the end may be inf/NaN
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          x0[e] = keep_tokens(x0[e], 4 * t + 2 * e, len);
-          x1[e] = keep_tokens(x1[e], 4 * t + 2 * e, len);
-        }
       }
       o[i][0] *= alpha[0];
       o[i][1] *= alpha[1];

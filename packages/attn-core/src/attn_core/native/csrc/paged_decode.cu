@@ -538,7 +538,11 @@ __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
 #if ATTN_DECODE_MMA
   if constexpr (mma_body<QKIND, CKIND>()) {
     __shared__ decode_warp::Smem<HEAD_MAX> s;
-    decode_warp::partition_body<QKIND, CKIND, HEAD_MAX, GROUP>(a, s);
+    if (a.block_size == decode_warp::kTok && a.head_size == HEAD_MAX) {
+      decode_warp::partition_body<QKIND, CKIND, HEAD_MAX, GROUP, decode_warp::kTok>(a, s);
+    } else {
+      decode_warp::partition_body<QKIND, CKIND, HEAD_MAX, GROUP, 0>(a, s);
+    }
   } else {
     cuda_core_partition<QKIND, CKIND, HEAD_MAX, GROUP>(a);
   }
@@ -614,23 +618,16 @@ int group_slots(int group) {
 
 namespace {
 
-using Kernel = KernelPtr;  // a partition kernel (every body's shared memory is static)
-
-template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
-Kernel partition_entry() {
-  return partition_kernel<QKIND, CKIND, HEAD_MAX, GROUP>;
-}
-
 template <int QKIND, int HEAD_MAX, int GROUP>
-Kernel pick_cache(int cache_kind) {
-  if (cache_kind == QKIND) return partition_entry<QKIND, QKIND, HEAD_MAX, GROUP>();
-  if (cache_kind == kFp8E4M3) return partition_entry<QKIND, kFp8E4M3, HEAD_MAX, GROUP>();
-  if (cache_kind == kFp8E5M2) return partition_entry<QKIND, kFp8E5M2, HEAD_MAX, GROUP>();
+KernelPtr pick_cache(int cache_kind) {
+  if (cache_kind == QKIND) return partition_kernel<QKIND, QKIND, HEAD_MAX, GROUP>;
+  if (cache_kind == kFp8E4M3) return partition_kernel<QKIND, kFp8E4M3, HEAD_MAX, GROUP>;
+  if (cache_kind == kFp8E5M2) return partition_kernel<QKIND, kFp8E5M2, HEAD_MAX, GROUP>;
   return nullptr;
 }
 
 template <int HEAD_MAX, int GROUP>
-Kernel pick_query(int query_kind, int cache_kind) {
+KernelPtr pick_query(int query_kind, int cache_kind) {
   switch (query_kind) {
     case kFloat32: return pick_cache<kFloat32, HEAD_MAX, GROUP>(cache_kind);
     case kFloat16: return pick_cache<kFloat16, HEAD_MAX, GROUP>(cache_kind);
@@ -639,7 +636,7 @@ Kernel pick_query(int query_kind, int cache_kind) {
   }
 }
 
-Kernel partition_for(int query_kind, int cache_kind, int head_bucket, int slots) {
+KernelPtr partition_for(int query_kind, int cache_kind, int head_bucket, int slots) {
   if (slots != ATTN_GROUP_SLOTS) return nullptr;  // another library serves this group
   constexpr int G = ATTN_GROUP_SLOTS;
 #ifdef ATTN_TUNING_ONLY  // bench/native_tune.py: fp16 queries, head bucket 256, every cache kind
@@ -696,7 +693,7 @@ int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
     return cudaErrorInvalidValue;
   }
   const int slots = group_slots(group);
-  const Kernel partition =
+  const KernelPtr partition =
       partition_for(a.query_kind, a.cache_kind, head_bucket(a.head_size), slots);
   const KernelPtr merge = merge_for(a.query_kind);
   if (partition == nullptr || merge == nullptr) return cudaErrorInvalidValue;
