@@ -13,18 +13,17 @@ fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = bloc
 partition column, ``resident_blocks`` = blocks per SM x SMs), at least one, with partitions of
 a multiple of the body's tile (:func:`partition_grain`): 128 tokens on the CUDA-core body (one
 token per thread in the score phase), 16 on the matrix-unit one. The matrix-unit body refines
-it twice (:func:`rule_partitions`): partitions shorter than ``MMA_MIN_PARTITION_TOKENS`` at
-every resident slot fill two blocks per SM instead, and rows that fit one wave but leave more
-than a tenth of its slots empty take more partitions over several waves (none shorter than
-``MMA_MIN_PARTITION_TOKENS``). Swept on the H200 (2026-12-02 18:26
-UTC, the wmma body before the present one, three blocks per SM, ten shapes from 1 x 8K to 8 x
-100K and the tensor-parallel head slices), the refined rule picked the fastest split at all ten;
-plain fill-once picked it at six and was up to 13 % slower at the others. The present body
-(``csrc/decode_warp.cuh``, two blocks per SM at head 256) swept on 2026-12-03 at the same ten
-shapes: the rule (plain fill-once at all ten) picks the fastest at nine and is 2 % slower at
-the tenth (6 / 1 heads at 1 x 100K: 256 x 400 against 200 x 512). For the CUDA-core body: on
-the H200 (2026-12-01,
-``bench/native_decode_bench.py --sweep``, Qwen3.6 fp16) this rule picked the fastest of the
+it (:func:`rule_partitions`): no more than ``MMA_MAX_PARTITIONS`` partitions per row unless
+fewer would leave an SM without a block, none shorter than ``MMA_MIN_PARTITION_TOKENS``, and
+rows that fit one wave but leave more than a tenth of its slots empty take more partitions over
+several waves. Swept on the H200 (2026-12-03 07:3x UTC, the specialised warp-stream body, two
+blocks per SM at head 256; fifteen shapes from 1 x 8K to 8 x 100K, the tensor-parallel head
+slices and fp8; ``.dev``-built library, docs/benchmarks.md issue 17 round 7): the rule picks
+the fastest split or one within 1.5 % of it at every shape; plain fill-once was up to 15 % (6 /
+1 heads, 1 x 100K: 256 x 400, 0.0545 ms, against 131 x 784, 0.0475) and 12 % (1 x 8K) slower.
+
+For the CUDA-core body: on the H200 (2026-12-01, ``bench/native_decode_bench.py --sweep``,
+Qwen3.6 fp16) this rule picked the fastest of the
 swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and 64x8K; filling the device
 twice over was 3-9 % slower (more partials to merge, no more bandwidth). On 2026-12-02 (the
 same sweep with partitions in 16-token cache blocks beside the 128-token tiles, nine rows) it
@@ -118,16 +117,20 @@ def partials_shapes(
     return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
 
 
-# The matrix-unit body's two refinements of fill-once (H200, 2026-12-02, the sweep of
-# bench/native_decode_bench.py --sweep at ten shapes; docs/benchmarks.md, issue 17 round 4):
-# - a partition shorter than this at every resident slot runs with two blocks per SM instead
-#   (partitions half as long again): each partition pays its ring's fill and its partials,
-#   which 17-33 tiles did not amortise (6 / 1 heads at 1 x 100K: 0.0738 -> 0.0651 ms; 1 x 8K
-#   0.0328 -> 0.0288) and 65 tiles did (24 / 4 heads at 1 x 100K: three blocks 4 % faster);
-MMA_MIN_PARTITION_TOKENS = 768
+# The matrix-unit body's refinements of fill-once (H200, 2026-12-03, the sweep of fifteen shapes
+# in docs/benchmarks.md, issue 17 round 7):
+# - at most this many partitions per row, unless fewer would leave SMs without a block: the
+#   merge walks every partition of a (sequence, head) (ncu: 13 us for 66 partitions, 36 us for
+#   256), while one block per SM already streams 16-bit pages at the DRAM rate (6 / 1 heads, 1 x
+#   100K: 256 partitions 0.0545 ms, 131 partitions 0.0475; 12 / 2: 131 0.0709, 66 0.0667);
+MMA_MAX_PARTITIONS = 64
+# - no partition shorter than this: a warp's first tile waits two memory latencies with nothing
+#   to overlap them (1 x 8K: 64 x 128 tokens 0.0246 ms, 32 x 256 0.0219; 12 / 2 heads 1 x 8K:
+#   128 x 64 0.0241, 32 x 256 0.0195);
+MMA_MIN_PARTITION_TOKENS = 256
 # - when one partition per row fills under this share of the slots, more partitions over
-#   several waves fill them better (64 x 8K: 256 blocks in 396 slots, 0.729 ms; three
-#   partitions, 768 blocks in two waves of 396, 0.663).
+#   several waves fill them better (64 x 8K at three blocks per SM, the wmma body: 256 blocks in
+#   396 slots 0.729 ms, three partitions, 768 blocks in two waves, 0.663).
 MMA_MIN_FILL = 0.9
 
 
@@ -140,19 +143,18 @@ def rule_partitions(
     body: str, blocks_per_sm: int, sm_count: int, rows: int, max_seq_len: int
 ) -> int:
     """The partition count of the split rule (module docstring): fill the resident slots
-    once; on the matrix-unit body, with the two refinements above."""
+    once; on the matrix-unit body, with the refinements above."""
     slots = blocks_per_sm * sm_count
     wanted = max(1, slots // rows)
     if body != MMA:
         return wanted
-    if blocks_per_sm > 2 and max_seq_len < wanted * MMA_MIN_PARTITION_TOKENS:
-        slots = 2 * sm_count
-        wanted = max(1, slots // rows)
+    longest = max(1, -(-max_seq_len // MMA_MIN_PARTITION_TOKENS))  # partitions of the floor
+    capped = min(wanted, max(MMA_MAX_PARTITIONS, sm_count // rows), longest)
+    if capped < wanted:  # slots left empty on purpose: no search for a fuller wave
+        return capped
     # (a fill under 0.9 means rows > slots / 10, so wanted < 10: a short search, once per plan)
     if rows <= slots and wave_fill(rows * wanted, slots) < MMA_MIN_FILL:
-        for more in range(wanted + 1, 4 * wanted + 1):
-            if max_seq_len < more * MMA_MIN_PARTITION_TOKENS:
-                break
+        for more in range(wanted + 1, min(4 * wanted, longest) + 1):
             if wave_fill(rows * more, slots) >= MMA_MIN_FILL:
                 return more
     return wanted
