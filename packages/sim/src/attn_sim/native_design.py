@@ -104,13 +104,14 @@ def native_designs(
 
 
 # The matrix-unit body's latency roof: each of a block's four warps works through its 16-token
-# tiles one after another with one tile's loads in flight, and a tile takes a warp about
-# MMA_WARP_TILE_S whatever the bytes: H200, 2026-12-03, at two blocks per SM, 4.5 us a tile
-# (64 x 8K: 128 tiles per warp in 0.573 ms; 8 x 100K: 200 in 0.892; 1 x 100K fp8 caches, half
-# the bytes: 25 in 0.115). Measured on the H200 only; the simulator applies it to every NVIDIA
+# tiles one after another with one tile's loads in flight, and a tile takes a warp at least
+# MMA_WARP_TILE_S whatever the bytes. H200, 2026-12-03, the specialised body at two blocks per
+# SM: 2.6 us a tile (1 x 100K fp8 caches, half the bytes: 25 tiles a warp in 0.066 ms); 16-bit
+# caches stream at the DRAM rate there and the roof does not bind (64 x 8K: 128 tiles a warp in
+# 0.484 ms, 3.8 us a tile). Measured on the H200 only; the simulator applies it to every NVIDIA
 # profile (CoreX builds run the CUDA-core body, which has no roof here).
 MMA_TILE_TOKENS, MMA_WARPS = 16, 4
-MMA_WARP_TILE_S = 4.5e-6
+MMA_WARP_TILE_S = 2.6e-6
 
 
 # Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
