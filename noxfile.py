@@ -20,8 +20,10 @@ disk, where uv would download a multi-GB CUDA build.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shlex
+from pathlib import Path
 
 import nox
 
@@ -117,6 +119,25 @@ def vllm(session: nox.Session) -> None:
     )  # fmt: skip
 
 
+def _install_one_wheel_at_a_time(session: nox.Session, *requirements: str) -> None:
+    """Resolve ``requirements`` once, then install each resolved distribution in its own pip call.
+
+    One pip call downloads every wheel into its temporary directory before it installs any: for
+    torch 2.1.2's CUDA build that is ~2.7 GB of wheels beside the ~4.7 GB they unpack to. The
+    CI machine ran out of disk there (2026-12-03, stop 28); one wheel at a time the temporary
+    peak is the largest wheel (cuDNN, 732 MB).
+    """
+    report = Path(session.create_tmp()) / "resolved.json"
+    session.run(
+        "python", "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report),
+        *requirements,
+    )  # fmt: skip
+    resolved = json.loads(report.read_text())["install"]
+    for item in resolved:
+        meta = item["metadata"]
+        session.install("--no-deps", "--no-cache-dir", f"{meta['name']}=={meta['version']}")
+
+
 @nox.session(python=COMPAT_PYTHON)
 def compat(session: nox.Session) -> None:
     """attn-core's tests on torch 2.1.2 / Python 3.10 (the vendor ships torch 2.1.0+corex, 3.10)."""
@@ -125,7 +146,7 @@ def compat(session: nox.Session) -> None:
         session.install("--index-url", COMPAT_INDEX, "--no-deps", *COMPAT_TORCH)
         session.install(*COMPAT_TORCH_DEPS, "numpy<2")
     else:
-        session.install(*COMPAT_TORCH, "numpy<2")
+        _install_one_wheel_at_a_time(session, *COMPAT_TORCH, "numpy<2")
     session.install(*TEST_DEPS)
     session.install("--no-deps", "-e", ATTN_CORE)
     session.run("python", "-c", "import torch; print('torch', torch.__version__)")

@@ -22,7 +22,8 @@
 # `stop` ends only the dockerd whose pid file ($HIL_DOCKER_PID) names a dockerd on our socket,
 # then the containerd and shims it ran (found by their pid file / our containerd socket), never
 # a system docker. The data root (vfs: every image layer and container is a full copy; about
-# 5 GB after `nox -s tests`) stays for the next start, which reuses its cached torch layer;
+# 5 GB after `nox -s tests`; .ci/run has the tests remove their images) stays for the next
+# start, which reuses its cached torch layer;
 # `clean` removes it.
 # Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_DOCKER_EXEC_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
 #      HIL_TORCH_WHEEL, DEBIAN_MIRROR.

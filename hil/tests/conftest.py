@@ -111,3 +111,49 @@ def wheels_where_the_engine_script_left_none(monkeypatch, tmp_path_factory):
     runs of cpu-local get an empty one; where the engine script ran, nothing changes."""
     if not os.environ.get("HIL_WHEELS") and not Path("/var/cache/hil/wheels").is_dir():
         monkeypatch.setenv("HIL_WHEELS", str(tmp_path_factory.mktemp("no-wheels")))
+
+
+# --- HIL_TEST_REMOVE_IMAGES=1 (set by .ci/run): leave the engine's disk as the run found it.
+# Under the CI engine's vfs driver every image layer is a full copy: the suite image built by
+# these tests takes ~4.4 GB (six layers of ~0.95 GB), which a one-shot CI machine needs for the
+# later sessions (the torch 2.1 install alone unpacks to 4.7 GB). Elsewhere the images stay, so
+# the next run reuses them. Runs once, in the process that is not an xdist worker, after every
+# worker has finished.
+
+_IMAGES_BEFORE = pytest.StashKey[set]()
+
+
+def _remove_images_requested(config) -> bool:
+    return os.environ.get("HIL_TEST_REMOVE_IMAGES") == "1" and not hasattr(config, "workerinput")
+
+
+def _suite_image_ids(client) -> set[str]:
+    from hil.image import IMAGE_REPO
+
+    return {image.id for image in client.images.list(name=IMAGE_REPO)}
+
+
+def _client_or_none():
+    try:
+        import docker
+
+        client = docker.DockerClient(base_url=os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET)
+        client.ping()
+        return client
+    except Exception:  # no engine: the engine fixture reports it; nothing to clean here
+        return None
+
+
+def pytest_sessionstart(session):
+    if _remove_images_requested(session.config) and (client := _client_or_none()):
+        session.config.stash[_IMAGES_BEFORE] = _suite_image_ids(client)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = session.config.stash.get(_IMAGES_BEFORE, None)
+    if before is None or not (client := _client_or_none()):
+        return
+    built = _suite_image_ids(client) - before
+    for image_id in built:
+        client.images.remove(image_id, force=True)
+    print(f"\nHIL_TEST_REMOVE_IMAGES=1: removed {len(built)} image(s) these tests built")
