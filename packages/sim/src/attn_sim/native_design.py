@@ -118,8 +118,8 @@ MMA_WARP_TILE_S = 2.6e-6
 # 1 x 100K tokens) the CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots
 # with 16 warps per SM, neither saturated: the latency of the FMA chains is not hidden behind
 # the loads. The matrix-unit body takes the larger of that sum and its tile roof. Against the
-# H200 (2026-12-03, replays back to back, docs/benchmarks.md "issue 17 round 6"), datasheet
-# h200 profile: see that section for the error per row.
+# H200 (2026-12-03, replays back to back, docs/benchmarks.md "issue 17 round 7"), datasheet
+# h200 profile: -17 % to +16 % per row (tests/test_native_design.py keeps each within 20 %).
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
