@@ -6,7 +6,8 @@
 Shapes cover one and several partitions, partial tiles, 8-token blocks with fp8 (8-byte value
 copies) and with fp16 (the matrix-unit body's value copies at page edges), fp8 caches widened
 on the matrix-unit body (e4m3 and e5m2, 16- and 32-token pages, head 80 below its bucket),
-GQA 6, 8 and 16 (a group over two blocks), head 64 (two token groups), 80 and 256.
+GQA 6, 8 and 16 (a group over two blocks), head 64 (two token groups), 80 and 256, and a merge
+of 257 partitions.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ CASES = [
     # fp8 widened on the matrix-unit body: bf16 queries over e5m2, e4m3 at head 80, 32-token pages
     ([5, 300], 24, 4, 256, 16, torch.bfloat16, "fp8_e5m2", 3, 112),
     ([7, 129], 4, 4, 80, 32, torch.float16, "fp8_e4m3", 2, 96),
+    # the merge over 257 partitions: batches of eight loads, two weight chunks, head 80's slices
+    ([3, 4100], 12, 2, 80, 16, torch.float16, "auto", 260, 16),
 ]
 
 

@@ -61,6 +61,18 @@ def test_fp8_caches(head_size, block_size, dtype, kv_cache_dtype) -> None:
     assert_close(run_native(case, 1, 1024), want, dtype)
 
 
+@pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=str)
+@pytest.mark.parametrize("head_size", (80, 256))
+def test_merge_of_hundreds_of_partitions(head_size: int, dtype: torch.dtype) -> None:
+    """The merge's batches of eight loads per stream, its 128-partition weight chunks and the
+    remainder of each: 257 and 37 partitions hold tokens; head 80 leaves half of its third
+    32-dimension slice idle."""
+    case = cuda_case([1, 1000, 4100, 3333], 12, 2, head_size, 16, dtype)
+    want = reference(case)
+    assert_close(run_native(case, 260, 16), want, dtype)
+    assert_close(run_native(case, 37, 112), want, dtype)
+
+
 @pytest.mark.parametrize("group", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
 def test_gqa_ratios(group: int) -> None:
     case = cuda_case([5, 333, 1000], 2 * group, 2, 128, 16, torch.float16, seed=group)

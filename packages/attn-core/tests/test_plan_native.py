@@ -84,6 +84,9 @@ def test_native_plan_is_the_split(num_seqs, context, tier, launches):
     assert plan.steps[0].name == "native_partition"
     assert plan.steps[0].grid == (QWEN.num_kv_heads, split.num_partitions, num_seqs)
     assert plan.steps[0].registers_per_thread == split.partition.registers
+    if launches == 2:  # one merge block per query head, sequence and 32 of the 256 dimensions
+        assert plan.steps[1].name == "native_merge"
+        assert plan.steps[1].grid == (24, num_seqs, 8)
     assert plan.workspace_bytes == split.workspace_bytes(num_seqs, 24, 256)
 
 

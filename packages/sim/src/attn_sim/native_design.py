@@ -28,7 +28,7 @@ from attn_core.decode.plan import DecodeLengths, DecodePlan, plan_decode
 from attn_core.device.capabilities import profile_capabilities
 from attn_core.device.spec import DeviceSpec
 from attn_core.native.facts import MMA
-from attn_core.native.split import NativeSplit
+from attn_core.native.split import NativeSplit, merge_grid
 from attn_sim.designs import FP32, KernelDesign, evaluate
 
 
@@ -91,7 +91,7 @@ def native_designs(
         return [partition]
     merge = KernelDesign(
         name="native_merge",
-        grid=(shape.num_heads, num_seqs, 1),
+        grid=merge_grid(num_seqs, shape.num_heads, shape.head_size),
         threads=128,
         static_smem=split.merge.smem_bytes,
         dynamic_smem=0,

@@ -31,7 +31,7 @@ from attn_core.core.shapes import AttentionShape
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.spec import DeviceSpec
 from attn_core.native.facts import THREADS
-from attn_core.native.split import NativeSplit, native_split
+from attn_core.native.split import NativeSplit, merge_grid, native_split
 
 TORCH_ONLY_OVERRIDES = (
     "tier",
@@ -143,14 +143,16 @@ def plan_native_decode(
         kv_cache_dtype=shape.kv_cache_dtype,
         cache_element_size=shape.cache_element_size,
         workspace_bytes=split.workspace_bytes(num_seqs, shape.num_heads, shape.head_size),
-        steps=native_steps(split, num_seqs, shape.num_heads),
+        steps=native_steps(split, num_seqs, shape.num_heads, shape.head_size),
         device_spec=spec,
         split=split,
         backend_reason=why,
     )
 
 
-def native_steps(split: NativeSplit, num_seqs: int, num_heads: int) -> tuple[KernelStep, ...]:
+def native_steps(
+    split: NativeSplit, num_seqs: int, num_heads: int, head_size: int
+) -> tuple[KernelStep, ...]:
     """The launches: the partition kernel, then the merge kernel when there are partials."""
     partition = KernelStep(
         "native_partition",
@@ -163,7 +165,7 @@ def native_steps(split: NativeSplit, num_seqs: int, num_heads: int) -> tuple[Ker
         return (partition,)
     merge = KernelStep(
         "native_merge",
-        (num_heads, num_seqs, 1),
+        merge_grid(num_seqs, num_heads, head_size),
         THREADS,
         split.merge.smem_bytes,
         split.merge.registers,

@@ -5,8 +5,8 @@ simulator all read this one answer.
 Grid (``csrc/paged_decode.cu``): ``(num_kv_heads * head_groups, num_partitions, num_seqs)``
 blocks of 128 threads; each block serves ``slots`` query heads of one KV head over one
 partition of the context. With one partition the kernel writes the output directly; with more,
-each block writes fp32 partials and a merge kernel (one block per query head and sequence)
-weighs them by their log-sum-exp.
+each block writes fp32 partials and a merge kernel weighs them by their log-sum-exp: grid
+:func:`merge_grid`, one block per query head, sequence and ``MERGE_DIMS`` head dimensions.
 
 Partition rule. A step reads every token once however it is split, so the split only has to
 fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = blocks per
@@ -115,6 +115,14 @@ def partials_shapes(
     """``(part_out, part_lse)`` shapes of ``num_partitions`` partitions, fp32."""
     p = num_partitions
     return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
+
+
+MERGE_DIMS = 32  # csrc/paged_decode.cu kMergeDims: head dimensions one merge block serves
+
+
+def merge_grid(num_seqs: int, num_heads: int, head_size: int) -> tuple[int, int, int]:
+    """The merge launch: ``(num_heads, num_seqs, ceil(head_size / MERGE_DIMS))`` blocks."""
+    return (num_heads, num_seqs, -(-head_size // MERGE_DIMS))
 
 
 # The matrix-unit body's refinements of fill-once (H200, 2026-12-03, the sweep of fifteen shapes

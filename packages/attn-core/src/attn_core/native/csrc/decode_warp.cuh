@@ -58,6 +58,8 @@ namespace decode_warp {
 
 constexpr int kWarps = 4;
 constexpr int kTok = 16;  // tokens per warp tile
+constexpr int kTokShift = 4;
+static_assert(1 << kTokShift == kTok, "kTokShift");
 constexpr int kHeads = 8;  // the N side of m16n8k16: head slots per block (GROUP <= 8)
 
 // The block's shared memory (static): the queries, one 256-byte transpose per warp, and the
@@ -198,9 +200,10 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   }
   __syncthreads();  // the queries, the only data the warps share before the merge
 
-  int bs_shift = 0;
-  while ((1 << bs_shift) < a.block_size) ++bs_shift;
-  if (kFixed) bs_shift = 4;
+  int bs_shift = kFixed ? kTokShift : 0;
+  if (!kFixed) {
+    while ((1 << bs_shift) < a.block_size) ++bs_shift;
+  }
   const int bs_mask = (1 << bs_shift) - 1;
   const uint8_t* k_head =
       static_cast<const uint8_t*>(a.key_cache) + kv_head * a.k_head_stride * kEB;
@@ -242,7 +245,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   };
   auto pages_of = [&](int j) ATTN_INLINE_LAMBDA {
     if constexpr (kFixed) {  // one page a tile (the partition starts on a page): one read
-      const int page = j < n_tiles ? table[(start >> 4) + j] : 0;
+      const int page = j < n_tiles ? table[(start >> kTokShift) + j] : 0;
       return Pages{page, page, page};
     }
     const int tok0 = start + j * kTok, len = tile_len(j);
