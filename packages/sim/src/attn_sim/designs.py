@@ -74,6 +74,7 @@ class KernelDesign:
     tensor_flops: int = 0  # matrix-unit arithmetic (fp16 in, fp32 accumulate)
     opts_in: bool = False  # dynamic shared memory past the default per-block limit (CUDA opt-in)
     serial_tiles: int = 0  # tiles one warp works through in turn (a latency roof; 0: none)
+    fixed_latency_s: float = 0.0  # dependent round trips every launch waits, whatever its size
 
     @property
     def blocks(self) -> int:

@@ -86,6 +86,7 @@ def native_designs(
         f"{split.partition_size} tokens",
         tensor_flops=tensor,
         serial_tiles=-(-split.partition_size // (MMA_TILE_TOKENS * MMA_WARPS)) if mma else 0,
+        fixed_latency_s=MMA_FIRST_TILE_S if mma else 0.0,
     )
     if not split.merged:
         return [partition]
@@ -99,27 +100,37 @@ def native_designs(
         other_bytes=partials + out,
         flops=4 * heads * split.num_partitions * shape.head_size,
         source="attn-core native kernel, log-sum-exp merge",
+        fixed_latency_s=MERGE_LATENCY_S,
     )
     return [partition, merge]
 
 
 # The matrix-unit body's latency roof: each of a block's four warps works through its 16-token
 # tiles one after another with one tile's loads in flight, and a tile takes a warp at least
-# MMA_WARP_TILE_S whatever the bytes. H200, 2026-12-03, the specialised body at two blocks per
-# SM: 2.6 us a tile (1 x 100K fp8 caches, half the bytes: 25 tiles a warp in 0.066 ms); 16-bit
-# caches stream at the DRAM rate there and the roof does not bind (64 x 8K: 128 tiles a warp in
-# 0.484 ms, 3.8 us a tile). Measured on the H200 only; the simulator applies it to every NVIDIA
-# profile (CoreX builds run the CUDA-core body, which has no roof here).
+# MMA_WARP_TILE_S whatever the bytes. Before its first tile a warp waits on its page ids, then
+# its keys, with nothing in flight to overlap them: MMA_FIRST_TILE_S a partition launch, in both
+# regimes. The merge reads the log-sum-exps before the partials they weight, two dependent round
+# trips a launch: MERGE_LATENCY_S. Fit together (H200, 2026-12-03, the sliced merge, build
+# b546514573a34bfb3004; docs/benchmarks.md "issue 17 round 8") to the twelve-row table and to
+# Nsight Compute's per-kernel times: the partition kernel at 1 x 8K (4 tiles a warp) 15.4 us =
+# 2.8 us launch + 4 x 2.2 + 3.8; the merge 3.7-6.0 us against 3.1-3.7 from bandwidth and launch
+# alone. 16-bit caches stream at the DRAM rate beyond 32K and the roof does not bind there.
+# Measured on the H200 only; the simulator applies the two tile constants to every NVIDIA
+# profile (CoreX builds run the CUDA-core body, which has no roof here) and the merge's latency
+# to every profile (the merge is one kernel for both).
 MMA_TILE_TOKENS, MMA_WARPS = 16, 4
-MMA_WARP_TILE_S = 2.6e-6
+MMA_WARP_TILE_S = 2.2e-6
+MMA_FIRST_TILE_S = 4e-6
+MERGE_LATENCY_S = 1.5e-6
 
 
 # Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
 # 1 x 100K tokens) the CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots
 # with 16 warps per SM, neither saturated: the latency of the FMA chains is not hidden behind
-# the loads. The matrix-unit body takes the larger of that sum and its tile roof. Against the
-# H200 (2026-12-03, replays back to back, docs/benchmarks.md "issue 17 round 7"), datasheet
-# h200 profile: -17 % to +16 % per row (tests/test_native_design.py keeps each within 20 %).
+# the loads. The matrix-unit body takes the larger of that sum and its tile roof, plus its first
+# tile. Against the H200 (2026-12-03 12:27 UTC, replays back to back, docs/benchmarks.md "issue
+# 17 round 8"), datasheet h200 profile: -8 % to +5 % per row (tests/test_native_design.py keeps
+# each within 10 %).
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
@@ -131,7 +142,7 @@ def native_step_s(spec: DeviceSpec, designs: list) -> float:
         memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / w.memory_efficiency
         compute_s = (d.flops / spec.fp32_flops + d.tensor_flops / spec.fp16_flops) / w.efficiency
         roof_s = w.waves * d.serial_tiles * MMA_WARP_TILE_S
-        total += max(memory_s + compute_s, roof_s) + spec.launch_gap_s
+        total += max(memory_s + compute_s, roof_s) + d.fixed_latency_s + spec.launch_gap_s
     return total
 
 
@@ -189,8 +200,9 @@ NATIVE_LEGEND = (
     "and fp32 arithmetic added, not overlapped (the H200's measurement; registers are the sm_90 "
     "build's until the lab records CoreX's); on NVIDIA's matrix-unit body, the larger of that "
     "and its tile roof (each warp spends `MMA_WARP_TILE_S` on each of its 16-token tiles in "
-    "turn, measured on the H200). `torch_ms`: the portable torch path, traced and "
-    "replayed the same way (as in the decode table below). `fits`: every launch is "
-    "resident within the per-block shared-memory budget; `fits_device_memory`: K+V + the fp32 "
-    "partials fit the device's memory."
+    "turn) plus its first tile's wait (`MMA_FIRST_TILE_S`); the merge adds its two dependent "
+    "reads (`MERGE_LATENCY_S`); all three measured on the H200. `torch_ms`: the portable torch "
+    "path, traced and replayed the same way (as in the decode table below). `fits`: every "
+    "launch is resident within the per-block shared-memory budget; `fits_device_memory`: K+V + "
+    "the fp32 partials fit the device's memory."
 )
