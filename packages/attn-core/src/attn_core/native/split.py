@@ -14,7 +14,8 @@ partition column, ``resident_blocks`` = blocks per SM x SMs), at least one, with
 a multiple of the body's tile (:func:`partition_grain`): 128 tokens on the CUDA-core body (one
 token per thread in the score phase), 16 on the matrix-unit one. The matrix-unit body refines
 it (:func:`rule_partitions`): no more than ``MMA_MAX_PARTITIONS`` partitions per row unless
-fewer would leave an SM without a block, none shorter than ``MMA_MIN_PARTITION_TOKENS``, and
+fewer would leave an SM without a block, none shorter than ``MMA_MIN_PARTITION_TOKENS`` (128
+tokens where 256 would leave over half the SMs idle: :func:`min_partition_tokens`), and
 rows that fit one wave but leave more than a tenth of its slots empty take more partitions over
 several waves. Swept on the H200 (2026-12-03 07:3x UTC, the specialised warp-stream body, two
 blocks per SM at head 256; fifteen shapes from 1 x 8K to 8 x 100K, the tensor-parallel head
@@ -136,6 +137,14 @@ MMA_MAX_PARTITIONS = 64
 #   to overlap them (1 x 8K: 64 x 128 tokens 0.0246 ms, 32 x 256 0.0219; 12 / 2 heads 1 x 8K:
 #   128 x 64 0.0241, 32 x 256 0.0195);
 MMA_MIN_PARTITION_TOKENS = 256
+# - ... unless partitions of that floor leave more than half the SMs without a block (short
+#   contexts, and the tensor-parallel slices' one or two KV heads): then partitions of this
+#   many tokens, twice the blocks. H200, 2026-12-03, issue 17 round 9, best of three rounds
+#   interleaved, ms: 256 -> 128 tokens at 24 / 4 heads 1 x 2K 0.0171 -> 0.0145, 1 x 4K 0.0178 ->
+#   0.0161; 12 / 2 1 x 4K 0.0169 -> 0.0146, 1 x 8K 0.0180 -> 0.0167; 6 / 1 1 x 4K 0.0167 ->
+#   0.0140, 1 x 8K 0.0171 -> 0.0151, 1 x 16K 0.0185 -> 0.0176, 2 x 8K 0.0180 -> 0.0168. Where
+#   256 already gives half the SMs a block (24 / 4 1 x 8K: 128 blocks) 128 is slower (above).
+MMA_SHORT_PARTITION_TOKENS = 128
 # - when one partition per row fills under this share of the slots, more partitions over
 #   several waves fill them better (64 x 8K at three blocks per SM, the wmma body: 256 blocks in
 #   396 slots 0.729 ms, three partitions, 768 blocks in two waves, 0.663).
@@ -147,6 +156,14 @@ def wave_fill(blocks: int, slots: int) -> float:
     return blocks / (-(-blocks // slots) * slots)
 
 
+def min_partition_tokens(sm_count: int, rows: int, max_seq_len: int) -> int:
+    """The matrix-unit body's shortest partition: ``MMA_MIN_PARTITION_TOKENS``, or
+    ``MMA_SHORT_PARTITION_TOKENS`` where the longer floor leaves over half the SMs idle."""
+    if rows * -(-max_seq_len // MMA_MIN_PARTITION_TOKENS) <= sm_count // 2:
+        return MMA_SHORT_PARTITION_TOKENS
+    return MMA_MIN_PARTITION_TOKENS
+
+
 def rule_partitions(
     body: str, blocks_per_sm: int, sm_count: int, rows: int, max_seq_len: int
 ) -> int:
@@ -156,7 +173,7 @@ def rule_partitions(
     wanted = max(1, slots // rows)
     if body != MMA:
         return wanted
-    longest = max(1, -(-max_seq_len // MMA_MIN_PARTITION_TOKENS))  # partitions of the floor
+    longest = max(1, -(-max_seq_len // min_partition_tokens(sm_count, rows, max_seq_len)))
     capped = min(wanted, max(MMA_MAX_PARTITIONS, sm_count // rows), longest)
     if capped < wanted:  # slots left empty on purpose: no search for a fuller wave
         return capped
