@@ -157,4 +157,28 @@ def test_the_datasheet_h200_prediction_is_within_a_tenth_of_the_measured_table(r
         QWEN36, num_heads=heads, num_kv_heads=kv_heads, kv_cache_dtype=cache
     )
     predicted_ms = native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
-    assert predicted_ms == pytest.approx(measured_ms, rel=0.2)
+    assert predicted_ms == pytest.approx(measured_ms, rel=0.1)
+
+
+# Out of sample: the short-context rows of issue 17 round 9 (H200, 2026-12-03 14:12 UTC, the
+# plan's split with its 128-token floor, docs/benchmarks.md), which no constant was fit to.
+# The model came within -7 % to +12 % of them, and it also priced the old 256-token splits
+# slower at every row the rule changed (by more than measured: +10 % to +20 % error there).
+H200_SHORT_ROWS_20261203 = {
+    (24, 4, 1, 2048): 0.0145,
+    (24, 4, 1, 4096): 0.0161,
+    (12, 2, 1, 4096): 0.0146,
+    (12, 2, 1, 8192): 0.0167,
+    (6, 1, 1, 4096): 0.0140,
+    (6, 1, 1, 8192): 0.0151,
+    (6, 1, 1, 16384): 0.0176,
+    (6, 1, 2, 8192): 0.0168,
+}
+
+
+@pytest.mark.parametrize(("row", "measured_ms"), sorted(H200_SHORT_ROWS_20261203.items()))
+def test_the_short_context_rows_out_of_sample(row, measured_ms):
+    heads, kv_heads, batch, context = row
+    shape = dataclasses.replace(QWEN36, num_heads=heads, num_kv_heads=kv_heads)
+    predicted_ms = native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
+    assert predicted_ms == pytest.approx(measured_ms, rel=0.15)
