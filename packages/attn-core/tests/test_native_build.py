@@ -118,6 +118,52 @@ def test_build_key_follows_sources_and_flags(tmp_path: Path) -> None:
     assert build.build_key(moved) == build.build_key(tc)
 
 
+def test_each_library_hashes_only_the_files_it_includes(tmp_path: Path, monkeypatch) -> None:
+    """A prefill-layer edit must not rebuild the 16 decode libraries (nor stale
+    kernel_facts.json), a decode-only edit must not rebuild prefill; a shared header rebuilds
+    both."""
+    from attn_core.native import prefill_library
+
+    copy = tmp_path / "csrc"
+    shutil.copytree(CSRC, copy)
+    monkeypatch.setattr(build, "CSRC", copy)
+    decode, prefill = copy / build.SOURCE.name, copy / prefill_library.SOURCE.name
+
+    def names(entry: Path) -> set[str]:
+        return {p.name for p in build.include_closure(entry)}
+
+    assert {"decode_warp.cuh", "attn_platform.cuh", "attn_decode_abi.h"} <= names(decode)
+    assert not {"attn_mma.cuh", "attn_async.cuh", "paged_prefill.cu"} & names(decode)
+    assert {"attn_mma.cuh", "attn_platform.cuh", "attn_prefill_abi.h"} <= names(prefill)
+    assert not {"decode_warp.cuh", "paged_decode.cu"} & names(prefill)
+
+    def digests() -> tuple[str, str]:
+        return build.source_digest(decode), build.source_digest(prefill)
+
+    def edit(name: str) -> None:
+        path = copy / name
+        path.write_bytes(path.read_bytes() + b"\n// edited\n")
+
+    for name, decode_moves, prefill_moves in (
+        ("attn_mma.cuh", False, True),
+        ("decode_warp.cuh", True, False),
+        ("attn_platform.cuh", True, True),
+    ):
+        before = digests()
+        edit(name)
+        after = digests()
+        assert (after[0] != before[0], after[1] != before[1]) == (decode_moves, prefill_moves), name
+
+
+def test_includes_are_followed_transitively(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(build, "CSRC", tmp_path)
+    (tmp_path / "a.cu").write_text('#include <cstdio>\n#include "b.cuh"\n')
+    (tmp_path / "b.cuh").write_text('#if X\n  #  include "c.h"  // under any #if\n#endif\n')
+    (tmp_path / "c.h").write_text('#include "b.cuh"  // a cycle ends\n')
+    (tmp_path / "unused.h").write_text("")
+    assert [p.name for p in build.include_closure(tmp_path / "a.cu")] == ["a.cu", "b.cuh", "c.h"]
+
+
 def test_no_toolchain_is_a_reason_not_an_error(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     toolchain, why = find_toolchain(str(tmp_path / "nowhere"), None)

@@ -14,6 +14,7 @@ import dataclasses
 import fcntl
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -43,19 +44,32 @@ class BuildError(RuntimeError):
     """The compiler failed; the message carries its command and the tail of its output."""
 
 
-# Files only the prefill library compiles (attn_core/native/prefill_library.py): outside the
-# decode digest, so a prefill edit neither rebuilds decode nor stales kernel_facts.json.
-PREFILL_SOURCES = frozenset({"paged_prefill.cu", "attn_prefill_abi.h"})
+_LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
-def source_digest(*, prefill: bool = False) -> str:
-    """A hash of every file under ``csrc/`` (names and bytes); the prefill-only files count
-    only with ``prefill``."""
+def include_closure(entry: Path) -> list[Path]:
+    """``entry`` and every ``csrc/`` file it includes with ``#include "..."``, transitively,
+    sorted by name. Includes under any ``#if`` count (a superset is safe: it only rebuilds)."""
+    seen: dict[str, Path] = {}
+    todo = [entry]
+    while todo:
+        path = todo.pop()
+        if path.name in seen:
+            continue
+        seen[path.name] = path
+        for name in _LOCAL_INCLUDE.findall(path.read_bytes()):
+            todo.append(CSRC / name.decode())
+    return [seen[name] for name in sorted(seen)]
+
+
+def source_digest(entry: Path = SOURCE) -> str:
+    """A hash of what ``entry`` compiles (:func:`include_closure`: names and bytes). The decode
+    and prefill libraries hash only their own files, so an edit to one rebuilds neither the
+    other nor, for a prefill-only file, stales kernel_facts.json."""
     h = hashlib.sha256()
-    for path in sorted(CSRC.iterdir()):
-        if path.is_file() and (prefill or path.name not in PREFILL_SOURCES):
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
+    for path in include_closure(entry):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -82,10 +96,10 @@ def build_all(
     return time.monotonic() - start
 
 
-def build_key(toolchain: Toolchain, *, flush_denormals: bool = False) -> str:
-    """Cache key: sources, compiler kind and version, targets and command lines (those with
-    ``flush_denormals`` for a library built so)."""
-    h = hashlib.sha256(source_digest().encode())
+def build_key(toolchain: Toolchain, *, source: Path = SOURCE, flush_denormals: bool = False) -> str:
+    """Cache key: ``source``'s files (:func:`source_digest`), compiler kind and version,
+    targets and command lines (those with ``flush_denormals`` for a library built so)."""
+    h = hashlib.sha256(source_digest(source).encode())
     h.update("|".join((toolchain.kind, toolchain.version, *toolchain.archs)).encode())
     # Where the compiler is installed is not part of what it builds: the same nvcc under
     # /usr/local/bin here and /usr/local/cuda/bin on the lab image must share a cache (the

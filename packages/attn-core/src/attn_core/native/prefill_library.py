@@ -2,7 +2,8 @@
 
 ``libattn_prefill_{fma,wmma,corex_wmma}.so`` from ``csrc/paged_prefill.cu`` with
 ``-DATTN_PREFILL_MMA=<kind>``, built by the decode library's toolchain (``toolchain.py``) into
-the same cache (``build.py``'s key plus the prefill-only sources: :func:`prefill_build_key`)
+the same cache (``build.py``'s key over the files ``paged_prefill.cu`` includes:
+:func:`prefill_build_key`)
 by ``build.py``'s ``compile_library`` (under a lock, appearing by atomic rename); what loading
 shares with the decode library is in :mod:`.loader`. A directory of prebuilt libraries can be
 named instead (tests and benchmarks carry libraries compiled on a machine without a GPU).
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from attn_core.native import prefill_abi as pabi
-from attn_core.native.build import CSRC, build_key, compile_library, source_digest
+from attn_core.native.build import CSRC, build_key, compile_library
 from attn_core.native.loader import CLibrary, cache_root, cached_or_built, cuda_index, device_arch
 from attn_core.native.toolchain import Toolchain, find_toolchain
 
@@ -97,11 +97,10 @@ def build_prefill_library(toolchain: Toolchain, out_dir: Path, mma: str) -> tupl
 
 
 def prefill_build_key(toolchain: Toolchain) -> str:
-    """Cache key: the decode library's (shared sources, compiler, targets; the command lines
-    with subnormals flushed, as prefill builds) and the prefill-only sources."""
-    h = hashlib.sha256(build_key(toolchain, flush_denormals=True).encode())
-    h.update(source_digest(prefill=True).encode())
-    return "prefill-" + h.hexdigest()[:20]
+    """Cache key: the files ``paged_prefill.cu`` compiles, compiler, targets and the command
+    lines with subnormals flushed, as prefill builds (no decode-only file: a decode edit does
+    not rebuild prefill)."""
+    return "prefill-" + build_key(toolchain, source=SOURCE, flush_denormals=True)
 
 
 _LOCK = threading.Lock()
