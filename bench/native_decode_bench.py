@@ -17,6 +17,7 @@ files from ``git show main:...`` into a directory, built with nvcc as attn_core.
 does, plus ``-DATTN_GROUP_SLOTS=6 -DATTN_TUNING_ONLY``) on the same inputs and splits.
 
     python3 bench/native_decode_bench.py --out results [--sweep] [--previous LIB] [--no-vllm]
+    python3 bench/native_decode_bench.py --shapes 6/1/1x8192,12/2/1x4096 --sweep --no-vllm
 
 Prints a table per row and a summary against issue 17's targets; writes
 ``native_decode_bench.json``. Measures, never asserts.
@@ -284,6 +285,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--out", default="results")
     ap.add_argument("--sweep", action="store_true", help="time several partition splits")
     ap.add_argument("--rows", default="", help="row numbers to run, e.g. 0,2,6 (default: all)")
+    ap.add_argument(
+        "--shapes",
+        type=parse_shapes,
+        default=(),
+        help="other rows instead: "
+        "HEADS/KV/BATCHxTOKENS[:fp8_e4m3|:fp8_e5m2], comma-separated, e.g. "
+        "12/2/1x8192,6/1/2x8192 (group 6)",
+    )
     ap.add_argument("--previous", default="", help="another build of libattn_native_g6.so")
     ap.add_argument("--torch-path", action="store_true", help="also time attn-core's torch path")
     ap.add_argument("--vllm-sdist", default=".ci-cache/vllm-0.6.3.tar.gz")
@@ -310,6 +319,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     specs = ROWS
     if args.rows:
         specs = tuple(ROWS[int(i)] for i in args.rows.split(","))
+    if args.shapes:
+        specs = args.shapes
     sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
@@ -329,6 +340,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("\n== summary (CUDA-graph replays back to back, ms; native_single_ms: one replay)")
     print_table(rows, [*COLUMNS, "target_ms", "verdict"])
     return 0
+
+
+def parse_shapes(text: str) -> tuple[tuple[int, int, int, int, str], ...]:
+    """``"12/2/1x8192,6/1/2x8192:fp8_e4m3"`` -> ``ROWS``-like entries (``(12, 2, 1, 8192,
+    "auto"), (6, 1, 2, 8192, "fp8_e4m3")``); the cache defaults to the queries' fp16. The
+    library loaded serves Qwen's group (``HEADS // KV_HEADS``), so every row must have it."""
+    rows = []
+    for item in text.split(","):
+        dims, _, cache = item.partition(":")
+        try:
+            heads, kv_heads, rest = dims.split("/")
+            batch, tokens = rest.split("x")
+            row = (int(heads), int(kv_heads), int(batch), int(tokens), cache or "auto")
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected HEADS/KV/BATCHxTOKENS[:CACHE], got {item!r}"
+            ) from None
+        if row[1] < 1 or row[0] != row[1] * (HEADS // KV_HEADS):
+            raise argparse.ArgumentTypeError(f"{item!r}: not a group of {HEADS // KV_HEADS}")
+        if row[4] not in ("auto", "fp8_e4m3", "fp8_e5m2"):
+            raise argparse.ArgumentTypeError(f"{item!r}: cache fp8_e4m3 or fp8_e5m2")
+        rows.append(row)
+    return tuple(rows)
 
 
 COLUMNS = [
