@@ -157,7 +157,7 @@ def test_each_library_hashes_only_the_files_it_includes(tmp_path: Path, monkeypa
 
 def test_includes_are_followed_transitively(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(build, "CSRC", tmp_path)
-    (tmp_path / "a.cu").write_text('#include <cstdio>\n#include "b.cuh"\n')
+    (tmp_path / "a.cu").write_text('#include <cstdio>\n#include "b.cuh"\n#include "cuda_fp16.h"\n')
     (tmp_path / "b.cuh").write_text('#if X\n  #  include "c.h"  // under any #if\n#endif\n')
     (tmp_path / "c.h").write_text('#include "b.cuh"  // a cycle ends\n')
     (tmp_path / "unused.h").write_text("")

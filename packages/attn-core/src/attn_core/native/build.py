@@ -49,7 +49,9 @@ _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 def include_closure(entry: Path) -> list[Path]:
     """``entry`` and every ``csrc/`` file it includes with ``#include "..."``, transitively,
-    sorted by name. Includes under any ``#if`` count (a superset is safe: it only rebuilds)."""
+    sorted by name. Includes under any ``#if`` count (a superset is safe: it only rebuilds); a
+    quoted name that is not a ``csrc/`` file (a toolkit header) is the toolchain's, which the
+    build key covers by its version."""
     seen: dict[str, Path] = {}
     todo = [entry]
     while todo:
@@ -58,7 +60,9 @@ def include_closure(entry: Path) -> list[Path]:
             continue
         seen[path.name] = path
         for name in _LOCAL_INCLUDE.findall(path.read_bytes()):
-            todo.append(CSRC / name.decode())
+            included = CSRC / name.decode()
+            if included.is_file():
+                todo.append(included)
     return [seen[name] for name in sorted(seen)]
 
 
