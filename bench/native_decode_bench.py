@@ -357,6 +357,8 @@ def parse_shapes(text: str) -> tuple[tuple[int, int, int, int, str], ...]:
             raise argparse.ArgumentTypeError(
                 f"expected HEADS/KV/BATCHxTOKENS[:CACHE], got {item!r}"
             ) from None
+        if row[2] < 1 or row[3] < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: batch and tokens must be >= 1")
         if row[1] < 1 or row[0] != row[1] * (HEADS // KV_HEADS):
             raise argparse.ArgumentTypeError(f"{item!r}: not a group of {HEADS // KV_HEADS}")
         if row[4] not in ("auto", "fp8_e4m3", "fp8_e5m2"):

@@ -86,14 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.slots not in SLOTS:
-        print(f"--slots must be one of {SLOTS}, got {args.slots}")
-        return 2
+        ap.error(f"--slots must be one of {SLOTS}, got {args.slots}")
     if shutil.which(args.clang) is None:
-        print(f"--clang must name a clang++ on PATH, got {args.clang!r} (apt-get install clang-16)")
-        return 2
+        ap.error(f"--clang must name a clang++ on PATH, got {args.clang!r} (apt install clang-16)")
     if not Path(args.fatbinary).is_file():
-        print(f"--fatbinary must name a CUDA toolkit's fatbinary, got {args.fatbinary!r}")
-        return 2
+        ap.error(f"--fatbinary must name a CUDA toolkit's fatbinary, got {args.fatbinary!r}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        ap.error(f"--out must be a directory, got the file {args.out!r}")
     cache = Path(args.cache).resolve()
     farm = cuda_path(cache)
     install_shim(farm, str(Path(args.fatbinary).resolve()))

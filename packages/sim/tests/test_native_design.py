@@ -152,12 +152,7 @@ def test_the_datasheet_h200_prediction_is_within_a_tenth_of_the_measured_table(r
     kernel does not do or needs a new measurement. Away from the plan's split the model is
     coarser (-41 % to +47 % over a 70-point split sweep, docs/benchmarks.md round 8): it prices
     the plan, it does not choose the split."""
-    heads, kv_heads, batch, context, cache = row
-    shape = dataclasses.replace(
-        QWEN36, num_heads=heads, num_kv_heads=kv_heads, kv_cache_dtype=cache
-    )
-    predicted_ms = native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
-    assert predicted_ms == pytest.approx(measured_ms, rel=0.1)
+    assert _h200_ms(*row) == pytest.approx(measured_ms, rel=0.1)
 
 
 # Out of sample: the short-context rows of issue 17 round 9 (H200, 2026-12-03 14:12 UTC, the
@@ -178,7 +173,12 @@ H200_SHORT_ROWS_20261203 = {
 
 @pytest.mark.parametrize(("row", "measured_ms"), sorted(H200_SHORT_ROWS_20261203.items()))
 def test_the_short_context_rows_out_of_sample(row, measured_ms):
-    heads, kv_heads, batch, context = row
-    shape = dataclasses.replace(QWEN36, num_heads=heads, num_kv_heads=kv_heads)
-    predicted_ms = native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
-    assert predicted_ms == pytest.approx(measured_ms, rel=0.15)
+    assert _h200_ms(*row) == pytest.approx(measured_ms, rel=0.15)
+
+
+def _h200_ms(heads: int, kv_heads: int, batch: int, context: int, cache: str = "auto") -> float:
+    """The datasheet h200 profile's price of one step at the plan's split, ms."""
+    shape = dataclasses.replace(
+        QWEN36, num_heads=heads, num_kv_heads=kv_heads, kv_cache_dtype=cache
+    )
+    return native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
