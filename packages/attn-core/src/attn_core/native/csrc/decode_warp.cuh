@@ -192,14 +192,6 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   }
   const int end = min(start + a.partition_size, seq_len);
 
-  const uint16_t* query = static_cast<const uint16_t*>(a.query);
-  for (int i = tid; i < kHeads * HEAD_MAX; i += kThreads) {
-    const int r = i / HEAD_MAX, d = i % HEAD_MAX;
-    s.q[r][d] = r < G && d < D ? query[seq * a.q_seq_stride + (head0 + r) * a.q_head_stride + d]
-                               : static_cast<uint16_t>(0);
-  }
-  __syncthreads();  // the queries, the only data the warps share before the merge
-
   int bs_shift = kFixed ? kTokShift : 0;
   if (!kFixed) {
     while ((1 << bs_shift) < a.block_size) ++bs_shift;
@@ -310,6 +302,19 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     load_keys(warp, first);
     load_values(warp, first);
   }
+  // The queries are staged after the first tile's page ids and loads are issued: a barrier is a
+  // fence the compiler does not move loads across, so staged first, the queries', the table's
+  // and the keys' reads were three memory latencies in series before a warp's first product;
+  // now the queries' read overlaps the keys' (H200, 2026-12-03, docs/benchmarks.md round 10:
+  // fp16, 6 / 1 heads 1 x 8K 0.0149 -> 0.0137 ms, 24 / 4 1 x 8K 0.0200 -> 0.0194, 6 / 1 1 x 100K
+  // 0.0401 -> 0.0399; fp8 caches lost 0.6 us, 0.0626 -> 0.0633 at 24 / 4 1 x 100K, not traced).
+  const uint16_t* query = static_cast<const uint16_t*>(a.query);
+  for (int i = tid; i < kHeads * HEAD_MAX; i += kThreads) {
+    const int r = i / HEAD_MAX, d = i % HEAD_MAX;
+    s.q[r][d] = r < G && d < D ? query[seq * a.q_seq_stride + (head0 + r) * a.q_head_stride + d]
+                               : static_cast<uint16_t>(0);
+  }
+  __syncthreads();  // the queries, the only data the warps share before the merge
   for (int j = warp; j < n_tiles; j += kWarps) {
     const int tok0 = start + j * kTok;
     const int len = tile_len(j);
