@@ -160,8 +160,9 @@ def test_the_datasheet_h200_prediction_is_within_a_tenth_of_the_measured_table(r
 # plan's split with its 128-token floor, docs/benchmarks.md), which no constant was fit to.
 # The model came within -7 % to +12 % of them, and it also priced the old 256-token splits
 # slower at every row the rule changed (by more than measured: +10 % to +20 % error there).
-# These are round 9's kernel: round 10's earlier query staging since took 6 / 1 1 x 8K from
-# 0.0151 to 0.0137 ms, where the model (first tile still priced at 4 us) reads +16 %.
+# These are round 9's kernel: round 10 (the first tile's loads issued before the queries are
+# staged) since took 6 / 1 1 x 8K from 0.0151 to 0.0137 ms, where the model (first tile still
+# priced at 4 us) reads +16 %.
 H200_SHORT_ROWS_20261203 = {
     (24, 4, 1, 2048): 0.0145,
     (24, 4, 1, 4096): 0.0161,
