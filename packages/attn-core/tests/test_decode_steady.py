@@ -152,6 +152,48 @@ def test_a_steady_native_launch_equals_the_full_paths(case, monkeypatch) -> None
     assert int.from_bytes(after[offset : offset + 8], "little") == query.data_ptr()
 
 
+def test_a_steady_call_follows_the_workspaces_buffers(case, monkeypatch) -> None:
+    """The partials' addresses are remembered per step; a grown, cleared or other workspace
+    must still get its own buffers' addresses."""
+    lib = RecordingLibrary()
+    plan = native_plan(case, lib)
+    monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
+    monkeypatch.setattr(native_launch, "current_stream", lambda device: 0)
+    args = native_launch.abi.DecodeArgs
+
+    def launched(field) -> int:
+        return int.from_bytes(lib.launches[-1][field.offset : field.offset + 8], "little")
+
+    def buffers(ws: Workspace) -> tuple[int, int]:
+        device = case.query.device
+        return (ws.flat("native_part_out", 1, torch.float32, device).data_ptr(),
+                ws.flat("native_part_lse", 1, torch.float32, device).data_ptr())  # fmt: skip
+
+    ws, out = Workspace(), torch.empty_like(case.query)
+    call(case, out=out, workspace=ws)  # the full path
+    call(case, out=out, workspace=ws)  # steady: remembers the addresses
+    call(case, out=out, workspace=ws)  # steady: reuses them
+    assert (launched(args.part_out), launched(args.part_lse)) == buffers(ws) != (0, 0)
+    twin = Workspace()  # the same generation as ws once it made its two buffers
+    call(case, out=out, workspace=twin)
+    assert twin.generation == ws.generation
+    assert (launched(args.part_out), launched(args.part_lse)) == buffers(twin)
+    call(case, out=out, workspace=ws)
+    assert (launched(args.part_out), launched(args.part_lse)) == buffers(ws)
+    # another caller grows a buffer: the old address is no longer the buffer's
+    grown = ws.flat("native_part_out", 1 << 20, torch.float32, case.query.device)
+    call(case, out=out, workspace=ws)
+    assert launched(args.part_out) == grown.data_ptr()
+    other = Workspace()
+    call(case, out=out, workspace=other)
+    assert (launched(args.part_out), launched(args.part_lse)) == buffers(other)
+    assert launched(args.part_out) != grown.data_ptr()
+    ws.clear()  # every buffer dropped: new ones, new addresses
+    call(case, out=out, workspace=ws)
+    assert (launched(args.part_out), launched(args.part_lse)) == buffers(ws)
+    assert len(lib.launches) == 8
+
+
 def test_a_misaligned_cache_is_refused_on_both_paths(case, monkeypatch) -> None:
     lib = RecordingLibrary()
     plan = native_plan(case, lib)

@@ -49,6 +49,9 @@ class Workspace:
         self._retired: list[torch.Tensor] = []
         self._graph_seen = False
         self.allocations = 0
+        # bumped whenever a named buffer is made, replaced or dropped: a caller that kept a
+        # buffer's address may reuse it while this is unchanged (the steady decode call does)
+        self.generation = 0
 
     def claim(self) -> None:
         """Bind this workspace to the calling thread, or raise if another thread owns it.
@@ -112,6 +115,7 @@ class Workspace:
             buf = torch.empty(capacity, dtype=dtype, device=device)
             self._buffers[key] = buf
             self.allocations += 1
+            self.generation += 1
         return buf
 
     def constant(
@@ -156,6 +160,7 @@ class Workspace:
         self._buffers.clear()
         self._retired.clear()
         self._constants.clear()
+        self.generation += 1
 
 
 def check_workspace(workspace: object) -> Optional[Workspace]:

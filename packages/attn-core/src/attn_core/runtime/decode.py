@@ -68,7 +68,7 @@ from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace, is_capturing
 from attn_core.decode.bounds import check_decode_bounds, max_seq_len_bucket
 from attn_core.decode.inputs import DecodeInputs
-from attn_core.decode.native_step import native_partials, partial_sizes, run_native_decode
+from attn_core.decode.native_step import partial_sizes, run_native_decode
 from attn_core.decode.plan import AnyDecodePlan, DecodePlan
 from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.decode.torch_path import run_torch_decode
@@ -226,7 +226,7 @@ def _run_steady(
         _check_values(entry.layout, block_tables, seq_lens, max_seq_len)
     plan = step.plan
     if step.prepared is not None:
-        part_out, part_lse = native_partials(step.partials, query.device, ws)
+        part_out, part_lse = steady.partial_addresses(step, query.device, ws)
         step.prepared.launch(
             query, key_cache, value_cache, block_tables, seq_lens, out, alibi_slopes, part_out,
             part_lse,
