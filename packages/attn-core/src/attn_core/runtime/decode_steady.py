@@ -45,6 +45,10 @@ _NUMBERS = (float, int)  # type() checks: bool, numpy scalars and tensors take t
 MAX_ENTRIES = 256
 
 
+# (workspace, its generation, part_out address, part_lse address)
+_Addresses = tuple["weakref.ref[Workspace]", int, Optional[int], Optional[int]]
+
+
 @dataclass(frozen=True)
 class SteadyStep:
     """One ``max_seq_len`` bucket's plan; ``prepared`` is the native launch template (None on
@@ -55,7 +59,9 @@ class SteadyStep:
     partials: tuple[int, int] = (0, 0)
     # the partials' addresses last handed out: (workspace weakref, its generation, out, lse),
     # replaced whole (one store), so threads sharing the step never see a torn entry
-    addresses: list = field(default_factory=lambda: [None], compare=False, repr=False)
+    addresses: list[Optional[_Addresses]] = field(
+        default_factory=lambda: [None], compare=False, repr=False
+    )
 
 
 def partial_addresses(
