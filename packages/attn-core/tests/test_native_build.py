@@ -120,8 +120,8 @@ def test_build_key_follows_sources_and_flags(tmp_path: Path) -> None:
 
 def test_each_library_hashes_only_the_files_it_includes(tmp_path: Path, monkeypatch) -> None:
     """A prefill-layer edit must not rebuild the 16 decode libraries (nor stale
-    kernel_facts.json), a decode-only edit must not rebuild prefill; a shared header rebuilds
-    both."""
+    kernel_facts.json), a decode-only edit must not rebuild prefill; a shared header (the
+    platform's, the m16n8k16 register level both matrix-unit paths use) rebuilds both."""
     from attn_core.native import prefill_library
 
     copy = tmp_path / "csrc"
@@ -132,9 +132,9 @@ def test_each_library_hashes_only_the_files_it_includes(tmp_path: Path, monkeypa
     def names(entry: Path) -> set[str]:
         return {p.name for p in build.include_closure(entry)}
 
-    assert {"decode_warp.cuh", "attn_platform.cuh", "attn_decode_abi.h"} <= names(decode)
+    assert {"decode_warp.cuh", "attn_m16n8k16.cuh", "attn_decode_abi.h"} <= names(decode)
     assert not {"attn_mma.cuh", "attn_async.cuh", "paged_prefill.cu"} & names(decode)
-    assert {"attn_mma.cuh", "attn_platform.cuh", "attn_prefill_abi.h"} <= names(prefill)
+    assert {"attn_mma.cuh", "attn_m16n8k16.cuh", "attn_prefill_abi.h"} <= names(prefill)
     assert not {"decode_warp.cuh", "paged_decode.cu"} & names(prefill)
 
     def digests() -> tuple[str, str]:
@@ -148,6 +148,7 @@ def test_each_library_hashes_only_the_files_it_includes(tmp_path: Path, monkeypa
         ("attn_mma.cuh", False, True),
         ("decode_warp.cuh", True, False),
         ("attn_platform.cuh", True, True),
+        ("attn_m16n8k16.cuh", True, True),
     ):
         before = digests()
         edit(name)

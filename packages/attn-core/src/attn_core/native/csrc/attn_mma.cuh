@@ -1,5 +1,7 @@
 // The matrix-tile layer of the prefill kernel: S = Q K^T and O += P V on one block's tiles in
-// shared memory, in one of three implementations chosen at compile time (MmaKind, ABI-visible):
+// shared memory, in one of three implementations chosen at compile time (MmaKind, ABI-visible).
+// The register level under it (m16n8k16 on register fragments, NVIDIA) is attn_m16n8k16.cuh,
+// which decode's matrix-unit body uses too:
 //
 // - kMmaWmma: `nvcuda::wmma` 16x16x16, fp16/bf16 in, fp32 accumulate (NVIDIA, sm_80+).
 // - kMmaCorexWmma: CoreX's `wmma` (compiled only under __ILUVATAR__ when <mma.h> exists).
@@ -23,6 +25,7 @@
 
 #include <type_traits>
 
+#include "attn_m16n8k16.cuh"
 #include "attn_platform.cuh"
 
 #if !defined(__ILUVATAR__)
@@ -235,19 +238,16 @@ struct WmmaLayer {
     FragC s[QF_R][QF_C];
   };
 
-  // kScoresInRegs: row and column of element t of lane `lane`'s fragment in its 16 x 16 tile.
-  static ATTN_DEVICE int frag_row(int lane, int t) { return lane / 4 + 8 * ((t / 2) % 2); }
-  static ATTN_DEVICE int frag_col(int lane, int t) { return 2 * (lane % 4) + t % 2 + 8 * (t / 4); }
+  // kScoresInRegs: row and column of element t of lane `lane`'s fragment in its 16 x 16 tile
+  // (two m16n8k16 accumulators side by side).
+  static ATTN_DEVICE int frag_row(int lane, int t) { return m16n8k16::c_row(lane, t % 4); }
+  static ATTN_DEVICE int frag_col(int lane, int t) {
+    return m16n8k16::c_col(lane, t % 4) + 8 * (t / 4);
+  }
 #if defined(ATTN_HAVE_NV_WMMA)
   // kScoresInRegs: the maximum / sum over the four lanes that hold the same two rows.
-  static ATTN_DEVICE float quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-  }
-  static ATTN_DEVICE float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
-  }
+  static ATTN_DEVICE float quad_max(float v) { return m16n8k16::row_max(v); }
+  static ATTN_DEVICE float quad_sum(float v) { return m16n8k16::row_sum(v); }
 #endif
 
   static ATTN_DEVICE const E* e(const uint16_t* p) { return reinterpret_cast<const E*>(p); }

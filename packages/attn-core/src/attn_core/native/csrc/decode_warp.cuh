@@ -39,9 +39,10 @@
 #pragma once
 
 #include "attn_convert.cuh"
+#include "attn_m16n8k16.cuh"
 #include "attn_platform.cuh"
 
-#if !defined(__ILUVATAR__)  // inline PTX (mma.sync, sm_80+) and warp shuffles: NVIDIA only
+#if !defined(__ILUVATAR__)  // mma.sync (sm_80+) and warp shuffles: NVIDIA only
 #define ATTN_DECODE_HAVE_MMA 1
 
 // sm_89+ widens two fp8 values per instruction (cvt.rn.f16x2.e4m3x2 / .e5m2x2, through
@@ -75,25 +76,6 @@ struct alignas(16) Smem {
   float o[kWarps][kHeads][kOP];      // per warp at the end: unnormalised O[head][dim]
   float m[kWarps][kHeads], l[kWarps][kHeads];
 };
-
-// d += a . b on m16n8k16 (fp32 accumulate); a: 4 words of 16-bit pairs, b: 2.
-template <int QKIND>
-ATTN_DEVICE void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                          uint32_t b0, uint32_t b1) {
-  if constexpr (QKIND == kFloat16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
 
 // Zero the tokens >= len of one lane's values of one dim: tokens tok .. tok + 3, as loaded
 // (EB = 2: two words of two 16-bit tokens; EB = 1: one word of four fp8 bytes).
@@ -339,15 +321,15 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
                                 q1.w[0], q1.w[1], q1.w[2], q1.w[3]};
 #pragma unroll
         for (int st = 0; st < 4; ++st) {
-          mma16816<QKIND>(sc2[st % 2], wa[2 * st], wb[2 * st], wa[2 * st + 1], wb[2 * st + 1],
-                          qw[2 * st], qw[2 * st + 1]);
+          m16n8k16::mma<QKIND>(sc2[st % 2], wa[2 * st], wb[2 * st], wa[2 * st + 1],
+                               wb[2 * st + 1], qw[2 * st], qw[2 * st + 1]);
         }
       } else {  // 8 dims a vector: two k steps
         const Vec16 q0 = q[0];
-        mma16816<QKIND>(sc2[0], ka[p].w[0], kb[p].w[0], ka[p].w[1], kb[p].w[1], q0.w[0],
-                        q0.w[1]);
-        mma16816<QKIND>(sc2[1], ka[p].w[2], kb[p].w[2], ka[p].w[3], kb[p].w[3], q0.w[2],
-                        q0.w[3]);
+        m16n8k16::mma<QKIND>(sc2[0], ka[p].w[0], kb[p].w[0], ka[p].w[1], kb[p].w[1], q0.w[0],
+                             q0.w[1]);
+        m16n8k16::mma<QKIND>(sc2[1], ka[p].w[2], kb[p].w[2], ka[p].w[3], kb[p].w[3], q0.w[2],
+                             q0.w[3]);
       }
     }
     float sc[4];
@@ -364,12 +346,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
       x[i] = tok < len ? fmaf(slope[i % 2], rel, sc[i] * qscale) : -INFINITY;
     }
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float m = fmaxf(x[e], x[e + 2]);
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-      m_tile[e] = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-    }
+    for (int e = 0; e < 2; ++e) m_tile[e] = m16n8k16::col_max(fmaxf(x[e], x[e + 2]));
     float alpha[2], prob[4];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -411,7 +388,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
       o[i][1] *= alpha[1];
       o[i][2] *= alpha[0];
       o[i][3] *= alpha[1];
-      mma16816<QKIND>(o[i], x0[0], x1[0], x0[1], x1[1], pf.w[0], pf.w[1]);
+      m16n8k16::mma<QKIND>(o[i], x0[0], x1[0], x0[1], x1[1], pf.w[0], pf.w[1]);
     }
     if (j + kWarps < n_tiles) load_values(j + kWarps, next);
   }
@@ -419,9 +396,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   // Each warp's state (sums over its lanes' tokens first), then the merge of the four.
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], 4);
-    l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], 8);
-    l_run[e] += __shfl_xor_sync(0xffffffffu, l_run[e], 16);
+    l_run[e] = m16n8k16::col_sum(l_run[e]);
   }
   if (g == 0) {
 #pragma unroll
