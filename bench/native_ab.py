@@ -1,0 +1,133 @@
+"""Two or more builds of the group-6 decode library, timed on the same inputs in interleaved
+rounds: a change's effect beside the device's drift.
+
+    python3 bench/native_ab.py NAME=LIB NAME=LIB [...] [--shapes 6/1/1x102400,...] [--rounds 9]
+
+Each ``LIB`` is a ``libattn_native_g6.so`` (``bench/native_tune.py``'s tuning builds, or one
+built by hand from another revision's ``csrc/``). Rows default to native_decode_bench.py's
+fp16 rows; every build runs the plan's own split (what attn-core launches), each step captured
+in a CUDA graph and replayed back to back (``_timing.graph_ms``), the builds' order rotated per
+round so that none is always first after another's replays. Prints, per row, each build's median
+and best over the rounds and its difference from the first build, plus each build's largest
+error against a float64 reference; writes ``native_ab.json``. One run of a shape's graphs moves
+tenths of a microsecond between rounds on the H200 (docs/benchmarks.md, issue 17 round 11):
+read differences below that as no difference. Measures, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import copy_bandwidth, device_info, graph_ms, print_table, write_results  # noqa: E402
+from native_decode_bench import (  # noqa: E402
+    L2_MULTIPLE,
+    ROWS,
+    PagedKV,
+    _rule_split,
+    native_step,
+    parse_shapes,
+    reference,
+)
+
+
+def parse_builds(items: list[str]) -> list[tuple[str, Path]]:
+    """``["old=a/lib.so", "new=b/lib.so"]`` -> ``[("old", Path("a/lib.so")), ...]``."""
+    builds = []
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise argparse.ArgumentTypeError(f"expected NAME=LIB, got {item!r}")
+        builds.append((name, Path(path)))
+    if len(builds) < 2:
+        raise argparse.ArgumentTypeError(f"need two builds or more, got {len(builds)}")
+    return builds
+
+
+def ab_row(libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float) -> dict[str, Any]:
+    heads, kv_heads, batch, tokens, cache = spec
+    one = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)
+    copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
+    cases = [one] + [
+        PagedKV(batch, tokens, torch.float16, cache, i, heads, kv_heads) for i in range(1, copies)
+    ]
+    parts, ps = _rule_split(one)
+    k, v = one.contiguous_kv()
+    want = reference(one, k, v)
+    del k, v
+    names = list(libs)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    errors = {}
+    for name in names:
+        got = native_step(libs[name], one, parts, ps)().float()
+        errors[name] = float((got - want).abs().max())
+    steps = {n: [native_step(libs[n], c, parts, ps) for c in cases] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            times[name].append(graph_ms(steps[name])[0])
+    floor = one.kv_bytes / copy_bw * 1e3
+    row: dict[str, Any] = {"heads": f"{heads}/{kv_heads}", "shape": f"{batch}x{tokens}",
+                           "kv_cache": cache, "parts": parts, "floor_ms": floor}  # fmt: skip
+    base = statistics.median(times[names[0]])
+    for name in names:
+        med = statistics.median(times[name])
+        row[f"{name}_ms"] = med
+        row[f"{name}_best"] = min(times[name])
+        row[f"{name}_x_floor"] = med / floor
+        if name != names[0]:
+            row[f"{name}_minus_{names[0]}_us"] = (med - base) * 1e3
+        row[f"{name}_err"] = errors[name]
+    row["rounds"] = {n: times[n] for n in names}
+    del cases, one, steps
+    torch.cuda.empty_cache()
+    return row
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("builds", nargs="+", help="NAME=path/to/libattn_native_g6.so, two or more")
+    ap.add_argument("--shapes", type=parse_shapes, default=(), help="as native_decode_bench.py")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--out", default="results")
+    args = ap.parse_args(argv)
+    try:
+        builds = parse_builds(args.builds)
+    except argparse.ArgumentTypeError as exc:
+        ap.error(str(exc))
+    if not torch.cuda.is_available():
+        print("native_ab: needs a CUDA device; nothing measured")
+        return 0
+    from attn_core.native.library import NativeLibrary
+
+    libs = {name: NativeLibrary(path) for name, path in builds}
+    specs = args.shapes or tuple(r for r in ROWS if r[4] == "auto")
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
+    rows = []
+    names = [n for n, _ in builds]
+    columns = ["heads", "shape", "parts", "floor_ms"]
+    for n in names:
+        columns += [f"{n}_ms", f"{n}_x_floor"]
+        if n != names[0]:
+            columns.append(f"{n}_minus_{names[0]}_us")
+    columns += [f"{n}_err" for n in names]
+    for spec in specs:
+        rows.append(ab_row(libs, spec, args.rounds, bw))
+        print_table([rows[-1]], columns)
+        payload = {"device": device_info(torch.device("cuda")), "copy_bandwidth": bw,
+                   "builds": {n: str(p) for n, p in builds}, "rows": rows}  # fmt: skip
+        write_results(args.out, "native_ab.json", payload)
+    print(f"\n== medians over {args.rounds} interleaved rounds (ms; *_minus_*_us: microseconds)")
+    print_table(rows, columns)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
