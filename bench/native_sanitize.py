@@ -32,7 +32,7 @@ CASES = [
     # fp8 widened on the matrix-unit body: bf16 queries over e5m2, e4m3 at head 80, 32-token pages
     ([5, 300], 24, 4, 256, 16, torch.bfloat16, "fp8_e5m2", 3, 112),
     ([7, 129], 4, 4, 80, 32, torch.float16, "fp8_e4m3", 2, 96),
-    # the merge over 257 partitions: batches of eight loads, two weight chunks, head 80's slices
+    # the merge over 257 partitions: 16-dimension slices, rounds of eight loads, head 80's slices
     ([3, 4100], 12, 2, 80, 16, torch.float16, "auto", 260, 16),
 ]
 

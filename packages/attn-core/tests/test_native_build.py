@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from attn_core.core.settings import parse_archs
-from attn_core.native import abi, build, facts
+from attn_core.native import abi, build, facts, split
 from attn_core.native.__main__ import main as native_main
 from attn_core.native.toolchain import CLANG_FTZ, Toolchain, find_toolchain
 
@@ -85,6 +85,29 @@ def test_group_slots_mirror_the_kernel(group: int, slots: int) -> None:
     assert abi.group_slots(group) == slots
     source = (CSRC / "paged_decode.cu").read_text()
     assert "int group_slots(int group)" in source  # the rule this mirrors
+
+
+def test_merge_slices_mirror_the_kernel() -> None:
+    """split.merge_dims and merge_grid launch what paged_decode.cu's merge_dims() serves."""
+    source = (CSRC / "paged_decode.cu").read_text()
+
+    def constant(name: str) -> int:
+        match = re.search(rf"\b{name} = (\d+)", source)
+        assert match, f"{name} not in paged_decode.cu"
+        return int(match.group(1))
+
+    at = constant("kMergeNarrowAt")
+    narrow, wide = constant("kMergeNarrowDims"), constant("kMergeWideDims")
+    assert (split.MERGE_NARROW_AT, split.MERGE_NARROW_DIMS, split.MERGE_WIDE_DIMS) == (
+        at,
+        narrow,
+        wide,
+    )
+    assert "num_partitions >= kMergeNarrowAt ? kMergeNarrowDims : kMergeWideDims" in source
+    assert split.merge_dims(at - 1) == wide and split.merge_dims(at) == narrow
+    # head 256 over 131 partitions: 16 slices of 16 dimensions; head 72 over 2: 3 of 32
+    assert split.merge_grid(1, 6, 256, 131) == (6, 1, 16)
+    assert split.merge_grid(2, 24, 72, 2) == (24, 2, 3)
 
 
 def test_abi_structs_mirror_the_header() -> None:

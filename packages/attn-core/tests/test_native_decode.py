@@ -64,9 +64,10 @@ def test_fp8_caches(head_size, block_size, dtype, kv_cache_dtype) -> None:
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=str)
 @pytest.mark.parametrize("head_size", (80, 256))
 def test_merge_of_hundreds_of_partitions(head_size: int, dtype: torch.dtype) -> None:
-    """The merge's batches of eight loads per stream, its 128-partition weight chunks and the
-    remainder of each: 257 and 37 partitions hold tokens; head 80 leaves half of its third
-    32-dimension slice idle."""
+    """The merge's streams: a launch of 260 partitions takes 16-dimension slices (eight
+    streams; 257 hold tokens at 4100, so five rounds of eight loads with the running maximum
+    rescaled between them; 1 token leaves seven streams empty), one of 37 takes 32-dimension
+    slices (four streams); head 80 leaves half of its third 32-dimension slice idle."""
     case = cuda_case([1, 1000, 4100, 3333], 12, 2, head_size, 16, dtype)
     want = reference(case)
     assert_close(run_native(case, 260, 16), want, dtype)

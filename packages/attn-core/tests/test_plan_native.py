@@ -69,10 +69,14 @@ def test_forced_native_with_a_torch_only_override_is_an_error_naming_both(name):
 
 
 @pytest.mark.parametrize(
-    "num_seqs, context, tier, launches",
-    [(1, 102400, "partitioned", 2), (8, 102400, "partitioned", 2), (512, 4096, "one_pass", 1)],
+    "num_seqs, context, tier, launches, merge_slices",
+    [
+        (1, 102400, "partitioned", 2, 16),  # 64 partitions: 16-dimension merge slices
+        (8, 102400, "partitioned", 2, 8),  # 8 partitions: 32-dimension slices
+        (512, 4096, "one_pass", 1, 0),
+    ],
 )
-def test_native_plan_is_the_split(num_seqs, context, tier, launches):
+def test_native_plan_is_the_split(num_seqs, context, tier, launches, merge_slices):
     plan = plan_decode(QWEN, DecodeLengths(num_seqs, context), H200, NATIVE)
     split = native_split(QWEN, num_seqs, context, H200)
     assert plan.backend == "native" and plan.native == split
@@ -84,9 +88,9 @@ def test_native_plan_is_the_split(num_seqs, context, tier, launches):
     assert plan.steps[0].name == "native_partition"
     assert plan.steps[0].grid == (QWEN.num_kv_heads, split.num_partitions, num_seqs)
     assert plan.steps[0].registers_per_thread == split.partition.registers
-    if launches == 2:  # one merge block per query head, sequence and 32 of the 256 dimensions
+    if launches == 2:  # one merge block per query head, sequence and slice of the 256 dimensions
         assert plan.steps[1].name == "native_merge"
-        assert plan.steps[1].grid == (24, num_seqs, 8)
+        assert plan.steps[1].grid == (24, num_seqs, merge_slices)
     assert plan.workspace_bytes == split.workspace_bytes(num_seqs, 24, 256)
 
 

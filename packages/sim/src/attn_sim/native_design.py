@@ -92,7 +92,7 @@ def native_designs(
         return [partition]
     merge = KernelDesign(
         name="native_merge",
-        grid=merge_grid(num_seqs, shape.num_heads, shape.head_size),
+        grid=merge_grid(num_seqs, shape.num_heads, shape.head_size, split.num_partitions),
         threads=128,
         static_smem=split.merge.smem_bytes,
         dynamic_smem=0,
@@ -109,19 +109,22 @@ def native_designs(
 # tiles one after another with one tile's loads in flight, and a tile takes a warp at least
 # MMA_WARP_TILE_S whatever the bytes. Before its first tile a warp waits on its page ids, then
 # its keys, with nothing in flight to overlap them: MMA_FIRST_TILE_S a partition launch, in both
-# regimes. The merge reads the log-sum-exps before the partials they weight, two dependent round
-# trips a launch: MERGE_LATENCY_S. Fit together (H200, 2026-12-03, the sliced merge, build
-# b546514573a34bfb3004; docs/benchmarks.md "issue 17 round 8") to the twelve-row table and to
-# Nsight Compute's per-kernel times: the partition kernel at 1 x 8K (4 tiles a warp) 15.4 us =
-# 2.8 us launch + 4 x 2.2 + 3.8; the merge 3.7-6.0 us against 3.1-3.7 from bandwidth and launch
-# alone. 16-bit caches stream at the DRAM rate beyond 32K and the roof does not bind there.
+# regimes. The merge waits on one round trip a launch beyond bandwidth: MERGE_LATENCY_S. Fit
+# together (H200, 2026-12-03, the sliced merge, build b546514573a34bfb3004; docs/benchmarks.md
+# "issue 17 round 8") to the twelve-row table and to Nsight Compute's per-kernel times: the
+# partition kernel at 1 x 8K (4 tiles a warp) 15.4 us = 2.8 us launch + 4 x 2.2 + 3.8; the merge
+# 3.7-6.0 us against 3.1-3.7 from bandwidth and launch alone, 1.5 us then for two round trips
+# (the log-sum-exps read before the partials they weight). The streaming merge requests both
+# together and took 0.5-0.8 us off every merged batch-1 row at the same slicing (round 12): one
+# round trip, 0.75 us. 16-bit caches stream at the DRAM rate beyond 32K and the roof does not
+# bind there.
 # Measured on the H200 only; the simulator applies the two tile constants to every NVIDIA
 # profile (CoreX builds run the CUDA-core body, which has no roof here) and the merge's latency
 # to every profile (the merge is one kernel for both).
 MMA_TILE_TOKENS, MMA_WARPS = 16, 4
 MMA_WARP_TILE_S = 2.2e-6
 MMA_FIRST_TILE_S = 4e-6
-MERGE_LATENCY_S = 1.5e-6
+MERGE_LATENCY_S = 0.75e-6
 
 
 # Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
@@ -200,8 +203,8 @@ NATIVE_LEGEND = (
     "and fp32 arithmetic added, not overlapped (the H200's measurement; registers are the sm_90 "
     "build's until the lab records CoreX's); on NVIDIA's matrix-unit body, the larger of that "
     "and its tile roof (each warp spends `MMA_WARP_TILE_S` on each of its 16-token tiles in "
-    "turn) plus its first tile's wait (`MMA_FIRST_TILE_S`); the merge adds its two dependent "
-    "reads (`MERGE_LATENCY_S`); all three measured on the H200. `torch_ms`: the portable torch "
+    "turn) plus its first tile's wait (`MMA_FIRST_TILE_S`); the merge adds one dependent read "
+    "(`MERGE_LATENCY_S`); all three measured on the H200. `torch_ms`: the portable torch "
     "path, traced and replayed the same way (as in the decode table below). `fits`: every "
     "launch is resident within the per-block shared-memory budget; `fits_device_memory`: K+V + "
     "the fp32 partials fit the device's memory."

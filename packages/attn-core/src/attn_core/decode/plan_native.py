@@ -165,7 +165,7 @@ def native_steps(
         return (partition,)
     merge = KernelStep(
         "native_merge",
-        merge_grid(num_seqs, num_heads, head_size),
+        merge_grid(num_seqs, num_heads, head_size, split.num_partitions),
         THREADS,
         split.merge.smem_bytes,
         split.merge.registers,

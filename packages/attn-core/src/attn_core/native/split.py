@@ -6,7 +6,7 @@ Grid (``csrc/paged_decode.cu``): ``(num_kv_heads * head_groups, num_partitions, 
 blocks of 128 threads; each block serves ``slots`` query heads of one KV head over one
 partition of the context. With one partition the kernel writes the output directly; with more,
 each block writes fp32 partials and a merge kernel weighs them by their log-sum-exp: grid
-:func:`merge_grid`, one block per query head, sequence and ``MERGE_DIMS`` head dimensions.
+:func:`merge_grid`, one block per query head, sequence and :func:`merge_dims` head dimensions.
 
 Partition rule. A step reads every token once however it is split, so the split only has to
 fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = blocks per
@@ -118,12 +118,23 @@ def partials_shapes(
     return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
 
 
-MERGE_DIMS = 32  # csrc/paged_decode.cu kMergeDims: head dimensions one merge block serves
+# csrc/paged_decode.cu merge_dims(): head dimensions one merge block serves, 16 (eight streams
+# of partitions) from 48 partitions on, else 32 (four); the measurement that chose them is there.
+MERGE_NARROW_AT = 48
+MERGE_NARROW_DIMS, MERGE_WIDE_DIMS = 16, 32
 
 
-def merge_grid(num_seqs: int, num_heads: int, head_size: int) -> tuple[int, int, int]:
-    """The merge launch: ``(num_heads, num_seqs, ceil(head_size / MERGE_DIMS))`` blocks."""
-    return (num_heads, num_seqs, -(-head_size // MERGE_DIMS))
+def merge_dims(num_partitions: int) -> int:
+    """Head dimensions one merge block serves for a launch of ``num_partitions``."""
+    return MERGE_NARROW_DIMS if num_partitions >= MERGE_NARROW_AT else MERGE_WIDE_DIMS
+
+
+def merge_grid(
+    num_seqs: int, num_heads: int, head_size: int, num_partitions: int
+) -> tuple[int, int, int]:
+    """The merge launch: ``(num_heads, num_seqs, ceil(head_size / merge_dims(num_partitions)))``
+    blocks."""
+    return (num_heads, num_seqs, -(-head_size // merge_dims(num_partitions)))
 
 
 # The matrix-unit body's refinements of fill-once (H200, 2026-12-03, the sweep of fifteen shapes

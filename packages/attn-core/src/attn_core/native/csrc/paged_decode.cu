@@ -73,16 +73,27 @@ constexpr int kMinBlockSize = 8;
 // 20.5 KiB of the BI-V100's 32 KiB.
 constexpr int kPageWindow = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMergeChunk = kThreads;  // partitions weighed per merge round
-// The merge: one block per (query head, sequence, slice of kMergeDims dimensions), its threads
-// kMergeStreams streams of kMergeDims, each summing every kMergeStreams-th partition. One block
-// per (head, sequence) walking every partition was latency-bound: 13-20 us (ncu, H200,
+// The merge: one block per (query head, sequence, slice of merge_dims() dimensions), its
+// threads kThreads / merge_dims() streams, each folding every stream-th partition into its own
+// running maximum, weight and sum as the partitions arrive (a partition's log-sum-exp and
+// partial are requested together, kMergeLoads at a time); the streams meet once, at the end.
+// One block per (head, sequence) walking every partition was latency-bound: 13-20 us (ncu, H200,
 // 2026-12-03) for 6-24 heads over 64-131 partitions, a fixed cost that put the tensor-parallel
 // slices at batch 1 at 1.3-1.9x their floor.
-constexpr int kMergeDims = 32;
-constexpr int kMergeStreams = kThreads / kMergeDims;
-constexpr int kMergeLoads = 8;  // partials in flight per thread
-static_assert(kThreads % kMergeDims == 0, "merge streams");
+constexpr int kMergeLoads = 8;  // partitions in flight per thread
+// Slices of 16 dimensions (8 streams) from kMergeNarrowAt partitions on, else 32 (4 streams):
+// against a first pass over the log-sum-exps with 32-dimension slices, the streaming merge with
+// 16 took 1.4-1.5 us off 128-131 partitions (6 / 1 heads at 1 x 32K and 1 x 100K) and 0.9-1.0 us
+// off 64-66 (12 / 2 at 1 x 100K, 24 / 4 at 1 x 32K), 8 (16 streams) no more; below 48
+// partitions the narrower slices' extra blocks cost more than their shorter chains save (24 / 4
+// at 8 x 100K, 8 partitions: +2.8 us with 16, +7.2 with 8; native_ab.py, H200, 2026-12-04).
+// Python mirrors it (attn_core.native.split.merge_dims).
+constexpr int kMergeNarrowAt = 48;
+constexpr int kMergeNarrowDims = 16, kMergeWideDims = 32;
+__host__ __device__ constexpr int merge_dims(int num_partitions) {
+  return num_partitions >= kMergeNarrowAt ? kMergeNarrowDims : kMergeWideDims;
+}
+static_assert(kThreads % kMergeWideDims == 0 && kMergeWideDims % kMergeNarrowDims == 0, "slices");
 static_assert(kThreads % kGroupMax == 0 && kTile % (kThreads / kGroupMax) == 0, "reducers");
 
 constexpr int cmin(int a, int b) { return a < b ? a : b; }
@@ -560,77 +571,73 @@ __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
 #endif
 }
 
-// Merge the partitions of one (query head, sequence) for kMergeDims of its dimensions (blockIdx.z
-// picks which): weights 2^(lse - max), fp32. Every block of a head finds the same max and total
-// (it reads all n log-sum-exps, 4 bytes each, against n x 128 bytes of partials).
+// Merge the partitions of one (query head, sequence) for merge_dims() of its dimensions
+// (blockIdx.z picks which): weights 2^(lse - max), fp32. No pass over the log-sum-exps comes
+// first: each thread rescales its own sums whenever its maximum moves, so the partials' loads
+// start at once, and the streams' maxima meet in the final combine.
 template <int QKIND>
 __global__ void __launch_bounds__(kThreads) merge_kernel(const AttnDecodeArgs a) {
-  __shared__ float w[kMergeChunk];
-  __shared__ float red[kThreads];  // the maximum's reduction, then each stream's sums
-  __shared__ float totals[kMergeStreams];
+  constexpr int kMaxStreams = kThreads / kMergeNarrowDims;
+  __shared__ float stream_max[kMaxStreams], stream_weight[kMaxStreams];
+  __shared__ float stream_sum[kThreads];  // [stream][dim of the slice]
   const int tid = threadIdx.x;
   const int head = blockIdx.x, seq = blockIdx.y;
-  const int stream = tid / kMergeDims;
-  const int d = blockIdx.z * kMergeDims + tid % kMergeDims;
+  const int dims = merge_dims(a.num_partitions);
+  const int streams = kThreads / dims;
+  const int stream = tid / dims, lane_dim = tid % dims;
+  const int d = blockIdx.z * dims + lane_dim;
   const int D = a.head_size;
   const int seq_len = min(a.seq_lens[seq], a.table_width * a.block_size);
-  const int n = seq_len <= 0 ? 0 : min(a.num_partitions, (seq_len + a.partition_size - 1) / a.partition_size);
+  const int n = seq_len <= 0 ? 0
+                             : min(a.num_partitions,
+                                   (seq_len + a.partition_size - 1) / a.partition_size);
   const int64_t row0 = (static_cast<int64_t>(seq) * a.num_heads + head) * a.num_partitions;
-
-  float m = -INFINITY;
-  for (int i = tid; i < n; i += kThreads) m = fmaxf(m, a.part_lse[row0 + i]);
-  red[tid] = m;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (tid < width) red[tid] = fmaxf(red[tid], red[tid + width]);
-    __syncthreads();
-  }
-  m = red[0];
-
-  float acc = 0.0f, total = 0.0f;
   const bool in_head = d < D;
-  for (int c0 = 0; c0 < n; c0 += kMergeChunk) {
-    __syncthreads();  // the maximum was read / the previous chunk's weights are consumed
-    const int c = c0 + tid;
-    w[tid] = c < n ? exp2f(a.part_lse[row0 + c] - m) : 0.0f;
-    __syncthreads();
-    const int len = min(kMergeChunk, n - c0);
-    const float* o = a.part_out + (row0 + c0) * D + d;
-    // kMergeLoads partials of this stream requested before the first is used: the loads, not
-    // the FMAs, are the latency
-    int i = stream;
-    for (; i + (kMergeLoads - 1) * kMergeStreams < len; i += kMergeLoads * kMergeStreams) {
-      float part[kMergeLoads];
+  const float* lse = a.part_lse + row0;
+  const float* o = a.part_out + row0 * D + d;
+
+  float m = -INFINITY, weight = 0.0f, sum = 0.0f;
+  for (int i0 = stream; i0 < n; i0 += kMergeLoads * streams) {
+    float l[kMergeLoads], part[kMergeLoads];
 #pragma unroll
-      for (int u = 0; u < kMergeLoads; ++u) {
-        part[u] = in_head ? o[static_cast<int64_t>(i + u * kMergeStreams) * D] : 0.0f;
-      }
+    for (int u = 0; u < kMergeLoads; ++u) {
+      const int i = i0 + u * streams;
+      l[u] = i < n ? lse[i] : -INFINITY;
+      part[u] = i < n && in_head ? o[static_cast<int64_t>(i) * D] : 0.0f;
+    }
+    float m_new = m;
 #pragma unroll
-      for (int u = 0; u < kMergeLoads; ++u) {
-        const float wi = w[i + u * kMergeStreams];
-        total += wi;
-        acc = fmaf(wi, part[u], acc);
-      }
+    for (int u = 0; u < kMergeLoads; ++u) m_new = fmaxf(m_new, l[u]);
+    const float alpha = exp2f(m - m_new);  // m_new is finite: partition i0 is real
+    weight *= alpha;
+    sum *= alpha;
+#pragma unroll
+    for (int u = 0; u < kMergeLoads; ++u) {
+      const float w = exp2f(l[u] - m_new);  // 0 past the last partition
+      weight += w;
+      sum = fmaf(w, part[u], sum);
     }
-    for (; i < len; i += kMergeStreams) {
-      const float wi = w[i];
-      total += wi;
-      if (in_head) acc = fmaf(wi, o[static_cast<int64_t>(i) * D], acc);
-    }
+    m = m_new;
   }
-  __syncthreads();  // every thread read the maximum (n == 0 runs no chunk)
-  red[tid] = acc;
-  if (tid % kMergeDims == 0) totals[stream] = total;
+  if (lane_dim == 0) {
+    stream_max[stream] = m;
+    stream_weight[stream] = weight;
+  }
+  stream_sum[tid] = sum;
   __syncthreads();
   if (stream == 0 && in_head) {
-    float sum = 0.0f, weight = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kMergeStreams; ++k) {
-      sum += red[k * kMergeDims + tid];
-      weight += totals[k];
+    float top = -INFINITY;
+    for (int k = 0; k < streams; ++k) top = fmaxf(top, stream_max[k]);
+    float total = 0.0f, weights = 0.0f;
+    if (n > 0) {  // top is finite; a stream without partitions has -inf and weighs 0
+      for (int k = 0; k < streams; ++k) {
+        const float scale = exp2f(stream_max[k] - top);
+        total = fmaf(stream_sum[k * dims + lane_dim], scale, total);
+        weights = fmaf(stream_weight[k], scale, weights);
+      }
     }
-    const float inv = n > 0 ? 1.0f / weight : 0.0f;
-    store_elem<QKIND>(a.out, seq * a.out_seq_stride + head * a.out_head_stride + d, sum * inv);
+    store_elem<QKIND>(a.out, seq * a.out_seq_stride + head * a.out_head_stride + d,
+                      n > 0 ? total / weights : 0.0f);
   }
 }
 
@@ -738,7 +745,8 @@ int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
   partition<<<grid, kThreads, 0, s>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.num_partitions == 1) return err;
-  const int slices = (a.head_size + kMergeDims - 1) / kMergeDims;
+  const int dims = merge_dims(a.num_partitions);
+  const int slices = (a.head_size + dims - 1) / dims;
   merge<<<dim3(a.num_heads, a.num_seqs, slices), kThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
