@@ -1,6 +1,7 @@
 """How fast can a kernel only *read* the K and V pages of a paged decode step on this GPU?
 
     python bench/paged_read_bound.py [--out DIR] [--tokens 100000]
+    python bench/paged_read_bound.py --shapes [24/4/1x102400,6/1/8x102400,...] [--lib LIB]
 
 Issue 17 asks native decode for 1 x 100K in <= 0.115 ms on the H200 (the floor: K + V bytes
 over the copy rate, 0.101 ms). The kernel measures 0.150 ms, and with its products removed its
@@ -20,7 +21,16 @@ its way of moving bytes:
 each over the plan-like split (4 heads x P partitions, P chosen for 1-8 waves of the resident
 blocks), with the permuted table and with an identity one (pages in address order), beside a
 read-only torch reduction of the same bytes. Prints a table (ms, TB/s of K + V read), writes
-``paged_read_bound.json``. Needs cupy (NVRTC) and a CUDA device; measures, asserts nothing.
+``paged_read_bound.json``.
+
+``--shapes`` asks the same of whole decode steps at other head counts and batches (the
+tensor-parallel slices: 12 / 2 and 6 / 1 heads): per shape, the read kernels at the decode
+plan's own split and at every candidate split of native_decode_bench.py, the best of them
+followed by an empty launch (what a second kernel in the step costs), and, with ``--lib`` (a
+``libattn_native_g6.so``), native decode at the plan's split, all over the same caches with
+several steps per CUDA graph where one step would fit the L2; writes
+``paged_read_bound_shapes.json``. Needs cupy (NVRTC) and a CUDA device; measures, asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from typing import Any, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import copy_bandwidth, device_info, print_table, write_results  # noqa: E402
+from _timing import copy_bandwidth, device_info, graph_ms, print_table, write_results  # noqa: E402
 
 KV_HEADS, HEAD, BLOCK = 4, 256, 16
 PAGE_BYTES = HEAD * BLOCK * 2  # one page of one head, K or V: 8 KiB
@@ -46,18 +56,25 @@ struct Args {
   const uint4* k; const uint4* v; const int* table; unsigned* out;
   int n_pages, pages_per_part;
   long long block_stride16, head_stride16;  // in 16-byte units
+  int kv_heads, table_stride;  // blockIdx.x = sequence * kv_heads + head
 };
 #define ARGS const uint4* k, const uint4* v, const int* table, unsigned* out, int n_pages, \
-    int pages_per_part, long long bs16, long long hs16
-#define MAKE_ARGS const Args a{k, v, table, out, n_pages, pages_per_part, bs16, hs16}
+    int pages_per_part, long long bs16, long long hs16, int kv_heads, int table_stride
+#define MAKE_ARGS \
+  const Args a{k, v, table, out, n_pages, pages_per_part, bs16, hs16, kv_heads, table_stride}
 
-// pointers to one page of one head (512 x 16 bytes each)
-__device__ __forceinline__ void page_ptrs(const Args& a, int pg, const uint4*& kb,
+// pointers to page p (of this block's sequence) of this block's head (512 x 16 bytes each)
+__device__ __forceinline__ void page_ptrs(const Args& a, int p, const uint4*& kb,
                                           const uint4*& vb) {
-  const long long off = pg * a.block_stride16 + blockIdx.x * a.head_stride16;
+  const int seq = blockIdx.x / a.kv_heads, head = blockIdx.x % a.kv_heads;
+  const long long pg = a.table[seq * a.table_stride + p];
+  const long long off = pg * a.block_stride16 + head * a.head_stride16;
   kb = a.k + off;
   vb = a.v + off;
 }
+
+// a kernel that does nothing: what a second launch in the step (the merge's) costs by itself
+extern "C" __global__ void empty_kernel() {}
 
 extern "C" __global__ void __launch_bounds__(128) read_ldg(ARGS) {
   MAKE_ARGS;
@@ -71,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(128) read_ldg(ARGS) {
     for (int u = 0; u < PAGES; ++u) {
       if (p + u < p1) {
         const uint4 *kb, *vb;
-        page_ptrs(a, a.table[p + u], kb, vb);
+        page_ptrs(a, p + u, kb, vb);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           r[u][i] = __ldg(kb + tid + 128 * i);
@@ -109,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(128) read_cp_async(ARGS) {
       const int p = p0 + t * PAGES + u;
       if (p < p1) {
         const uint4 *kb, *vb;
-        page_ptrs(a, a.table[p], kb, vb);
+        page_ptrs(a, p, kb, vb);
         uint4* dst = ring + (st * PAGES + u) * 1024;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -168,7 +185,7 @@ extern "C" __global__ void __launch_bounds__(128) read_bulk(ARGS) {
                  ::"r"(bar), "r"(n * 2 * 8192));
     for (int u = 0; u < n; ++u) {
       const uint4 *kb, *vb;
-      page_ptrs(a, a.table[p0 + t * PAGES + u], kb, vb);
+      page_ptrs(a, p0 + t * PAGES + u, kb, vb);
       uint4* dst = ring + (st * PAGES + u) * 1024;
       bulk_copy(smem_addr(dst), kb, bar);
       bulk_copy(smem_addr(dst + 512), vb, bar);
@@ -229,7 +246,7 @@ def _run(cupy: Any, fn: Any, case: Any, parts: int, smem: int, reps: int = 30) -
 
     args = (cupy.asarray(key), cupy.asarray(value), cupy.asarray(table), cupy.asarray(out),
             np.int32(n_pages), np.int32(pages_per_part), np.int64(key.stride(0) * 2 // 16),
-            np.int64(key.stride(1) * 2 // 16))  # fmt: skip
+            np.int64(key.stride(1) * 2 // 16), np.int32(KV_HEADS), np.int32(n_pages))  # fmt: skip
     if smem:  # the bulk kernel's mbarriers are static: opt in whatever the size
         fn.max_dynamic_shared_size_bytes = smem
     stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
@@ -252,15 +269,159 @@ def _run(cupy: Any, fn: Any, case: Any, parts: int, smem: int, reps: int = 30) -
     return min(times)
 
 
+# --shapes: the read-only bound of a whole decode step, beside native decode on the same inputs
+
+
+def _read_step(cupy: Any, fn: Any, c: Any, pages_per_part: int, smem: int) -> Any:
+    """One launch of read kernel ``fn`` over ``c``'s (a ``PagedKV``) pages, ``pages_per_part``
+    pages a block: grid ``(batch * kv_heads, partitions)``, as the decode kernel's."""
+    import numpy as np
+
+    n_pages = c.block_tables.shape[1]
+    parts = -(-n_pages // pages_per_part)
+    rows = c.batch * c.kv_heads
+    out = torch.empty(rows * parts * THREADS, dtype=torch.int32, device="cuda")
+    key, value = c.key_cache, c.value_cache
+    args = (cupy.asarray(key), cupy.asarray(value), cupy.asarray(c.block_tables),
+            cupy.asarray(out), np.int32(n_pages), np.int32(pages_per_part),
+            np.int64(key.stride(0) * 2 // 16), np.int64(key.stride(1) * 2 // 16),
+            np.int32(c.kv_heads), np.int32(c.block_tables.stride(0)))  # fmt: skip
+    if smem:
+        fn.max_dynamic_shared_size_bytes = smem
+
+    def step() -> torch.Tensor:
+        # the stream is looked up per call: under capture it is the graph's
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        fn((rows, parts), (THREADS,), args, shared_mem=smem, stream=stream)
+        return out
+
+    return step
+
+
+def _empty_step(cupy: Any, fn: Any) -> Any:
+    def step() -> None:
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        fn((1,), (32,), (), stream=stream)
+
+    return step
+
+
+def shape_row(cupy: Any, kernels: dict[str, tuple[Any, int]], empty: Any, spec: tuple,
+              lib: Any, copy_bw: float, sms: int) -> dict[str, Any]:  # fmt: skip
+    """One decode shape: the read-only kernels at the plan's split and at every candidate split,
+    the best of them followed by an empty launch (a second kernel's cost in the step), and
+    native decode (``lib``) at the plan's split, all over the same caches; several steps over
+    distinct caches per graph where one step's K + V would fit the L2, as
+    native_decode_bench.py does."""
+    import math
+
+    from native_decode_bench import (
+        L2_MULTIPLE,
+        PagedKV,
+        _rule_split,
+        native_step,
+        partition_candidates,
+    )
+
+    heads, kv_heads, batch, tokens, cache = spec
+    one = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)
+    copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
+    cases = [one] + [
+        PagedKV(batch, tokens, torch.float16, cache, i, heads, kv_heads) for i in range(1, copies)
+    ]
+    parts, ps = _rule_split(one)
+    floor = one.kv_bytes / copy_bw * 1e3
+    row: dict[str, Any] = {"heads": f"{heads}/{kv_heads}", "shape": f"{batch}x{tokens}",
+                           "steps/graph": copies, "floor_ms": floor,
+                           "plan split": f"{parts} x {ps}"}  # fmt: skip
+    at_plan: dict[str, float] = {}
+    best = (math.inf, "", "")
+    for name, (fn, smem) in kernels.items():
+        for p, size in [(parts, ps)] + partition_candidates(one, sms):
+            ms = graph_ms([_read_step(cupy, fn, c, size // BLOCK, smem) for c in cases])[0]
+            if (p, size) == (parts, ps):
+                at_plan[name] = ms
+            if ms < best[0]:
+                best = (ms, name, f"{p} x {size}")
+    plan_name = min(at_plan, key=at_plan.__getitem__)
+    row["read, plan split"] = at_plan[plan_name]
+    row["read kernel"] = plan_name
+    row["read, best"], row["best read"] = best[0], f"{best[1]}, {best[2]}"
+    fn, smem = kernels[plan_name]
+    steps = []
+    for c in cases:
+        steps += [_read_step(cupy, fn, c, ps // BLOCK, smem), _empty_step(cupy, empty)]
+    row["read + empty launch"] = 2 * graph_ms(steps)[0]  # graph_ms is per call: two a step
+    row["read x floor"] = row["read, plan split"] / floor
+    if lib is not None:
+        row["native"] = graph_ms([native_step(lib, c, parts, ps) for c in cases])[0]
+        row["native x floor"] = row["native"] / floor
+        row["native x read"] = row["native"] / row["read, plan split"]
+        row["native - read us"] = (row["native"] - row["read, plan split"]) * 1e3
+    del cases, one
+    torch.cuda.empty_cache()
+    return row
+
+
+# the variants that came within 5 % of the best at 4 KV heads (docs/benchmarks.md, round 6)
+SHAPE_KERNELS = (
+    ("ldg pages 2", "read_ldg", 1, 2),
+    ("cp.async stages 3 pages 1", "read_cp_async", 3, 1),
+    ("bulk stages 3 pages 1", "read_bulk", 3, 1),
+)
+SHAPE_DEFAULT = "24/4/1x102400,12/2/1x102400,6/1/1x102400,24/4/8x102400,12/2/8x102400,6/1/8x102400"
+
+
+def shapes_main(cupy: Any, specs: tuple, lib_path: Optional[str], out_dir: str) -> int:
+    lib = None
+    if lib_path:
+        from attn_core.native.library import NativeLibrary
+
+        lib = NativeLibrary(Path(lib_path))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kernels = {}
+    for label, kernel, stages, pages in SHAPE_KERNELS:
+        if kernel == "read_bulk" and torch.cuda.get_device_capability()[0] < 9:
+            continue
+        smem = 0 if kernel == "read_ldg" else stages * pages * 16384
+        kernels[label] = (_module(cupy, kernel, stages, pages), smem)
+    empty = _module(cupy, "empty_kernel", 2, 1)
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
+    columns = ["heads", "shape", "floor_ms", "plan split", "read, plan split", "read x floor",
+               "read + empty launch", "read, best", "best read"]  # fmt: skip
+    if lib is not None:
+        columns += ["native", "native x floor", "native x read", "native - read us"]
+    rows = []
+    for spec in specs:
+        rows.append(shape_row(cupy, kernels, empty, spec, lib, bw, sms))
+        print_table([rows[-1]], columns)
+        write_results(out_dir, "paged_read_bound_shapes.json", {
+            "device": device_info(torch.device("cuda")), "copy_rate_bytes_per_s": bw,
+            "lib": lib_path, "rows": rows})  # fmt: skip
+    print("\n== read-only bound per decode step (ms, CUDA-graph replays back to back)")
+    print_table(rows, columns)
+    return 0
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/paged_read_bound.py", description=__doc__)
     parser.add_argument("--out", default="results")
     parser.add_argument("--tokens", type=int, default=100_000)
+    parser.add_argument("--shapes", nargs="?", const=SHAPE_DEFAULT, default=None,
+                        help="decode shapes as native_decode_bench.py's --shapes (default: the "
+                        "issue's 100K rows at 24/4, 12/2 and 6/1 heads)")  # fmt: skip
+    parser.add_argument("--lib", default=None, help="a libattn_native_g6.so to time beside")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("paged_read_bound: needs a CUDA device; nothing measured")
         return 0
     import cupy
+
+    if args.shapes is not None:
+        from native_decode_bench import parse_shapes
+
+        return shapes_main(cupy, parse_shapes(args.shapes), args.lib, args.out)
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy_rate = copy_bandwidth(torch.device("cuda"))
