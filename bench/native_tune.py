@@ -5,11 +5,12 @@
 
 Each variant is the kernel built with other ``ATTN_THREADS`` / ``ATTN_KEY_LOADS`` /
 ``ATTN_VALUE_LOADS`` / ``ATTN_MIN_BLOCKS`` (``csrc/paged_decode.cu``, the CUDA-core body), or
-the default build (``mma``: the matrix-unit body of ``csrc/decode_warp.cuh``, with
-``ATTN_MIN_BLOCKS``), fp16 queries and head bucket 256 only (``ATTN_TUNING_ONLY``: seconds to
-build). ``run`` prints, per variant, the driver's registers and resident blocks per SM and the
-best CUDA-graph time per shape over a few partition splits (Qwen3.6 24/4 heads, head 256, block
-16), plus fp8 at 1 x 100K.
+the default build (``mma``: the matrix-unit body of ``csrc/decode_warp.cuh``, eight warp
+streams a block at head 256; ``mma_b3`` with ``ATTN_MIN_BLOCKS``; ``mma_w4`` with four), fp16
+queries and head bucket 256 only (``ATTN_TUNING_ONLY``: seconds to build). ``run`` prints,
+per variant, the driver's registers and resident blocks per SM and the best CUDA-graph time
+per shape over a few partition splits (Qwen3.6 24/4 heads, head 256, block 16), plus fp8 at
+1 x 100K.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ VARIANTS = {
     "k8": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=4"),
     "k8_v8": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8"),
     "k8_v8_b2": (*_CORE, "ATTN_KEY_LOADS=8", "ATTN_VALUE_LOADS=8", "ATTN_MIN_BLOCKS=2"),
-    "t256": ("ATTN_THREADS=256", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4"),
+    "t256": ("ATTN_DECODE_MMA=0", "ATTN_THREADS=256", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4"),
     "mma": (),
     "mma_b3": ("ATTN_MIN_BLOCKS=3",),
+    "mma_w4": ("ATTN_DECODE_WARPS_256=4",),
 }  # fmt: skip
 TUNING_GROUP = 6  # Qwen3.6: 24 query / 4 KV heads
 K = 1024

@@ -110,6 +110,30 @@ def test_merge_slices_mirror_the_kernel() -> None:
     assert split.merge_grid(2, 24, 72, 2) == (24, 2, 3)
 
 
+def test_block_threads_mirror_the_kernel() -> None:
+    """facts.partition_threads (what the split and the simulator price) is what paged_decode.cu
+    launches: decode_warp.cuh's warps_for() on the matrix-unit body, kThreads elsewhere, and
+    kMergeThreads for the merge."""
+    from attn_core.native import facts
+
+    decode = (CSRC / "paged_decode.cu").read_text()
+    warp = (CSRC / "decode_warp.cuh").read_text()
+    wide = re.search(r"#define ATTN_DECODE_WARPS_256 (\d+)", warp)
+    threads = re.search(r"#define ATTN_THREADS (\d+)", decode)
+    merge = re.search(r"\bkMergeThreads = (\d+)", decode)
+    assert wide and threads and merge
+    assert "return HEAD_MAX == 256 ? ATTN_DECODE_WARPS_256 : 4;" in warp
+    assert "return decode_warp::warps_for<HEAD_MAX>() * 32;" in decode
+    assert facts.THREADS == int(threads.group(1)) == int(merge.group(1))
+    assert facts.partition_threads(facts.MMA, 256) == 32 * int(wide.group(1))
+    assert facts.partition_threads(facts.MMA, 128) == facts.partition_threads(facts.MMA, 64) == 128
+    assert facts.partition_threads(facts.CUDA_CORE, 256) == facts.THREADS
+    for record in facts.load_facts()["kernels"]:
+        want = facts.THREADS if record.kernel == "merge" else None
+        want = want or facts.partition_threads(record.body, record.head_bucket)
+        assert record.threads == want, record
+
+
 def test_abi_structs_mirror_the_header() -> None:
     """Field names, order and widths of DecodeArgs follow attn_decode_abi.h."""
     header = (CSRC / "attn_decode_abi.h").read_text()

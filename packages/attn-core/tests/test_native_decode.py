@@ -151,4 +151,5 @@ def test_the_driver_reports_what_the_facts_record() -> None:
             assert -(-got.smem_bytes // 128) == -(-want.smem_bytes // 128), (want, got)
             assert got.num_regs == want.registers or not same_target, (want, got)
             assert got.blocks_per_sm >= 1, (bucket, kind, got)
-            assert got.threads_per_block == 128
+            # the block the library launches is the one the split and the simulator price
+            assert got.threads_per_block == want.threads, (want, got)

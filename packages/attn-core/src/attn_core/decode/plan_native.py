@@ -30,7 +30,6 @@ from attn_core.core.settings import DecodeOverrides
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.spec import DeviceSpec
-from attn_core.native.facts import THREADS
 from attn_core.native.split import NativeSplit, merge_grid, native_split
 
 TORCH_ONLY_OVERRIDES = (
@@ -157,7 +156,7 @@ def native_steps(
     partition = KernelStep(
         "native_partition",
         (split.rows // num_seqs, split.num_partitions, num_seqs),
-        THREADS,
+        split.partition.threads,
         split.partition.smem_bytes,
         split.partition.registers,
     )
@@ -166,7 +165,7 @@ def native_steps(
     merge = KernelStep(
         "native_merge",
         merge_grid(num_seqs, num_heads, head_size, split.num_partitions),
-        THREADS,
+        split.merge.threads,
         split.merge.smem_bytes,
         split.merge.registers,
     )

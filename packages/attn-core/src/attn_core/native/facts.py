@@ -27,9 +27,18 @@ from typing import Optional
 
 FACTS_FILE = Path(__file__).resolve().parent / "kernel_facts.json"
 KINDS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # attn::ElemKind order
-THREADS = 128  # csrc/paged_decode.cu kThreads (the default ATTN_THREADS)
+THREADS = 128  # csrc/paged_decode.cu kThreads (the CUDA-core body's block) and kMergeThreads
 MMA, CUDA_CORE = "mma", "cuda_core"  # the partition bodies
 MMA_TILE_TOKENS = 16  # csrc/decode_warp.cuh kTok: tokens of one warp's tile
+MMA_WIDE_BUCKET, MMA_WIDE_WARPS, MMA_WARPS = 256, 8, 4  # csrc/decode_warp.cuh warps_for
+
+
+def partition_threads(body: str, head_bucket: int) -> int:
+    """A partition block's threads (paged_decode.cu ``partition_threads``): the matrix-unit
+    body's warp streams (eight at head bucket 256, four below) x 32, else :data:`THREADS`."""
+    if body != MMA:
+        return THREADS
+    return 32 * (MMA_WIDE_WARPS if head_bucket == MMA_WIDE_BUCKET else MMA_WARPS)
 
 
 FP8_KINDS = ("fp8_e4m3", "fp8_e5m2")
@@ -61,6 +70,7 @@ class KernelRecord:
     smem_bytes: int  # per block, static + dynamic
     spill_bytes: int
     body: str = CUDA_CORE  # the partition body: MMA or CUDA_CORE ("cuda_core" for merge)
+    threads: int = THREADS  # per block: partition_threads() for a partition kernel
 
 
 def parse_ptxas(text: str, *, mma_built: bool = False) -> list[KernelRecord]:
@@ -93,9 +103,11 @@ def _record(name: str, regs: int, smem: int, spill: int, mma_built: bool) -> Opt
     if p:
         q, c, bucket, slots = (int(x) for x in p.groups())
         query, cache = KINDS[q], KINDS[c]
-        if mma_built and mma_body(query, cache):
-            return KernelRecord("partition", query, cache, bucket, slots, regs, smem, spill, MMA)
-        return KernelRecord("partition", query, cache, bucket, slots, regs, smem, spill)
+        body = MMA if mma_built and mma_body(query, cache) else CUDA_CORE
+        threads = partition_threads(body, bucket)
+        return KernelRecord(
+            "partition", query, cache, bucket, slots, regs, smem, spill, body, threads
+        )
     m = _MERGE.search(name)
     if m:
         q = int(m.group(1))
@@ -119,7 +131,6 @@ def write_facts(
         "source_digest": digest,
         "compiler": compiler,
         "arch": arch,
-        "threads_per_block": THREADS,
         "kernels": [asdict(r) for _, r in sorted(records.items())],
     }
     FACTS_FILE.write_text(json.dumps(payload, indent=1) + "\n")

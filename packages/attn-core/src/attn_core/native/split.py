@@ -3,10 +3,12 @@ device profile and the kernel's recorded resource use. The planner, the executor
 simulator all read this one answer.
 
 Grid (``csrc/paged_decode.cu``): ``(num_kv_heads * head_groups, num_partitions, num_seqs)``
-blocks of 128 threads; each block serves ``slots`` query heads of one KV head over one
-partition of the context. With one partition the kernel writes the output directly; with more,
-each block writes fp32 partials and a merge kernel weighs them by their log-sum-exp: grid
-:func:`merge_grid`, one block per query head, sequence and :func:`merge_dims` head dimensions.
+blocks of :func:`~attn_core.native.facts.partition_threads` threads (128; 256 on the
+matrix-unit body at head bucket 256, eight warp streams); each block serves ``slots`` query
+heads of one KV head over one partition of the context. With one partition the kernel writes
+the output directly; with more, each block writes fp32 partials and a merge kernel weighs them
+by their log-sum-exp: grid :func:`merge_grid`, one block per query head, sequence and
+:func:`merge_dims` head dimensions.
 
 Partition rule. A step reads every token once however it is split, so the split only has to
 fill the device: ``partitions = floor(resident_blocks / rows)`` (``rows`` = blocks per
@@ -232,7 +234,7 @@ def native_split(
         raise ValueError(
             f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots} ({body})"
         )
-    limits = occupancy_limits(spec, THREADS, partition.registers, partition.smem_bytes)
+    limits = occupancy_limits(spec, partition.threads, partition.registers, partition.smem_bytes)
     blocks_per_sm = min(limits.values())
     if blocks_per_sm < 1:
         raise ValueError(

@@ -1,7 +1,8 @@
 // The decode partition on NVIDIA's matrix units: 16-bit queries over a cache of the same type
-// or an fp8 one, as four independent warp streams on the m16n8k16 instruction.
+// or an fp8 one, as independent warp streams on the m16n8k16 instruction (eight a block at head
+// bucket 256, four below: warps_for).
 //
-// Included by paged_decode.cu (it uses that file's kThreads and kLog2e); its partition kernel
+// Included by paged_decode.cu (it uses that file's kLog2e); its partition kernel
 // runs this body where ATTN_DECODE_MMA is on, and the CUDA-core body elsewhere (fp32 queries,
 // CoreX).
 //
@@ -13,9 +14,9 @@
 // same kind of ring reads them in 0.093 ms (bench/paged_read_bound.py, H200, 2026-12-03), so
 // the bytes were not what bound it.
 //
-// Here each warp owns whole 16-token tiles (tiles w, w + 4, ... of the block's partition) over
+// Here each of a block's W warps owns whole 16-token tiles (tiles w, w + W, ...) over
 // every head dim, loads its keys and values straight into registers and keeps its own running
-// max, sum and output; the four warps meet once, at the end, to merge (the same log-sum-exp
+// max, sum and output; the warps meet once, at the end, to merge (the same log-sum-exp
 // weighting the merge kernel applies across partitions). No block barrier and no shared memory
 // in the tile loop but one 256-byte per-warp transpose of the probabilities.
 //
@@ -57,7 +58,22 @@
 namespace attn {
 namespace decode_warp {
 
-constexpr int kWarps = 4;
+// Warp streams per block: eight at head bucket 256, four below. At head 256 a warp holds a tile
+// of keys and values in registers (251-255 of them), so a block of four is two per SM and a step
+// with one or two KV heads at batch 1 had one block of four warps per SM; eight warps a block
+// took 0.8-5.7 us off every 16-bit and fp8 shape timed from 1 x 8K to 8 x 100K and 64 x 8K, each
+// at its own split (half the partitions: one block per SM), but 6 / 1 heads at 8 x 100K (+1.9 us,
+// 0.9 %) (H200, 2026-12-04, docs/benchmarks.md issue 17 round 13). Heads 64 and 128 keep four:
+// three or four blocks of four per SM there, not measured with eight. ATTN_DECODE_WARPS_256=4
+// builds the previous block for an A/B.
+#ifndef ATTN_DECODE_WARPS_256
+#define ATTN_DECODE_WARPS_256 8
+#endif
+template <int HEAD_MAX>
+__host__ __device__ constexpr int warps_for() {
+  return HEAD_MAX == 256 ? ATTN_DECODE_WARPS_256 : 4;
+}
+static_assert(ATTN_DECODE_WARPS_256 == 4 || ATTN_DECODE_WARPS_256 == 8, "four or eight warps");
 constexpr int kTok = 16;  // tokens per warp tile
 constexpr int kTokShift = 4;
 static_assert(1 << kTokShift == kTok, "kTokShift");
@@ -67,14 +83,18 @@ constexpr int kHeads = 8;  // the N side of m16n8k16: head slots per block (GROU
 // warps' states for the final merge.
 template <int HEAD_MAX>
 struct alignas(16) Smem {
+  static constexpr int kWarps = warps_for<HEAD_MAX>();
+  // warps whose final states the buffers hold at once: eight warps' would need 66 KiB at head
+  // 256, past the 48 KiB of static shared memory, so warps 4..7 fold into 0..3 first
+  static constexpr int kStates = kWarps < 4 ? kWarps : 4;
   // query rows padded by 64 bytes: the 8 rows a phase of 16-byte loads touches fall on
   // distinct banks
   static constexpr int kQP = HEAD_MAX + 32;
   static constexpr int kOP = HEAD_MAX + 4;  // O rows: lanes t = 0..3 write 4 rows at once
   uint16_t q[kHeads][kQP];
   uint16_t p[kWarps][kHeads][kTok];  // per warp: P[head][token], 16-bit
-  float o[kWarps][kHeads][kOP];      // per warp at the end: unnormalised O[head][dim]
-  float m[kWarps][kHeads], l[kWarps][kHeads];
+  float o[kStates][kHeads][kOP];  // per warp at the end: unnormalised O[head][dim]
+  float m[kStates][kHeads], l[kStates][kHeads];
 };
 
 // Zero the tokens >= len of one lane's values of one dim: tokens tok .. tok + 3, as loaded
@@ -134,7 +154,10 @@ ATTN_DEVICE void widen4(uint32_t four, uint32_t& lo, uint32_t& hi) {
 // ~460 a tile, and 1 x 100K 0.132 -> 0.114 ms, fp8 0.114 -> 0.070 (H200, same day).
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP, int FIXED_BS>
 ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
-  static_assert(GROUP <= kHeads && kThreads == kWarps * 32, "4 warps, <= 8 head slots");
+  constexpr int kWarps = Smem<HEAD_MAX>::kWarps;
+  constexpr int kBlockThreads = kWarps * 32;
+  constexpr int kMergeWarps = Smem<HEAD_MAX>::kStates;
+  static_assert(GROUP <= kHeads && kWarps % kMergeWarps == 0, "<= 8 head slots, whole folds");
   static_assert(FIXED_BS == 0 || FIXED_BS == kTok, "specialised for one page per tile");
   constexpr bool kFixed = FIXED_BS != 0;
   constexpr int kEB = elem_bytes(CKIND);
@@ -165,7 +188,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   const int start = part * a.partition_size;
   if (start >= seq_len) {
     if (a.num_partitions == 1) {  // an empty sequence: zeros, as the merge writes them
-      for (int i = tid; i < G * D; i += kThreads) {
+      for (int i = tid; i < G * D; i += kBlockThreads) {
         store_elem<QKIND>(a.out, seq * a.out_seq_stride + (head0 + i / D) * a.out_head_stride +
                                      i % D, 0.0f);
       }
@@ -201,8 +224,8 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   for (int i = 0; i < kDimTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // heads 2t, 2t + 1
 
-  // The warp's tiles are j = warp, warp + 4, ...; a tile's loads are in flight while the
-  // previous one computes: the keys of tile j + 4 are requested as soon as tile j's scores
+  // The warp's tiles are j = warp, warp + kWarps, ...; a tile's loads are in flight while the
+  // previous one computes: the keys of tile j + kWarps are requested as soon as tile j's scores
   // have read its keys, its values as soon as tile j's P.V has read its values, so the
   // registers that hold them are the same and only their lifetimes move. Page ids are read two
   // tiles ahead of their loads: a table read in front of a tile's own loads put two memory
@@ -278,7 +301,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     }
   };
 
-  Pages ahead = pages_of(warp + kWarps);  // tile j + 4's page ids, read during tile j - 4
+  Pages ahead = pages_of(warp + kWarps);  // the warp's next tile's page ids, a tile early
   {
     const Pages first = pages_of(warp);
     load_keys(warp, first);
@@ -291,7 +314,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   // fp16, 6 / 1 heads 1 x 8K 0.0149 -> 0.0137 ms, 24 / 4 1 x 8K 0.0200 -> 0.0194, 6 / 1 1 x 100K
   // 0.0401 -> 0.0399; fp8 caches lost 0.6 us, 0.0626 -> 0.0633 at 24 / 4 1 x 100K, not traced).
   const uint16_t* query = static_cast<const uint16_t*>(a.query);
-  for (int i = tid; i < kHeads * HEAD_MAX; i += kThreads) {
+  for (int i = tid; i < kHeads * HEAD_MAX; i += kBlockThreads) {
     const int r = i / HEAD_MAX, d = i % HEAD_MAX;
     s.q[r][d] = r < G && d < D ? query[seq * a.q_seq_stride + (head0 + r) * a.q_head_stride + d]
                                : static_cast<uint16_t>(0);
@@ -393,35 +416,70 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     if (j + kWarps < n_tiles) load_values(j + kWarps, next);
   }
 
-  // Each warp's state (sums over its lanes' tokens first), then the merge of the four.
+  // Each warp's state (sums over its lanes' tokens first), then the merge of the warps.
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     l_run[e] = m16n8k16::col_sum(l_run[e]);
   }
-  if (g == 0) {
+  // This warp's state into slot `slot` of the merge's buffers: m = -inf with l = 0 for a warp
+  // that had no tile.
+  auto store_state = [&](int slot) ATTN_INLINE_LAMBDA {
+    if (g == 0) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      s.m[warp][2 * t + e] = m_run[e];  // -inf with l = 0 for a warp that had no tile
-      s.l[warp][2 * t + e] = l_run[e];
+      for (int e = 0; e < 2; ++e) {
+        s.m[slot][2 * t + e] = m_run[e];
+        s.l[slot][2 * t + e] = l_run[e];
+      }
     }
-  }
 #pragma unroll
-  for (int i = 0; i < kDimTiles; ++i) {
-    s.o[warp][2 * t][16 * i + g] = o[i][0];
-    s.o[warp][2 * t + 1][16 * i + g] = o[i][1];
-    s.o[warp][2 * t][16 * i + g + 8] = o[i][2];
-    s.o[warp][2 * t + 1][16 * i + g + 8] = o[i][3];
+    for (int i = 0; i < kDimTiles; ++i) {
+      s.o[slot][2 * t][16 * i + g] = o[i][0];
+      s.o[slot][2 * t + 1][16 * i + g] = o[i][1];
+      s.o[slot][2 * t][16 * i + g + 8] = o[i][2];
+      s.o[slot][2 * t + 1][16 * i + g + 8] = o[i][3];
+    }
+  };
+  // whether this warp's state goes into the merge's buffers (every warp's, with four)
+  const bool merge_warp = kWarps == kMergeWarps || warp < kMergeWarps;
+  // Eight warps: warps 4..7 hand their states to warps 0..3 through the merge's buffers
+  // (weights 2^(m - max); a warp that had no tile weighs 0).
+#pragma unroll
+  for (int r = 1; r < kWarps / kMergeWarps; ++r) {
+    const int slot = warp % kMergeWarps;
+    if (warp / kMergeWarps == r) store_state(slot);
+    __syncthreads();
+    if (merge_warp) {
+      float self[2], other[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float m_other = s.m[slot][2 * t + e];
+        const float m_new = fmaxf(m_run[e], m_other);  // -inf where neither had a tile
+        self[e] = m_run[e] == -INFINITY ? 0.0f : exp2f(m_run[e] - m_new);
+        other[e] = m_other == -INFINITY ? 0.0f : exp2f(m_other - m_new);
+        l_run[e] = l_run[e] * self[e] + s.l[slot][2 * t + e] * other[e];
+        m_run[e] = m_new;
+      }
+#pragma unroll
+      for (int i = 0; i < kDimTiles; ++i) {
+        o[i][0] = o[i][0] * self[0] + s.o[slot][2 * t][16 * i + g] * other[0];
+        o[i][1] = o[i][1] * self[1] + s.o[slot][2 * t + 1][16 * i + g] * other[1];
+        o[i][2] = o[i][2] * self[0] + s.o[slot][2 * t][16 * i + g + 8] * other[0];
+        o[i][3] = o[i][3] * self[1] + s.o[slot][2 * t + 1][16 * i + g + 8] * other[1];
+      }
+    }
+    __syncthreads();  // the buffers are free again
   }
+  if (merge_warp) store_state(warp);
   __syncthreads();
   const bool single = a.num_partitions == 1;
-  for (int i = tid; i < G * D; i += kThreads) {
+  for (int i = tid; i < G * D; i += kBlockThreads) {
     const int h = i / D, d = i % D;
     float m = s.m[0][h];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, s.m[w][h]);  // finite: warp 0 had a tile
+    for (int w = 1; w < kMergeWarps; ++w) m = fmaxf(m, s.m[w][h]);  // finite: warp 0 had a tile
     float num = 0.0f, den = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < kMergeWarps; ++w) {
       const float wt = exp2f(s.m[w][h] - m);
       num = fmaf(wt, s.o[w][h][d], num);
       den = fmaf(wt, s.l[w][h], den);

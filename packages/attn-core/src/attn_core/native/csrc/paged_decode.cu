@@ -50,6 +50,8 @@ namespace attn {
 
 // Tuning knobs, fixed at compile time (bench/native_tune.py builds variants with -D). The
 // defaults are the measured best on the H200 (docs/benchmarks.md, native decode tuning).
+// ATTN_THREADS: the CUDA-core body's block (the matrix-unit body's is decode_warp::warps_for;
+// the merge's kMergeThreads).
 #ifndef ATTN_THREADS
 #define ATTN_THREADS 128
 #endif
@@ -74,12 +76,14 @@ constexpr int kMinBlockSize = 8;
 constexpr int kPageWindow = 1024;
 constexpr float kLog2e = 1.4426950408889634f;
 // The merge: one block per (query head, sequence, slice of merge_dims() dimensions), its
-// threads kThreads / merge_dims() streams, each folding every stream-th partition into its own
-// running maximum, weight and sum as the partitions arrive (a partition's log-sum-exp and
-// partial are requested together, kMergeLoads at a time); the streams meet once, at the end.
+// kMergeThreads threads forming kMergeThreads / merge_dims() streams, each folding every stream-th
+// partition into its own running maximum, weight and sum as the partitions arrive (a
+// partition's log-sum-exp and partial are requested together, kMergeLoads at a time); the
+// streams meet once, at the end.
 // One block per (head, sequence) walking every partition was latency-bound: 13-20 us (ncu, H200,
 // 2026-12-03) for 6-24 heads over 64-131 partitions, a fixed cost that put the tensor-parallel
 // slices at batch 1 at 1.3-1.9x their floor.
+constexpr int kMergeThreads = 128;  // whatever ATTN_THREADS is
 constexpr int kMergeLoads = 8;  // partitions in flight per thread
 // Slices of 16 dimensions (8 streams) from kMergeNarrowAt partitions on, else 32 (4 streams):
 // against a first pass over the log-sum-exps with 32-dimension slices, the streaming merge with
@@ -93,7 +97,8 @@ constexpr int kMergeNarrowDims = 16, kMergeWideDims = 32;
 __host__ __device__ constexpr int merge_dims(int num_partitions) {
   return num_partitions >= kMergeNarrowAt ? kMergeNarrowDims : kMergeWideDims;
 }
-static_assert(kThreads % kMergeWideDims == 0 && kMergeWideDims % kMergeNarrowDims == 0, "slices");
+static_assert(kMergeThreads % kMergeWideDims == 0 && kMergeWideDims % kMergeNarrowDims == 0,
+              "slices");
 static_assert(kThreads % kGroupMax == 0 && kTile % (kThreads / kGroupMax) == 0, "reducers");
 
 constexpr int cmin(int a, int b) { return a < b ? a : b; }
@@ -280,9 +285,9 @@ ATTN_DEVICE void copy_words(uint32_t (&to)[N][M][W], const uint32_t (&from)[N][M
 }
 
 #if ATTN_MIN_BLOCKS > 0
-#define ATTN_PARTITION_BOUNDS __launch_bounds__(kThreads, ATTN_MIN_BLOCKS)
+#define ATTN_PARTITION_BOUNDS(THREADS) __launch_bounds__(THREADS, ATTN_MIN_BLOCKS)
 #else
-#define ATTN_PARTITION_BOUNDS __launch_bounds__(kThreads)
+#define ATTN_PARTITION_BOUNDS(THREADS) __launch_bounds__(THREADS)
 #endif
 
 // One partition of one (sequence, KV head, head group); VEC_BYTES is the value load width: 16,
@@ -515,7 +520,7 @@ namespace attn {
 // ATTN_DECODE_MMA (on by default where the body builds): 16-bit queries over a cache of their
 // own type or an fp8 one take the matrix-unit body; fp32 queries, and CoreX, the CUDA-core one.
 #if !defined(ATTN_DECODE_MMA)
-#if defined(ATTN_DECODE_HAVE_MMA) && ATTN_THREADS == 128
+#if defined(ATTN_DECODE_HAVE_MMA)
 #define ATTN_DECODE_MMA 1
 #else
 #define ATTN_DECODE_MMA 0
@@ -546,6 +551,16 @@ __host__ __device__ constexpr bool mma_body() {
          (CKIND == QKIND || elem_bytes(CKIND) == 1);
 }
 
+// A partition block's threads: the matrix-unit body's warp streams, else kThreads. Python
+// mirrors it (attn_core.native.facts.partition_threads).
+template <int QKIND, int CKIND, int HEAD_MAX>
+__host__ __device__ constexpr int partition_threads() {
+#if ATTN_DECODE_MMA
+  if constexpr (mma_body<QKIND, CKIND>()) return decode_warp::warps_for<HEAD_MAX>() * 32;
+#endif
+  return kThreads;
+}
+
 // Internal linkage from here on: several of these libraries share a process (one per GQA group,
 // tuning variants beside them), and vague-linkage symbols (template instances and their
 // function-local statics, which GCC makes STB_GNU_UNIQUE) would be unified across them even
@@ -554,7 +569,8 @@ __host__ __device__ constexpr bool mma_body() {
 namespace {
 
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
-__global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
+__global__ void ATTN_PARTITION_BOUNDS((partition_threads<QKIND, CKIND, HEAD_MAX>()))
+    partition_kernel(const AttnDecodeArgs a) {
 #if ATTN_DECODE_MMA
   if constexpr (mma_body<QKIND, CKIND>()) {
     __shared__ decode_warp::Smem<HEAD_MAX> s;
@@ -576,14 +592,14 @@ __global__ void ATTN_PARTITION_BOUNDS partition_kernel(const AttnDecodeArgs a) {
 // first: each thread rescales its own sums whenever its maximum moves, so the partials' loads
 // start at once, and the streams' maxima meet in the final combine.
 template <int QKIND>
-__global__ void __launch_bounds__(kThreads) merge_kernel(const AttnDecodeArgs a) {
-  constexpr int kMaxStreams = kThreads / kMergeNarrowDims;
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const AttnDecodeArgs a) {
+  constexpr int kMaxStreams = kMergeThreads / kMergeNarrowDims;
   __shared__ float stream_max[kMaxStreams], stream_weight[kMaxStreams];
-  __shared__ float stream_sum[kThreads];  // [stream][dim of the slice]
+  __shared__ float stream_sum[kMergeThreads];  // [stream][dim of the slice]
   const int tid = threadIdx.x;
   const int head = blockIdx.x, seq = blockIdx.y;
   const int dims = merge_dims(a.num_partitions);
-  const int streams = kThreads / dims;
+  const int streams = kMergeThreads / dims;
   const int stream = tid / dims, lane_dim = tid % dims;
   const int d = blockIdx.z * dims + lane_dim;
   const int D = a.head_size;
@@ -643,6 +659,10 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const AttnDecodeArgs a)
 
 // ------------------------------------------------------------------------------ dispatch
 using KernelPtr = void (*)(const AttnDecodeArgs);
+struct PartitionLaunch {  // a partition kernel and its block size (nullptr: none built)
+  KernelPtr kernel;
+  int threads;
+};
 
 #ifndef ATTN_GROUP_SLOTS
 #error "build one library per head-slot count: -DATTN_GROUP_SLOTS=1..8 (attn_core/native/build.py)"
@@ -660,36 +680,42 @@ int group_slots(int group) {
 
 namespace {
 
+template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
+PartitionLaunch launch_of() {
+  return {partition_kernel<QKIND, CKIND, HEAD_MAX, GROUP>,
+          partition_threads<QKIND, CKIND, HEAD_MAX>()};
+}
+
 template <int QKIND, int HEAD_MAX, int GROUP>
-KernelPtr pick_cache(int cache_kind) {
-  if (cache_kind == QKIND) return partition_kernel<QKIND, QKIND, HEAD_MAX, GROUP>;
-  if (cache_kind == kFp8E4M3) return partition_kernel<QKIND, kFp8E4M3, HEAD_MAX, GROUP>;
-  if (cache_kind == kFp8E5M2) return partition_kernel<QKIND, kFp8E5M2, HEAD_MAX, GROUP>;
-  return nullptr;
+PartitionLaunch pick_cache(int cache_kind) {
+  if (cache_kind == QKIND) return launch_of<QKIND, QKIND, HEAD_MAX, GROUP>();
+  if (cache_kind == kFp8E4M3) return launch_of<QKIND, kFp8E4M3, HEAD_MAX, GROUP>();
+  if (cache_kind == kFp8E5M2) return launch_of<QKIND, kFp8E5M2, HEAD_MAX, GROUP>();
+  return {nullptr, 0};
 }
 
 template <int HEAD_MAX, int GROUP>
-KernelPtr pick_query(int query_kind, int cache_kind) {
+PartitionLaunch pick_query(int query_kind, int cache_kind) {
   switch (query_kind) {
     case kFloat32: return pick_cache<kFloat32, HEAD_MAX, GROUP>(cache_kind);
     case kFloat16: return pick_cache<kFloat16, HEAD_MAX, GROUP>(cache_kind);
     case kBFloat16: return pick_cache<kBFloat16, HEAD_MAX, GROUP>(cache_kind);
-    default: return nullptr;
+    default: return {nullptr, 0};
   }
 }
 
-KernelPtr partition_for(int query_kind, int cache_kind, int head_bucket, int slots) {
-  if (slots != ATTN_GROUP_SLOTS) return nullptr;  // another library serves this group
+PartitionLaunch partition_for(int query_kind, int cache_kind, int head_bucket, int slots) {
+  if (slots != ATTN_GROUP_SLOTS) return {nullptr, 0};  // another library serves this group
   constexpr int G = ATTN_GROUP_SLOTS;
 #ifdef ATTN_TUNING_ONLY  // bench/native_tune.py: fp16 queries, head bucket 256, every cache kind
-  return query_kind == kFloat16 && head_bucket == 256 ? pick_query<256, G>(query_kind, cache_kind)
-                                                      : nullptr;
+  if (query_kind != kFloat16 || head_bucket != 256) return {nullptr, 0};
+  return pick_query<256, G>(query_kind, cache_kind);
 #else
   switch (head_bucket) {
     case 64: return pick_query<64, G>(query_kind, cache_kind);
     case 128: return pick_query<128, G>(query_kind, cache_kind);
     case 256: return pick_query<256, G>(query_kind, cache_kind);
-    default: return nullptr;
+    default: return {nullptr, 0};
   }
 #endif
 }
@@ -735,41 +761,43 @@ int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
     return cudaErrorInvalidValue;
   }
   const int slots = group_slots(group);
-  const KernelPtr partition =
+  const PartitionLaunch partition =
       partition_for(a.query_kind, a.cache_kind, head_bucket(a.head_size), slots);
   const KernelPtr merge = merge_for(a.query_kind);
-  if (partition == nullptr || merge == nullptr) return cudaErrorInvalidValue;
+  if (partition.kernel == nullptr || merge == nullptr) return cudaErrorInvalidValue;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const int head_groups = (group + slots - 1) / slots;
   const dim3 grid(a.num_kv_heads * head_groups, a.num_partitions, a.num_seqs);
-  partition<<<grid, kThreads, 0, s>>>(a);
+  partition.kernel<<<grid, partition.threads, 0, s>>>(a);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.num_partitions == 1) return err;
   const int dims = merge_dims(a.num_partitions);
   const int slices = (a.head_size + dims - 1) / dims;
-  merge<<<dim3(a.num_heads, a.num_seqs, slices), kThreads, 0, s>>>(a);
+  merge<<<dim3(a.num_heads, a.num_seqs, slices), kMergeThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 
 int attn_native_kernel_info(int which, int query_kind, int cache_kind, int head_bucket,
                             int group, AttnKernelInfo* info) {
   using namespace attn;
-  const KernelPtr kernel = which == 0 ? partition_for(query_kind, cache_kind, head_bucket,
-                                                      group_slots(group))
-                                      : merge_for(query_kind);
+  const PartitionLaunch launch =
+      which == 0 ? partition_for(query_kind, cache_kind, head_bucket, group_slots(group))
+                 : PartitionLaunch{merge_for(query_kind), kMergeThreads};
+  const KernelPtr kernel = launch.kernel;
+  const int threads = launch.threads;
   if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel));
   if (err != cudaSuccess) return err;
   int blocks = 0;
   err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, reinterpret_cast<const void*>(kernel), kThreads, 0);
+      &blocks, reinterpret_cast<const void*>(kernel), threads, 0);
   if (err != cudaSuccess) return err;
   info->num_regs = attr.numRegs;
   info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
   info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
   info->max_threads_per_block = attr.maxThreadsPerBlock;
-  info->threads_per_block = kThreads;
+  info->threads_per_block = threads;
   info->blocks_per_sm = blocks;
   info->binary_version = attr.binaryVersion;
   info->ptx_version = attr.ptxVersion;
