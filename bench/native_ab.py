@@ -17,7 +17,6 @@ read differences below that as no difference. Measures, never asserts.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -28,13 +27,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import copy_bandwidth, device_info, graph_ms, print_table, write_results  # noqa: E402
 from native_decode_bench import (  # noqa: E402
-    L2_MULTIPLE,
     ROWS,
-    PagedKV,
     _rule_split,
     native_step,
     parse_shapes,
     reference,
+    step_caches,
 )
 
 
@@ -53,11 +51,8 @@ def parse_builds(items: list[str]) -> list[tuple[str, Path]]:
 
 def ab_row(libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float) -> dict[str, Any]:
     heads, kv_heads, batch, tokens, cache = spec
-    one = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)
-    copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
-    cases = [one] + [
-        PagedKV(batch, tokens, torch.float16, cache, i, heads, kv_heads) for i in range(1, copies)
-    ]
+    cases = step_caches(spec)
+    one = cases[0]
     parts, ps = _rule_split(one)
     k, v = one.contiguous_kv()
     want = reference(one, k, v)

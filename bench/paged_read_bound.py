@@ -315,20 +315,11 @@ def shape_row(cupy: Any, kernels: dict[str, tuple[Any, int]], empty: Any, spec: 
     native_decode_bench.py does."""
     import math
 
-    from native_decode_bench import (
-        L2_MULTIPLE,
-        PagedKV,
-        _rule_split,
-        native_step,
-        partition_candidates,
-    )
+    from native_decode_bench import _rule_split, native_step, partition_candidates, step_caches
 
     heads, kv_heads, batch, tokens, cache = spec
-    one = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)
-    copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
-    cases = [one] + [
-        PagedKV(batch, tokens, torch.float16, cache, i, heads, kv_heads) for i in range(1, copies)
-    ]
+    cases = step_caches(spec)
+    one, copies = cases[0], len(cases)
     parts, ps = _rule_split(one)
     floor = one.kv_bytes / copy_bw * 1e3
     row: dict[str, Any] = {"heads": f"{heads}/{kv_heads}", "shape": f"{batch}x{tokens}",
