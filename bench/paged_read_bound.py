@@ -404,15 +404,23 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "issue's 100K rows at 24/4, 12/2 and 6/1 heads)")  # fmt: skip
     parser.add_argument("--lib", default=None, help="a libattn_native_g6.so to time beside")
     args = parser.parse_args(argv)
+    specs = None
+    if args.shapes is not None:
+        from native_decode_bench import parse_shapes
+
+        try:
+            specs = parse_shapes(args.shapes)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"--shapes: {exc}")
+    if args.lib is not None and (specs is None or not Path(args.lib).is_file()):
+        parser.error(f"--lib: needs --shapes and an existing library file, got {args.lib!r}")
     if not torch.cuda.is_available():
         print("paged_read_bound: needs a CUDA device; nothing measured")
         return 0
     import cupy
 
-    if args.shapes is not None:
-        from native_decode_bench import parse_shapes
-
-        return shapes_main(cupy, parse_shapes(args.shapes), args.lib, args.out)
+    if specs is not None:
+        return shapes_main(cupy, specs, args.lib, args.out)
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy_rate = copy_bandwidth(torch.device("cuda"))
