@@ -125,6 +125,35 @@ def test_cuda_graph_replay_follows_seq_lens() -> None:
         assert_close(out, reference(case), torch.float16)
 
 
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32), ids=str)
+def test_merge_on_both_sides_of_the_dependent_launch(dtype: torch.dtype) -> None:
+    """On sm_90 and later a merge grid of at most two blocks per SM launches as a programmatic
+    dependent of the partition kernel (csrc/paged_decode.cu, launch_merge), a larger one
+    plainly. 64 partitions take 16-dimension slices, so 6 heads at head 256 make 96 merge blocks
+    a sequence: one sequence is under the line on any GPU of 48 SMs or more, enough sequences
+    are over it. Each is captured in a CUDA graph and replayed after seq_lens change, with the
+    outputs poisoned before every replay; the partial tiles and the empty partitions are in it."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    over = -(-(2 * sms + 1) // 96)  # sequences whose merge grid exceeds two blocks an SM
+    for seqs in (1, over):
+        lens = [2000 - 37 * i for i in range(seqs)]
+        case = cuda_case(lens, 6, 1, 256, 16, dtype, seed=seqs)
+        out = torch.full_like(case.query, math.nan)
+        run_native(case, 64, 32, out=out)
+        torch.cuda.synchronize()
+        assert_close(out, reference(case), dtype)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run_native(case, 64, 32, out=out)
+        for shift in (1, 700, 1999):
+            new = [max(1, n - shift - 13 * i) for i, n in enumerate(lens)]  # never longer
+            case.seq_lens.copy_(torch.tensor(new, dtype=torch.int32))
+            out.fill_(math.nan)
+            graph.replay()
+            torch.cuda.synchronize()
+            assert_close(out, reference(case), dtype)
+
+
 def test_the_driver_reports_what_the_facts_record() -> None:
     """Registers and shared memory as the driver reports them equal kernel_facts.json's record
     of the body this device runs (the simulator and the split price those)."""

@@ -184,8 +184,52 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   const int part = blockIdx.y;
   const int seq = blockIdx.z;
   const int D = kFixed ? HEAD_MAX : a.head_size;
-  const int seq_len = min(a.seq_lens[seq], a.table_width * a.block_size);
   const int start = part * a.partition_size;
+  int bs_shift = kFixed ? kTokShift : 0;
+  if (!kFixed) {
+    while ((1 << bs_shift) < a.block_size) ++bs_shift;
+  }
+  const int bs_mask = (1 << bs_shift) - 1;
+  const int32_t* table = a.block_tables + seq * a.table_stride;
+
+  // The prologue's reads go out together, none waiting on another: the sequence's length, the
+  // block's queries (into registers, staged in shared memory once the first tile's loads are
+  // out) and the page ids of the warp's first two tiles, read before the length is known
+  // (bounded by the table's width; ids of tokens past the end are dropped once it is: keep).
+  // Read after it, and the queries after the first tile's loads, three latencies stood in
+  // series before a warp's first product, the queries' behind every SM's first burst of keys
+  // and values in the DRAM queues: the queries were ready 5.4 us into a block at 6 / 1 heads
+  // 1 x 100K, 3.5 us at 24 / 4 1 x 8K (globaltimer stamps, H200, 2026-12-04, docs/benchmarks.md
+  // issue 17 round 14).
+  const int seq_len_stored = a.seq_lens[seq];
+  struct Pages {  // one lane's page ids of a tile: keys of tokens g, g + 8, values of 4t ..
+    int a, b, v;
+  };
+  auto table_pages = [&](int j) ATTN_INLINE_LAMBDA {
+    auto id = [&](int tok) ATTN_INLINE_LAMBDA {
+      const int i = tok >> bs_shift;
+      return i < a.table_width ? table[i] : 0;
+    };
+    const int tok0 = start + j * kTok;
+    if constexpr (kFixed) {  // one page a tile (the partition starts on a page): one read
+      const int page = id(tok0);
+      return Pages{page, page, page};
+    }
+    return Pages{id(tok0 + g), id(tok0 + g + 8), id(tok0 + 4 * t)};
+  };
+  constexpr int kQueryLoads = kHeads * HEAD_MAX / kBlockThreads;  // per thread
+  static_assert(kHeads * HEAD_MAX % kBlockThreads == 0, "whole query loads");
+  const uint16_t* query = static_cast<const uint16_t*>(a.query);
+  uint16_t q_early[kQueryLoads];
+#pragma unroll
+  for (int u = 0; u < kQueryLoads; ++u) {
+    const int i = tid + u * kBlockThreads, r = i / HEAD_MAX, d = i % HEAD_MAX;
+    q_early[u] = r < G && d < D ? query[seq * a.q_seq_stride + (head0 + r) * a.q_head_stride + d]
+                                : static_cast<uint16_t>(0);
+  }
+  const Pages first_read = table_pages(warp), ahead_read = table_pages(warp + kWarps);
+
+  const int seq_len = min(seq_len_stored, a.table_width * a.block_size);
   if (start >= seq_len) {
     if (a.num_partitions == 1) {  // an empty sequence: zeros, as the merge writes them
       for (int i = tid; i < G * D; i += kBlockThreads) {
@@ -197,11 +241,6 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   }
   const int end = min(start + a.partition_size, seq_len);
 
-  int bs_shift = kFixed ? kTokShift : 0;
-  if (!kFixed) {
-    while ((1 << bs_shift) < a.block_size) ++bs_shift;
-  }
-  const int bs_mask = (1 << bs_shift) - 1;
   const uint8_t* k_head =
       static_cast<const uint8_t*>(a.key_cache) + kv_head * a.k_head_stride * kEB;
   const uint8_t* v_head =
@@ -210,7 +249,6 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   const int block_size = kFixed ? FIXED_BS : a.block_size;
   const int k_group_bytes = block_size * 16;  // one x-group (16 bytes a token) of a page
   const int v_dim_bytes = block_size * kEB;   // one dim of a page's values
-  const int32_t* table = a.block_tables + seq * a.table_stride;
   const float qscale = a.scale * (kLog2e * kRescale);
   float slope[2];  // this lane's heads 2t, 2t + 1
 #pragma unroll
@@ -235,11 +273,15 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   auto tile_len = [&](int j) ATTN_INLINE_LAMBDA {
     return j < n_tiles ? min(kTok, end - (start + j * kTok)) : 0;
   };
+  // ids read by table_pages, with those of tokens past the partition's end set to 0 (nothing
+  // is loaded from them; pages_of's result)
+  auto keep = [&](const Pages& read, int j) ATTN_INLINE_LAMBDA {
+    if constexpr (kFixed) return j < n_tiles ? read : Pages{0, 0, 0};
+    const int len = tile_len(j);
+    return Pages{g < len ? read.a : 0, g + 8 < len ? read.b : 0, 4 * t < len ? read.v : 0};
+  };
   // this lane's page ids of tile j: keys of tokens g and g + 8, values of tokens 4t .. 4t + 3
   // (0 past the partition's end, where nothing is loaded)
-  struct Pages {
-    int a, b, v;
-  };
   auto pages_of = [&](int j) ATTN_INLINE_LAMBDA {
     if constexpr (kFixed) {  // one page a tile (the partition starts on a page): one read
       const int page = j < n_tiles ? table[(start >> kTokShift) + j] : 0;
@@ -301,23 +343,19 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     }
   };
 
-  Pages ahead = pages_of(warp + kWarps);  // the warp's next tile's page ids, a tile early
+  Pages ahead = keep(ahead_read, warp + kWarps);  // the warp's next tile's page ids, a tile early
   {
-    const Pages first = pages_of(warp);
+    const Pages first = keep(first_read, warp);
     load_keys(warp, first);
     load_values(warp, first);
   }
-  // The queries are staged after the first tile's page ids and loads are issued: a barrier is a
-  // fence the compiler does not move loads across, so staged first, the queries', the table's
-  // and the keys' reads were three memory latencies in series before a warp's first product;
-  // now the queries' read overlaps the keys' (H200, 2026-12-03, docs/benchmarks.md round 10:
-  // fp16, 6 / 1 heads 1 x 8K 0.0149 -> 0.0137 ms, 24 / 4 1 x 8K 0.0200 -> 0.0194, 6 / 1 1 x 100K
-  // 0.0401 -> 0.0399; fp8 caches lost 0.6 us, 0.0626 -> 0.0633 at 24 / 4 1 x 100K, not traced).
-  const uint16_t* query = static_cast<const uint16_t*>(a.query);
-  for (int i = tid; i < kHeads * HEAD_MAX; i += kBlockThreads) {
-    const int r = i / HEAD_MAX, d = i % HEAD_MAX;
-    s.q[r][d] = r < G && d < D ? query[seq * a.q_seq_stride + (head0 + r) * a.q_head_stride + d]
-                               : static_cast<uint16_t>(0);
+  // The queries reach shared memory after the first tile's loads are out: a barrier is a fence
+  // the compiler does not move loads across (H200, 2026-12-03, docs/benchmarks.md round 10:
+  // staged before them, 6 / 1 heads 1 x 8K 0.0149 ms, after 0.0137).
+#pragma unroll
+  for (int u = 0; u < kQueryLoads; ++u) {
+    const int i = tid + u * kBlockThreads;
+    s.q[i / HEAD_MAX][i % HEAD_MAX] = q_early[u];
   }
   __syncthreads();  // the queries, the only data the warps share before the merge
   for (int j = warp; j < n_tiles; j += kWarps) {

@@ -35,7 +35,8 @@
 // array in registers (no local memory; ci/clang_check.py checks it for every kernel).
 // Every partial is fp32. With one partition the block normalises and writes the output; with
 // several it writes the partition's normalised output and base-2 log-sum-exp, and a second
-// kernel merges the valid partitions of each (sequence, query head).
+// kernel merges the valid partitions of each (sequence, query head); on sm_90 and later a small
+// merge is a programmatic dependent of the partition kernel (launch_merge).
 //
 // No host sync and no allocation: lengths are read on the device, so a CUDA graph captured at
 // one max_seq_len stays exact for any seq_lens up to it. Tokens past a sequence's end are never
@@ -45,6 +46,8 @@
 #include "attn_convert.cuh"
 #include "attn_decode_abi.h"
 #include "attn_platform.cuh"
+
+#include <atomic>
 
 namespace attn {
 
@@ -282,6 +285,35 @@ template <int N, int M, int W>
 ATTN_DEVICE void copy_words(uint32_t (&to)[N][M][W], const uint32_t (&from)[N][M][W]) {
 #pragma unroll
   for (int a = 0; a < N; ++a) copy_words(to[a], from[a]);
+}
+
+// The merge as a programmatic dependent of the partition kernel (NVIDIA sm_90+, batch-1-sized
+// merges: launch_merge): launched with cudaLaunchAttributeProgrammaticStreamSerialization, its
+// blocks are placed on SMs as partition blocks leave them and wait in wait_for_partitions()
+// until the whole partition grid is done and its stores are visible, so the merge's launch is
+// not a gap between the two kernels. Every partition block releases it as it starts
+// (release_merge): the merge's blocks are queued only once the partition grid is resident.
+// Elsewhere (CoreX, older GPUs, a merge compiled for compute < 9.0) both are empty and the merge
+// launches after the partition grid. ATTN_MERGE_OVERLAP=0 builds the plain launch everywhere.
+#ifndef ATTN_MERGE_OVERLAP
+#define ATTN_MERGE_OVERLAP 1
+#endif
+#if ATTN_MERGE_OVERLAP && !defined(__ILUVATAR__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ATTN_GRID_DEPENDENCY 1  // griddepcontrol (PTX 7.8, sm_90)
+#else
+#define ATTN_GRID_DEPENDENCY 0
+#endif
+
+ATTN_DEVICE void release_merge() {
+#if ATTN_GRID_DEPENDENCY
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+ATTN_DEVICE void wait_for_partitions() {
+#if ATTN_GRID_DEPENDENCY
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 #if ATTN_MIN_BLOCKS > 0
@@ -571,6 +603,7 @@ namespace {
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 __global__ void ATTN_PARTITION_BOUNDS((partition_threads<QKIND, CKIND, HEAD_MAX>()))
     partition_kernel(const AttnDecodeArgs a) {
+  release_merge();
 #if ATTN_DECODE_MMA
   if constexpr (mma_body<QKIND, CKIND>()) {
     __shared__ decode_warp::Smem<HEAD_MAX> s;
@@ -603,6 +636,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const AttnDecodeAr
   const int stream = tid / dims, lane_dim = tid % dims;
   const int d = blockIdx.z * dims + lane_dim;
   const int D = a.head_size;
+  wait_for_partitions();  // before any read: the partials are the partition kernel's
   const int seq_len = min(a.seq_lens[seq], a.table_width * a.block_size);
   const int n = seq_len <= 0 ? 0
                              : min(a.num_partitions,
@@ -720,6 +754,92 @@ PartitionLaunch partition_for(int query_kind, int cache_kind, int head_bucket, i
 #endif
 }
 
+// How the merge launches on this device (see release_merge). Measured on the H200 (2026-12-04,
+// bench/native_ab.py, docs/benchmarks.md issue 17 round 14), 14 rows, against the plain launch:
+// - released early with nothing else: +0.6 to +2.8 us on every batch-1 row but one: the merge's
+//   small blocks (16 fit an SM) crowded onto the first SMs its partition blocks left, 96 blocks
+//   of 6 / 1 heads on a handful of SMs, each then waiting on L2 in series;
+// - released at the partition blocks' exit (no release_merge): -0.3 to +0.4 us, nothing;
+// - released early with dynamic shared memory that lets two merge blocks share an SM:
+//   -0.65 to -0.90 us on every batch-1 row (6 / 1 1 x 100K 0.0373 -> 0.0365 ms), one a SM the
+//   same at 6 / 1 and worse at 24 / 4 (192 blocks, two rounds); but +1.4 to +3.8 us at batch 8,
+//   where 768-1536 merge blocks then take several rounds of two a SM.
+// So: two a SM, for a merge grid of at most two blocks per SM; the plain launch above that.
+#if ATTN_MERGE_OVERLAP && !defined(__ILUVATAR__) && CUDART_VERSION >= 11080
+#define ATTN_HOST_GRID_DEPENDENCY 1
+constexpr int kMaxDevices = 64;
+constexpr int kMergeBlocksPerSm = 2;
+struct MergeOverlap {
+  int max_blocks;  // the largest merge grid launched as a dependent (0: never)
+  int smem_bytes;  // dynamic shared memory that keeps kMergeBlocksPerSm blocks on an SM
+};
+// Read from the driver once per device and merge kernel, then cached (no driver query in a
+// steady-state call): a GPU of compute capability 9.0 or later, a merge compiled for one (a
+// merge JIT-compiled from older PTX has no griddepcontrol.wait and must wait in the stream),
+// and the shared memory opt-in that placement needs.
+MergeOverlap merge_overlap(KernelPtr merge, int query_kind) {
+  static std::atomic<int> known[kMaxDevices][3][2];  // {max_blocks + 1, smem_bytes}; 0 unknown
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices ||
+      query_kind < 0 || query_kind > 2) {
+    return {0, 0};
+  }
+  std::atomic<int>* slot = known[device][query_kind];
+  const int cached = slot[0].load(std::memory_order_acquire);
+  if (cached != 0) return {cached - 1, slot[1].load(std::memory_order_relaxed)};
+  int major = 0, sms = 0, per_sm = 0, reserved = 0, optin = 0;
+  cudaFuncAttributes attr;
+  bool ok =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) ==
+          cudaSuccess &&
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) ==
+          cudaSuccess &&
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+          cudaSuccess &&
+      cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(merge)) == cudaSuccess &&
+      major >= 9 && attr.ptxVersion >= 90;
+  // the most a block may take for kMergeBlocksPerSm of them to fit, and not one more
+  const int smem = ok ? per_sm / kMergeBlocksPerSm - reserved - static_cast<int>(attr.sharedSizeBytes)
+                      : 0;
+  ok = ok && smem > 0 && smem <= optin &&
+       (kMergeBlocksPerSm + 1) * (smem + reserved + static_cast<int>(attr.sharedSizeBytes)) >
+           per_sm &&
+       cudaFuncSetAttribute(reinterpret_cast<const void*>(merge),
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess;
+  const MergeOverlap overlap = ok ? MergeOverlap{kMergeBlocksPerSm * sms, smem} : MergeOverlap{0, 0};
+  slot[1].store(overlap.smem_bytes, std::memory_order_relaxed);
+  slot[0].store(overlap.max_blocks + 1, std::memory_order_release);
+  return overlap;
+}
+#else
+#define ATTN_HOST_GRID_DEPENDENCY 0
+#endif
+
+// The merge after the partition kernel on stream s: a programmatic dependent where the device
+// allows it and the grid is small enough (merge_overlap), else an ordinary launch.
+cudaError_t launch_merge(KernelPtr merge, const AttnDecodeArgs& a, dim3 grid, cudaStream_t s) {
+#if ATTN_HOST_GRID_DEPENDENCY
+  const MergeOverlap overlap = merge_overlap(merge, a.query_kind);
+  if (static_cast<int64_t>(grid.x) * grid.y * grid.z <= overlap.max_blocks) {
+    cudaLaunchAttribute dependent[1];
+    dependent[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(kMergeThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(overlap.smem_bytes);
+    config.stream = s;
+    config.attrs = dependent;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, merge, a);
+  }
+#endif
+  merge<<<grid, kMergeThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
 KernelPtr merge_for(int query_kind) {
   switch (query_kind) {
     case kFloat32: return merge_kernel<kFloat32>;
@@ -773,8 +893,7 @@ int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
   if (err != cudaSuccess || a.num_partitions == 1) return err;
   const int dims = merge_dims(a.num_partitions);
   const int slices = (a.head_size + dims - 1) / dims;
-  merge<<<dim3(a.num_heads, a.num_seqs, slices), kMergeThreads, 0, s>>>(a);
-  return cudaGetLastError();
+  return launch_merge(merge, a, dim3(a.num_heads, a.num_seqs, slices), s);
 }
 
 int attn_native_kernel_info(int which, int query_kind, int cache_kind, int head_bucket,
