@@ -108,23 +108,28 @@ def native_designs(
 
 # The matrix-unit body's latency roof: each of a block's warps works through its 16-token
 # tiles one after another with one tile's loads in flight, and a tile takes a warp at least
-# MMA_WARP_TILE_S whatever the bytes. Before its first tile a warp waits on its page ids, then
-# its keys, with nothing in flight to overlap them: MMA_FIRST_TILE_S a partition launch, in both
-# regimes. The merge waits on one round trip a launch beyond bandwidth: MERGE_LATENCY_S. Fit
-# together (H200, 2026-12-03, the sliced merge, build b546514573a34bfb3004; docs/benchmarks.md
-# "issue 17 round 8") to the twelve-row table and to Nsight Compute's per-kernel times: the
-# partition kernel at 1 x 8K (4 tiles a warp) 15.4 us = 2.8 us launch + 4 x 2.2 + 3.8; the merge
-# 3.7-6.0 us against 3.1-3.7 from bandwidth and launch alone, 1.5 us then for two round trips
-# (the log-sum-exps read before the partials they weight). The streaming merge requests both
-# together and took 0.5-0.8 us off every merged batch-1 row at the same slicing (round 12): one
-# round trip, 0.75 us. 16-bit caches stream at the DRAM rate beyond 32K and the roof does not
-# bind there.
+# MMA_WARP_TILE_S whatever the bytes. Before its first tile a block waits on its first reads
+# (the length, its queries and its warps' first page ids, requested together), then its keys,
+# with nothing in flight to overlap them: MMA_FIRST_TILE_S a partition launch, in both
+# regimes. The merge waits on one round trip a launch beyond bandwidth: MERGE_LATENCY_S. The
+# tile and the merge's constants were fit together (H200, 2026-12-03, the sliced merge, build
+# b546514573a34bfb3004; docs/benchmarks.md "issue 17 round 8") to the twelve-row table and to
+# Nsight Compute's per-kernel times: the partition kernel at 1 x 8K (4 tiles a warp) 15.4 us =
+# 2.8 us launch + 4 x 2.2 + 3.8; the merge 3.7-6.0 us against 3.1-3.7 from bandwidth and launch
+# alone, 1.5 us then for two round trips (the log-sum-exps read before the partials they
+# weight). The streaming merge requests both together and took 0.5-0.8 us off every merged
+# batch-1 row at the same slicing (round 12): one round trip, 0.75 us. The first tile was 4 us
+# until round 14 (2026-12-04) took 1.2-2.0 us off every step: the first reads together (a
+# block's queries ready at 1.5-1.7 us, from 2.9-5.9) and, on sm_90, the merge launched as a
+# programmatic dependent (0.5-1.0 us; the model has no such launch, so the first tile carries
+# it). Refit to that round's table alone: 2.7 us, the table within -9.6 % to +6.8 %.
+# 16-bit caches stream at the DRAM rate beyond 32K and the roof does not bind there.
 # Measured on the H200 only; the simulator applies the two tile constants to every NVIDIA
 # profile (CoreX builds run the CUDA-core body, which has no roof here) and the merge's latency
 # to every profile (the merge is one kernel for both).
 MMA_TILE_TOKENS = 16
 MMA_WARP_TILE_S = 2.2e-6
-MMA_FIRST_TILE_S = 4e-6
+MMA_FIRST_TILE_S = 2.7e-6
 MERGE_LATENCY_S = 0.75e-6
 
 
@@ -134,8 +139,9 @@ MERGE_LATENCY_S = 0.75e-6
 # the loads. The matrix-unit body takes the larger of that sum and its tile roof, plus its first
 # tile. Against the H200 (2026-12-03 12:27 UTC, replays back to back, docs/benchmarks.md "issue
 # 17 round 8"), datasheet h200 profile: -8 % to +5 % per row; against round 13's eight-warp
-# kernel (no refit) -8.5 % to +8.8 % (tests/test_native_design.py keeps each within 10 %), and
-# +3 % to +34 % at short contexts (2K-16K tokens), where the fixed costs are most of the step.
+# kernel (no refit) -8.5 % to +8.8 %; against round 14's (first tile refit) -9.6 % to +6.8 %
+# (tests/test_native_design.py keeps each within 10 %), and +2 % to +37 % at short contexts
+# (2K-16K tokens), where the fixed costs are most of the step.
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
