@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import shutil
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -195,7 +194,7 @@ def timeline(lib_path: Path, spec: tuple) -> dict[str, Any]:
     if merges:
         m = merge[: merges * 3].reshape(merges, 3).astype(np.int64) - t0
         row["merge_released"] = _us(m[:, 1].max())
-        row["merge_block"] = _us(statistics.median((m[:, 2] - m[:, 1]).tolist()))
+        row["merge_block"] = _us(np.median(m[:, 2] - m[:, 1]))
         row["step_end"] = _us(m[:, 2].max())
     else:
         row["step_end"] = _us(end.max())
@@ -219,7 +218,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.patch_only is not None:
             print(instrument(args.patch_only))
             return 0
-    except AnchorMissing as exc:
+    except (AnchorMissing, OSError) as exc:
         print(f"decode_timeline: {exc}", file=sys.stderr)
         return 2
     from native_decode_bench import parse_shapes
