@@ -1,11 +1,16 @@
-"""Two or more builds of the group-6 decode library, timed on the same inputs in interleaved
-rounds: a change's effect beside the device's drift.
+"""Two or more builds of the decode library, timed on the same inputs in interleaved rounds: a
+change's effect beside the device's drift.
 
     python3 bench/native_ab.py NAME=LIB NAME=LIB [...] [--shapes 6/1/1x102400,...] [--rounds 9]
+    python3 bench/native_ab.py old=DIR new=DIR --dtype float32 --shapes 16/4/1x102400,32/4/8x32768
 
 Each ``LIB`` is a ``libattn_native_g6.so`` (``bench/native_tune.py``'s tuning builds, or one
-built by hand from another revision's ``csrc/``). Rows default to native_decode_bench.py's
-fp16 rows; every build runs the plan's own split (what attn-core launches), each step captured
+built by hand from another revision's ``csrc/``), or a directory of libraries (a build cache
+directory, or ``attn_core.native.build.build_library``'s output for several slot counts): each
+row then takes the library of its group's slot count, so ``--shapes`` may hold any group.
+``--dtype`` picks the queries' dtype (the cache holds it unless a row names fp8). Rows default
+to native_decode_bench.py's fp16 rows; every build runs the plan's own split (what attn-core
+launches for the row's dtype), each step captured
 in a CUDA graph and replayed back to back (``_timing.graph_ms``), the builds' order rotated per
 round so that none is always first after another's replays. Prints, per row, each build's median
 and best over the rounds and its difference from the first build, plus each build's largest
@@ -35,6 +40,13 @@ from native_decode_bench import (  # noqa: E402
     step_caches,
 )
 
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def any_group_shapes(text: str) -> tuple:
+    """``--shapes``: native_decode_bench.py's syntax, rows of any GQA group."""
+    return parse_shapes(text, group=None)
+
 
 def parse_builds(items: list[str]) -> list[tuple[str, Path]]:
     """``["old=a/lib.so", "new=b/lib.so"]`` -> ``[("old", Path("a/lib.so")), ...]``."""
@@ -49,9 +61,49 @@ def parse_builds(items: list[str]) -> list[tuple[str, Path]]:
     return builds
 
 
-def ab_row(libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float) -> dict[str, Any]:
+def library_path(build: Path, group: int) -> Path:
+    """The library of ``build`` that serves a GQA ``group``: ``build`` itself when it is a file,
+    else its ``libattn_native_g<slots>.so``."""
+    from attn_core.native.abi import group_slots
+    from attn_core.native.build import library_name
+
+    return build / library_name(group_slots(group)) if build.is_dir() else build
+
+
+def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[str, int], Any]:
+    """Each build's library for each group in ``specs``, keyed ``(name, group)``.
+
+    Raises:
+        ValueError: a library is missing or serves another slot count than a row's group needs
+            (the message names the build, the row's heads and both counts).
+    """
+    from attn_core.native.abi import group_slots
+    from attn_core.native.library import NativeLibrary
+
+    libs: dict[tuple[str, int], Any] = {}
+    for name, build in builds:
+        for heads, kv_heads, *_ in specs:
+            group = heads // kv_heads
+            if (name, group) in libs:
+                continue
+            path = library_path(build, group)
+            if not path.is_file():
+                raise ValueError(f"build {name}: no library {path} for {heads}/{kv_heads} heads")
+            lib = NativeLibrary(path)
+            if lib.slots != group_slots(group):
+                raise ValueError(
+                    f"build {name}: {path} serves {lib.slots} head slots, {heads}/{kv_heads} "
+                    f"heads need {group_slots(group)}"
+                )
+            libs[(name, group)] = lib
+    return libs
+
+
+def ab_row(
+    libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float, dtype: torch.dtype
+) -> dict[str, Any]:
     heads, kv_heads, batch, tokens, cache = spec
-    cases = step_caches(spec)
+    cases = step_caches(spec, dtype)
     one = cases[0]
     parts, ps = _rule_split(one)
     k, v = one.contiguous_kv()
@@ -61,6 +113,7 @@ def ab_row(libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float) -> di
     times: dict[str, list[float]] = {n: [] for n in names}
     errors = {}
     for name in names:
+        one.out.fill_(float("nan"))  # a launch that writes nothing shows as NaN, not stale data
         got = native_step(libs[name], one, parts, ps)().float()
         errors[name] = float((got - want).abs().max())
     steps = {n: [native_step(libs[n], c, parts, ps) for c in cases] for n in names}
@@ -69,7 +122,8 @@ def ab_row(libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float) -> di
             times[name].append(graph_ms(steps[name])[0])
     floor = one.kv_bytes / copy_bw * 1e3
     row: dict[str, Any] = {"heads": f"{heads}/{kv_heads}", "shape": f"{batch}x{tokens}",
-                           "kv_cache": cache, "parts": parts, "floor_ms": floor}  # fmt: skip
+                           "dtype": str(dtype).replace("torch.", ""), "kv_cache": cache,
+                           "parts": parts, "floor_ms": floor}  # fmt: skip
     base = statistics.median(times[names[0]])
     for name in names:
         med = statistics.median(times[name])
@@ -87,8 +141,10 @@ def ab_row(libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float) -> di
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("builds", nargs="+", help="NAME=path/to/libattn_native_g6.so, two or more")
-    ap.add_argument("--shapes", type=parse_shapes, default=(), help="as native_decode_bench.py")
+    ap.add_argument("builds", nargs="+", help="NAME=LIB.so or NAME=DIR of libraries, two or more")
+    ap.add_argument("--shapes", type=any_group_shapes, default=(),
+                    help="as native_decode_bench.py, any group (from a DIR build)")  # fmt: skip
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="float16", help="query dtype")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
@@ -99,22 +155,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("native_ab: needs a CUDA device; nothing measured")
         return 0
-    from attn_core.native.library import NativeLibrary
-
-    libs = {name: NativeLibrary(path) for name, path in builds}
     specs = args.shapes or tuple(r for r in ROWS if r[4] == "auto")
+    try:
+        by_group = load_libraries(builds, specs)
+    except ValueError as exc:
+        ap.error(str(exc))
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
     rows = []
     names = [n for n, _ in builds]
-    columns = ["heads", "shape", "parts", "floor_ms"]
+    columns = ["heads", "shape", "dtype", "parts", "floor_ms"]
     for n in names:
         columns += [f"{n}_ms", f"{n}_x_floor"]
         if n != names[0]:
             columns.append(f"{n}_minus_{names[0]}_us")
     columns += [f"{n}_err" for n in names]
     for spec in specs:
-        rows.append(ab_row(libs, spec, args.rounds, bw))
+        group = spec[0] // spec[1]
+        libs = {name: by_group[(name, group)] for name in names}
+        rows.append(ab_row(libs, spec, args.rounds, bw, DTYPES[args.dtype]))
         print_table([rows[-1]], columns)
         payload = {"device": device_info(torch.device("cuda")), "copy_bandwidth": bw,
                    "builds": {n: str(p) for n, p in builds}, "rows": rows}  # fmt: skip

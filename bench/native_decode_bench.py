@@ -102,15 +102,16 @@ class PagedKV:
         return k[:, :, : self.tokens].contiguous(), v[:, :, : self.tokens].contiguous()
 
 
-def step_caches(spec: tuple) -> list[PagedKV]:
-    """Caches for one row ``(heads, kv_heads, batch, tokens, kv_cache_dtype)`` (fp16 queries),
-    the row's own first: as many distinct ones (at most 16) as a graph replaying one step over
-    each needs to read ``L2_MULTIPLE`` x the H200's 50 MB L2, so no replay is timed from cache."""
+def step_caches(spec: tuple, dtype: torch.dtype = torch.float16) -> list[PagedKV]:
+    """Caches for one row ``(heads, kv_heads, batch, tokens, kv_cache_dtype)`` with ``dtype``
+    queries, the row's own first: as many distinct ones (at most 16) as a graph replaying one
+    step over each needs to read ``L2_MULTIPLE`` x the H200's 50 MB L2, so no replay is timed
+    from cache."""
     heads, kv_heads, batch, tokens, cache = spec
-    one = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)
+    one = PagedKV(batch, tokens, dtype, cache, 0, heads, kv_heads)
     copies = max(1, min(16, math.ceil(L2_MULTIPLE * 50e6 / one.kv_bytes)))
     return [one] + [
-        PagedKV(batch, tokens, torch.float16, cache, i, heads, kv_heads) for i in range(1, copies)
+        PagedKV(batch, tokens, dtype, cache, i, heads, kv_heads) for i in range(1, copies)
     ]
 
 
@@ -242,7 +243,9 @@ def _rule_split(c: PagedKV) -> tuple[int, int]:
     from attn_core.core.shapes import AttentionShape
     from attn_core.native.split import native_split
 
-    shape = AttentionShape(c.heads, c.kv_heads, HEAD, BLOCK, kv_cache_dtype=c.kv_cache_dtype)
+    shape = AttentionShape(
+        c.heads, c.kv_heads, HEAD, BLOCK, dtype=c.query.dtype, kv_cache_dtype=c.kv_cache_dtype
+    )
     split = native_split(shape, c.batch, c.tokens, detect_device_spec(torch.device("cuda")))
     return split.num_partitions, split.partition_size
 
@@ -348,10 +351,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 0
 
 
-def parse_shapes(text: str) -> tuple[tuple[int, int, int, int, str], ...]:
+def parse_shapes(
+    text: str, group: Optional[int] = HEADS // KV_HEADS
+) -> tuple[tuple[int, int, int, int, str], ...]:
     """``"12/2/1x8192,6/1/2x8192:fp8_e4m3"`` -> ``ROWS``-like entries (``(12, 2, 1, 8192,
-    "auto"), (6, 1, 2, 8192, "fp8_e4m3")``); the cache defaults to the queries' fp16. The
-    library loaded serves Qwen's group (``HEADS // KV_HEADS``), so every row must have it."""
+    "auto"), (6, 1, 2, 8192, "fp8_e4m3")``); the cache defaults to the queries' dtype. Every
+    row must have ``group`` (the library this bench loads serves Qwen's, ``HEADS // KV_HEADS``);
+    ``None`` takes any whole group."""
     rows = []
     for item in text.split(","):
         dims, _, cache = item.partition(":")
@@ -365,8 +371,10 @@ def parse_shapes(text: str) -> tuple[tuple[int, int, int, int, str], ...]:
             ) from None
         if row[2] < 1 or row[3] < 1:
             raise argparse.ArgumentTypeError(f"{item!r}: batch and tokens must be >= 1")
-        if row[1] < 1 or row[0] != row[1] * (HEADS // KV_HEADS):
-            raise argparse.ArgumentTypeError(f"{item!r}: not a group of {HEADS // KV_HEADS}")
+        if row[1] < 1 or row[0] < row[1] or row[0] % row[1]:
+            raise argparse.ArgumentTypeError(f"{item!r}: query heads must be a multiple of KV")
+        if group is not None and row[0] != row[1] * group:
+            raise argparse.ArgumentTypeError(f"{item!r}: not a group of {group}")
         if row[4] not in ("auto", "fp8_e4m3", "fp8_e5m2"):
             raise argparse.ArgumentTypeError(f"{item!r}: cache fp8_e4m3 or fp8_e5m2")
         rows.append(row)

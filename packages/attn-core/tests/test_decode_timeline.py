@@ -4,28 +4,13 @@ anchor stops it with the file and the anchor named."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import subprocess
 import sys
 
 import pytest
+from bench_modules import bench_module, bench_path
 
-import attn_core
-
-ROOT = os.path.abspath(os.path.join(os.path.dirname(attn_core.__file__), *[".."] * 4))
-BENCH = os.path.join(ROOT, "bench", "decode_timeline.py")
-
-
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("decode_timeline", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(BENCH))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(os.path.dirname(BENCH))
-    return module
+BENCH = bench_path("decode_timeline")
 
 
 def test_every_stamp_lands_in_the_kernel_sources(tmp_path) -> None:
@@ -45,7 +30,7 @@ def test_every_stamp_lands_in_the_kernel_sources(tmp_path) -> None:
 
 
 def test_a_missing_anchor_names_its_file(tmp_path, monkeypatch) -> None:
-    bench = _bench_module()
+    bench = bench_module("decode_timeline")
     moved = tmp_path / "csrc"
     moved.mkdir()
     for name in ("paged_decode.cu", "decode_warp.cuh"):

@@ -4,48 +4,17 @@ the "cached or built now" answers, and the CPU refusal."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
+from native_stand_in import stand_in
 
 from attn_core.native import abi, loader
 from attn_core.native import prefill_abi as pabi
 from attn_core.native.build import BuildError
 from attn_core.native.library import NativeLibrary
 from attn_core.native.prefill_library import PrefillLibrary
-
-# Both libraries' identity functions, with the version a macro: the loaders only call these
-# before a device is needed (the launch and info entries are declared, never called here).
-STAND_IN = """
-static const char *name(int code) { return code == 2 ? "out of memory" : "other"; }
-int attn_native_abi_version(void) { return NATIVE_VERSION; }
-int attn_native_group_slots(void) { return 6; }
-const char *attn_native_platform(void) { return "stand-in"; }
-const char *attn_native_error_string(int code) { return name(code); }
-int attn_native_decode(void *args, void *stream) { return 1; }
-int attn_native_kernel_info(int a, int b, int c, int d, int e, void *info) { return 1; }
-int attn_prefill_abi_version(void) { return PREFILL_VERSION; }
-int attn_prefill_mma(void) { return 1; }
-const char *attn_prefill_platform(void) { return "stand-in"; }
-const char *attn_prefill_error_string(int code) { return name(code); }
-int attn_prefill(void *args, void *stream) { return 1; }
-int attn_prefill_config_info(int a, int b, int c, int d, void *info) { return 1; }
-"""
-
-
-def stand_in(tmp_path: Path, native: int, prefill: int) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("needs a host C compiler for the stand-in library")
-    source, out = tmp_path / "stand_in.c", tmp_path / f"libstand_in_{native}_{prefill}.so"
-    source.write_text(STAND_IN)
-    defines = [f"-DNATIVE_VERSION={native}", f"-DPREFILL_VERSION={prefill}"]
-    subprocess.run([compiler, "-shared", "-fPIC", *defines, "-o", str(out), str(source)],
-                   check=True)  # fmt: skip
-    return out
 
 
 def test_libraries_of_this_abi_load_with_their_identity(tmp_path: Path) -> None:

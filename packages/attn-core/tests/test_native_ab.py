@@ -1,0 +1,68 @@
+"""bench/native_ab.py on the CPU: rows of any GQA group, each build's library for a row's group
+out of a directory of builds, and a build that cannot serve a row named before anything runs
+(stand-in libraries from the host C compiler)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from bench_modules import bench_module
+from native_stand_in import stand_in
+
+from attn_core.native import abi
+from attn_core.native import prefill_abi as pabi
+
+
+@pytest.fixture(scope="module")
+def native_ab():
+    return bench_module("native_ab")
+
+
+def test_shapes_of_any_group_parse(native_ab) -> None:
+    rows = native_ab.any_group_shapes("16/4/1x102400,32/4/8x32768:fp8_e4m3,6/1/1x8")
+    assert rows == (
+        (16, 4, 1, 102400, "auto"), (32, 4, 8, 32768, "fp8_e4m3"), (6, 1, 1, 8, "auto"),
+    )  # fmt: skip
+    for bad in ("7/2/1x8", "2/4/1x8", "16/0/1x8", "16/4/0x8", "16/4/1x8:fp4"):
+        with pytest.raises(argparse.ArgumentTypeError, match=bad.split(":")[0]):
+            native_ab.any_group_shapes(bad)
+
+
+def test_the_decode_bench_keeps_qwens_group(native_ab) -> None:
+    # native_decode_bench.py loads one library (group 6): its own --shapes still refuse others
+    with pytest.raises(argparse.ArgumentTypeError, match="not a group of 6"):
+        native_ab.parse_shapes("16/4/1x8192")
+    assert native_ab.parse_shapes("12/2/1x8192") == ((12, 2, 1, 8192, "auto"),)
+
+
+def test_a_directory_build_gives_each_group_its_slot_count(native_ab, tmp_path: Path) -> None:
+    assert native_ab.library_path(tmp_path, 4) == tmp_path / "libattn_native_g4.so"
+    assert native_ab.library_path(tmp_path, 12) == tmp_path / "libattn_native_g6.so"  # 2 x 6
+    assert native_ab.library_path(tmp_path, 9) == tmp_path / "libattn_native_g5.so"  # 5 + 4
+    lib = tmp_path / "one.so"
+    assert native_ab.library_path(lib, 4) == lib  # a file is used as it is
+
+
+def test_libraries_load_once_per_build_and_group(native_ab, tmp_path: Path) -> None:
+    for slots in (4, 6):
+        built = stand_in(tmp_path, abi.ABI_VERSION, pabi.ABI_VERSION, slots)
+        built.rename(tmp_path / f"libattn_native_g{slots}.so")
+    specs = native_ab.any_group_shapes("16/4/1x8,24/4/1x8,12/2/2x8,8/2/1x8")
+    libs = native_ab.load_libraries([("a", tmp_path), ("b", tmp_path)], specs)
+    assert sorted(libs) == [("a", 4), ("a", 6), ("b", 4), ("b", 6)]
+    assert {key: lib.slots for key, lib in libs.items()} == {
+        ("a", 4): 4, ("a", 6): 6, ("b", 4): 4, ("b", 6): 6,
+    }  # fmt: skip
+
+
+def test_a_build_that_cannot_serve_a_row_is_named(native_ab, tmp_path: Path) -> None:
+    six = stand_in(tmp_path, abi.ABI_VERSION, pabi.ABI_VERSION, 6)
+    specs = native_ab.any_group_shapes("16/4/1x8")
+    with pytest.raises(ValueError, match=r"build old: .* serves 6 head slots, 16/4 heads need 4"):
+        native_ab.load_libraries([("old", six)], specs)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match=r"build new: no library .*libattn_native_g4.so for 16/4"):
+        native_ab.load_libraries([("new", empty)], specs)
