@@ -48,6 +48,17 @@ def any_group_shapes(text: str) -> tuple:
     return parse_shapes(text, group=None)
 
 
+def positive_int(text: str) -> int:
+    """``--rounds``: a whole number of at least 1 (medians of no rounds are undefined)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def parse_builds(items: list[str]) -> list[tuple[str, Path]]:
     """``["old=a/lib.so", "new=b/lib.so"]`` -> ``[("old", Path("a/lib.so")), ...]``."""
     builds = []
@@ -75,7 +86,7 @@ def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[s
 
     Raises:
         ValueError: a library is missing or serves another slot count than a row's group needs
-            (the message names the build, the row's heads and both counts).
+            (the message names the build, the row's heads and both counts), or does not load.
     """
     from attn_core.native.abi import group_slots
     from attn_core.native.library import NativeLibrary
@@ -89,7 +100,10 @@ def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[s
             path = library_path(build, group)
             if not path.is_file():
                 raise ValueError(f"build {name}: no library {path} for {heads}/{kv_heads} heads")
-            lib = NativeLibrary(path)
+            try:
+                lib = NativeLibrary(path)
+            except OSError as exc:  # not a library, or another ABI's
+                raise ValueError(f"build {name}: {path} does not load: {exc}") from None
             if lib.slots != group_slots(group):
                 raise ValueError(
                     f"build {name}: {path} serves {lib.slots} head slots, {heads}/{kv_heads} "
@@ -145,7 +159,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--shapes", type=any_group_shapes, default=(),
                     help="as native_decode_bench.py, any group (from a DIR build)")  # fmt: skip
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="float16", help="query dtype")
-    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--rounds", type=positive_int, default=9)
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
     try:

@@ -66,3 +66,19 @@ def test_a_build_that_cannot_serve_a_row_is_named(native_ab, tmp_path: Path) -> 
     empty.mkdir()
     with pytest.raises(ValueError, match=r"build new: no library .*libattn_native_g4.so for 16/4"):
         native_ab.load_libraries([("new", empty)], specs)
+
+
+def test_a_file_that_is_not_a_library_is_named(native_ab, tmp_path: Path) -> None:
+    text = tmp_path / "libattn_native_g4.so"
+    text.write_text("not a library")
+    specs = native_ab.any_group_shapes("16/4/1x8")
+    with pytest.raises(ValueError, match=r"build old: .*libattn_native_g4.so does not load"):
+        native_ab.load_libraries([("old", tmp_path)], specs)
+
+
+@pytest.mark.parametrize("rounds", ["0", "-3", "nine", "1.5"])
+def test_rounds_below_one_or_not_whole_are_usage_errors(native_ab, rounds, capsys) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        native_ab.main(["a=x.so", "b=y.so", "--rounds", rounds])
+    assert stopped.value.code == 2
+    assert "--rounds" in capsys.readouterr().err
