@@ -108,6 +108,9 @@ def test_merge_slices_mirror_the_kernel() -> None:
     # head 256 over 131 partitions: 16 slices of 16 dimensions; head 72 over 2: 3 of 32
     assert split.merge_grid(1, 6, 256, 131) == (6, 1, 16)
     assert split.merge_grid(2, 24, 72, 2) == (24, 2, 3)
+    # the dependent launch's limit (split.merge_is_dependent, the simulator's merge gap)
+    assert split.MERGE_DEPENDENT_BLOCKS_PER_SM == constant("kMergeBlocksPerSm")
+    assert "<= overlap.max_blocks" in source and "kMergeBlocksPerSm * sms" in source
 
 
 def test_block_threads_mirror_the_kernel() -> None:

@@ -21,6 +21,7 @@ from attn_core.native.split import (
     MMA_MIN_FILL,
     MMA_MIN_PARTITION_TOKENS,
     MMA_SHORT_PARTITION_TOKENS,
+    merge_is_dependent,
     min_partition_tokens,
     native_split,
     partition_grain,
@@ -247,3 +248,14 @@ def test_fp8_caches_use_their_own_kernels():
     assert fp8.partition.cache == "fp8_e5m2" and fp8.partition.query == "float16"
     bf16 = native_split(AttentionShape(dtype=torch.bfloat16), 1, 8192, H200)
     assert bf16.partition.query == bf16.partition.cache == "bfloat16"
+
+
+def test_the_merge_is_a_dependent_launch_up_to_two_blocks_a_sm_on_compute_9():
+    """csrc/paged_decode.cu launch_merge: a programmatic dependent where the device has the
+    launch (the h200 profile's dependent_launch_gap_s) and the grid holds at most two blocks
+    per SM; a plain launch above that, and everywhere on the A100 (compute 8.0) and CoreX."""
+    limit = 2 * H200.sm_count
+    assert merge_is_dependent(H200, 1) and merge_is_dependent(H200, limit)
+    assert not merge_is_dependent(H200, limit + 1)
+    for name in ("a100", "bi-v100", "bi-v100-smem48k"):
+        assert not merge_is_dependent(get_device_spec(name), 1)

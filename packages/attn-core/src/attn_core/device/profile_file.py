@@ -40,6 +40,7 @@ _ZERO_OK = frozenset(
         "launch_gap_s",
         "launch_overhead_s",
         "shared_mem_per_block_optin",
+        "dependent_launch_gap_s",
     }
 )
 
@@ -141,6 +142,7 @@ PHYSICAL_RANGES: dict[str, tuple[float, float]] = {
     "max_registers_per_block": (1024, 4 * MiB),
     "launch_gap_s": (0.0, 0.1),
     "shared_mem_per_block_optin": (0, 64 * MiB),
+    "dependent_launch_gap_s": (0.0, 0.1),
 }
 
 

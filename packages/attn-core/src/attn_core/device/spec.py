@@ -53,6 +53,12 @@ class DeviceSpec:
     # cudaFuncAttributeMaxDynamicSharedMemorySize); 0 where there is no opt-in. The native
     # prefill's large tile needs it (:mod:`attn_core.prefill.plan_native`).
     shared_mem_per_block_optin: int = 0
+    # Device time from a kernel's last block to the first work of a programmatic dependent
+    # launch (NVIDIA compute 9.0+: cudaLaunchAttributeProgrammaticStreamSerialization, whose
+    # blocks are placed while the kernel before still runs), seconds; 0 where the device has no
+    # such launch and every launch pays launch_gap_s. The native decode's merge launches this
+    # way where it can (attn_core.native.split.merge_is_dependent).
+    dependent_launch_gap_s: float = 0.0
 
     @property
     def max_warps_per_sm(self) -> int:
@@ -111,6 +117,7 @@ _BI_V100 = DeviceSpec(
         "max_registers_per_block": "assumed: 64K registers per block, as CUDA",
         "launch_gap_s": "assumed: 3 us, near the H200's measured 2.8 us (no graph-replay "
         "measurement on the platform yet)",
+        "dependent_launch_gap_s": "assumed: 0, CoreX has no programmatic dependent launch",
         "shared_mem_per_block_optin": "assumed: 0, no opt-in (the vendor's vLLM keeps every "
         "kernel within 32 KiB per block)",
     },
@@ -147,6 +154,7 @@ _H200 = DeviceSpec(
     l2_bytes=60 * 1024 * KiB,
     launch_gap_s=2.8e-6,
     shared_mem_per_block_optin=227 * KiB,
+    dependent_launch_gap_s=0.5e-6,
     provenance={
         "sm_count": "datasheet: H200 SXM, 132 SMs",
         "warp_size": "datasheet",
@@ -176,6 +184,9 @@ _H200 = DeviceSpec(
         "launch_gap_s": "measured: GPU run 1 (H200, torch 2.11), CUDA-graph replay of attn-core "
         "decode at 1x8K: 0.209 ms for 64 launches moving ~0.12 GB (~0.03 ms) => ~2.8 us each",
         "shared_mem_per_block_optin": "datasheet: 227 KiB with opt-in, cc 9.0",
+        "dependent_launch_gap_s": "measured: H200 2026-12-04, bench/decode_timeline.py "
+        "(%globaltimer stamps): the native merge's first work 0.5 us after the last partition "
+        "block ended, at every shape (docs/benchmarks.md, issue 17 round 14)",
     },
 )
 
@@ -224,6 +235,7 @@ _A100 = DeviceSpec(
         "max_registers_per_block": "datasheet: CUDA compute capability 8.0",
         "launch_gap_s": "assumed: 3 us, near the H200's measured 2.8 us",
         "shared_mem_per_block_optin": "datasheet: 163 KiB with opt-in, cc 8.0",
+        "dependent_launch_gap_s": "datasheet: 0, programmatic dependent launch needs cc 9.0",
     },
 )
 

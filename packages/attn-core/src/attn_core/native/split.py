@@ -139,6 +139,22 @@ def merge_grid(
     return (num_heads, num_seqs, -(-head_size // merge_dims(num_partitions)))
 
 
+# csrc/paged_decode.cu kMergeBlocksPerSm (launch_merge): where the device has a programmatic
+# dependent launch, a merge grid of at most this many blocks per SM is launched as a dependent of
+# the partition kernel, its blocks waiting on the SMs for the partition grid; a larger grid after
+# it (the A/B that chose two a SM is there).
+MERGE_DEPENDENT_BLOCKS_PER_SM = 2
+
+
+def merge_is_dependent(spec: DeviceSpec, merge_blocks: int) -> bool:
+    """Whether a merge of ``merge_blocks`` blocks runs as a programmatic dependent on ``spec``
+    (a device with such a launch, ``dependent_launch_gap_s > 0``, and a grid small enough)."""
+    return (
+        spec.dependent_launch_gap_s > 0
+        and merge_blocks <= MERGE_DEPENDENT_BLOCKS_PER_SM * spec.sm_count
+    )
+
+
 # The matrix-unit body's refinements of fill-once (H200, 2026-12-03, the sweep of fifteen shapes
 # in docs/benchmarks.md, issue 17 round 7):
 # - at most this many partitions per row, unless fewer would leave SMs without a block: the
