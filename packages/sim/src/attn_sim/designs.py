@@ -75,6 +75,9 @@ class KernelDesign:
     opts_in: bool = False  # dynamic shared memory past the default per-block limit (CUDA opt-in)
     serial_tiles: int = 0  # tiles one warp works through in turn (a latency roof; 0: none)
     fixed_latency_s: float = 0.0  # dependent round trips every launch waits, whatever its size
+    # launched as a programmatic dependent of the launch before it: pays the device's
+    # dependent_launch_gap_s instead of launch_gap_s
+    dependent: bool = False
 
     @property
     def blocks(self) -> int:

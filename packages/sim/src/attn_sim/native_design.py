@@ -28,7 +28,7 @@ from attn_core.decode.plan import DecodeLengths, DecodePlan, plan_decode
 from attn_core.device.capabilities import profile_capabilities
 from attn_core.device.spec import DeviceSpec
 from attn_core.native.facts import MMA
-from attn_core.native.split import NativeSplit, merge_grid
+from attn_core.native.split import NativeSplit, merge_grid, merge_is_dependent
 from attn_sim.designs import FP32, KernelDesign, evaluate
 
 
@@ -87,13 +87,14 @@ def native_designs(
         f"{split.partition_size} tokens",
         tensor_flops=tensor,
         serial_tiles=-(-split.partition_size // (MMA_TILE_TOKENS * warps)) if mma else 0,
-        fixed_latency_s=MMA_FIRST_TILE_S if mma else 0.0,
+        fixed_latency_s=MMA_BLOCK_FIXED_S if mma else 0.0,
     )
     if not split.merged:
         return [partition]
+    grid = merge_grid(num_seqs, shape.num_heads, shape.head_size, split.num_partitions)
     merge = KernelDesign(
         name="native_merge",
-        grid=merge_grid(num_seqs, shape.num_heads, shape.head_size, split.num_partitions),
+        grid=grid,
         threads=split.merge.threads,
         static_smem=split.merge.smem_bytes,
         dynamic_smem=0,
@@ -102,46 +103,53 @@ def native_designs(
         flops=4 * heads * split.num_partitions * shape.head_size,
         source="attn-core native kernel, log-sum-exp merge",
         fixed_latency_s=MERGE_LATENCY_S,
+        dependent=merge_is_dependent(spec, grid[0] * grid[1] * grid[2]),
     )
     return [partition, merge]
 
 
 # The matrix-unit body's latency roof: each of a block's warps works through its 16-token
 # tiles one after another with one tile's loads in flight, and a tile takes a warp at least
-# MMA_WARP_TILE_S whatever the bytes. Before its first tile a block waits on its first reads
-# (the length, its queries and its warps' first page ids, requested together), then its keys,
-# with nothing in flight to overlap them: MMA_FIRST_TILE_S a partition launch, in both
-# regimes. The merge waits on one round trip a launch beyond bandwidth: MERGE_LATENCY_S. The
-# tile and the merge's constants were fit together (H200, 2026-12-03, the sliced merge, build
+# MMA_WARP_TILE_S whatever the bytes; fit with the merge's round trip (H200, 2026-12-03, build
 # b546514573a34bfb3004; docs/benchmarks.md "issue 17 round 8") to the twelve-row table and to
-# Nsight Compute's per-kernel times: the partition kernel at 1 x 8K (4 tiles a warp) 15.4 us =
-# 2.8 us launch + 4 x 2.2 + 3.8; the merge 3.7-6.0 us against 3.1-3.7 from bandwidth and launch
-# alone, 1.5 us then for two round trips (the log-sum-exps read before the partials they
-# weight). The streaming merge requests both together and took 0.5-0.8 us off every merged
-# batch-1 row at the same slicing (round 12): one round trip, 0.75 us. The first tile was 4 us
-# until round 14 (2026-12-04) took 1.2-2.0 us off every step: the first reads together (a
-# block's queries ready at 1.5-1.7 us, from 2.9-5.9) and, on sm_90, the merge launched as a
-# programmatic dependent (0.5-1.0 us; the model has no such launch, so the first tile carries
-# it). Refit to that round's table alone: 2.7 us, the table within -9.6 % to +6.8 %.
-# 16-bit caches stream at the DRAM rate beyond 32K and the roof does not bind there.
-# Measured on the H200 only; the simulator applies the two tile constants to every NVIDIA
-# profile (CoreX builds run the CUDA-core body, which has no roof here) and the merge's latency
-# to every profile (the merge is one kernel for both).
+# Nsight Compute's per-kernel times (the partition kernel at 1 x 8K, 4 tiles a warp, 15.4 us).
+# The roof is what one SM's warps can have in flight, so a launch priced by it streams its
+# bytes at the whole device's rate, not at its busy SMs' share (``Waves.memory_efficiency``
+# would count the same limit twice): at 2K-16K tokens, 32-128 blocks on 132 SMs, the step grew
+# with its bytes at 3.4-4.3 TB/s (round 14: 24 / 4 heads 1 x 2K, 64 blocks, 0.0100 ms; 1 x 4K,
+# 128 blocks, 0.0124; 1 x 8K 0.0163), where the busy-SM share priced all three alike.
 MMA_TILE_TOKENS = 16
 MMA_WARP_TILE_S = 2.2e-6
-MMA_FIRST_TILE_S = 2.7e-6
+# A partition block's fixed phases, from the per-block %globaltimer stamps of
+# bench/decode_timeline.py on the committed kernel (H200, 2026-12-04, "issue 17 round 14"; five
+# shapes, 1 x 8K to 1 x 100K): its queries ready 1.5-1.7 us after it starts (the length, the
+# queries and the first tiles' page ids requested together), then its tiles, then 2.2-2.3 us to
+# fold its warps (0.6-0.7) and store its partials (1.5-1.6). MMA_FIRST_TILE_S is what the step
+# times leave beyond those and the roof, fit to round 14's table and its short rows together
+# (twenty rows): the first tile's keys, waited on with nothing else in flight, and the spread
+# of block ends (0.3-0.6 us at 8K, 2.2-2.8 at 100K in the stamps), which the model has no term
+# for. The merge waits on one round trip beyond bandwidth (the streaming merge requests the
+# log-sum-exps and the partials together, round 12): MERGE_LATENCY_S, one kernel on every
+# profile, so it applies to the BI-V100 too. On NVIDIA compute 9.0+ the merge is a programmatic
+# dependent (``dependent_launch_gap_s``: its first work 0.5 us after the last partition block,
+# not a launch gap of 2.8). 16-bit caches stream at the DRAM rate beyond 32K and the roof does
+# not bind there. Measured on the H200 only: the tile constants apply to every NVIDIA profile
+# (CoreX builds run the CUDA-core body, which has none of them here).
+MMA_PROLOGUE_S = 1.6e-6
+MMA_EPILOGUE_S = 2.2e-6
+MMA_FIRST_TILE_S = 0.6e-6
+MMA_BLOCK_FIXED_S = MMA_PROLOGUE_S + MMA_FIRST_TILE_S + MMA_EPILOGUE_S
 MERGE_LATENCY_S = 0.75e-6
 
 
 # Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
 # 1 x 100K tokens) the CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots
 # with 16 warps per SM, neither saturated: the latency of the FMA chains is not hidden behind
-# the loads. The matrix-unit body takes the larger of that sum and its tile roof, plus its first
-# tile. Against the H200 (2026-12-03 12:27 UTC, replays back to back, docs/benchmarks.md "issue
-# 17 round 8"), datasheet h200 profile: -8 % to +5 % per row; against round 13's eight-warp
-# kernel (no refit) -8.5 % to +8.8 %; against round 14's (first tile refit) -9.6 % to +6.8 %
-# (tests/test_native_design.py keeps each within 10 %), and +2 % to +37 % at short contexts
-# (2K-16K tokens), where the fixed costs are most of the step.
+# the loads. The matrix-unit body takes the larger of that sum and its tile roof, plus its
+# block's fixed phases. Against the H200 (datasheet h200 profile; tests/test_native_design.py
+# keeps both tables): round 14's twelve-row table -11.7 % to +5.8 % and its eight short rows
+# (2K-16K tokens) -3.5 % to +11.8 %, where the model before this (no dependent launch, the
+# busy-SM share under the roof) was -9.6 % to +6.8 % and +2 % to +37 %.
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
@@ -150,10 +158,12 @@ def native_step_s(spec: DeviceSpec, designs: list) -> float:
         w = judged.waves
         if w is None:
             return float("inf")
-        memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / w.memory_efficiency
+        share = 1.0 if d.serial_tiles else w.memory_efficiency  # the roof holds the per-SM limit
+        memory_s = (d.kv_bytes_read + d.other_bytes) / spec.hbm_bandwidth / share
         compute_s = (d.flops / spec.fp32_flops + d.tensor_flops / spec.fp16_flops) / w.efficiency
         roof_s = w.waves * d.serial_tiles * MMA_WARP_TILE_S
-        total += max(memory_s + compute_s, roof_s) + d.fixed_latency_s + spec.launch_gap_s
+        gap_s = spec.dependent_launch_gap_s if d.dependent else spec.launch_gap_s
+        total += max(memory_s + compute_s, roof_s) + d.fixed_latency_s + gap_s
     return total
 
 
@@ -211,8 +221,11 @@ NATIVE_LEGEND = (
     "and fp32 arithmetic added, not overlapped (the H200's measurement; registers are the sm_90 "
     "build's until the lab records CoreX's); on NVIDIA's matrix-unit body, the larger of that "
     "and its tile roof (each warp spends `MMA_WARP_TILE_S` on each of its 16-token tiles in "
-    "turn) plus its first tile's wait (`MMA_FIRST_TILE_S`); the merge adds one dependent read "
-    "(`MERGE_LATENCY_S`); all three measured on the H200. `torch_ms`: the portable torch "
+    "turn), streaming at the whole device's rate, plus a block's fixed phases "
+    "(`MMA_BLOCK_FIXED_S`: its queries, first tile, fold and stores); the merge adds one "
+    "dependent read (`MERGE_LATENCY_S`) and, where the device has a programmatic dependent "
+    "launch (`dependent_launch_gap_s` > 0), starts that long after the partition grid instead "
+    "of a launch gap; measured on the H200. `torch_ms`: the portable torch "
     "path, traced and replayed the same way (as in the decode table below). `fits`: every "
     "launch is resident within the per-block shared-memory budget; `fits_device_memory`: K+V + "
     "the fp32 partials fit the device's memory."

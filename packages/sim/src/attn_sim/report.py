@@ -69,6 +69,7 @@ ASSUMPTION_FIELDS = (
     "fp32_flops",
     "launch_overhead_s",
     "launch_gap_s",
+    "dependent_launch_gap_s",
     "memory_bytes",
 )
 
