@@ -27,7 +27,10 @@ step() {
 
 run() {
     case "$1" in
-    cuda_tests) step cuda_tests 180 python3 -m pytest -q -m cuda -p no:cacheprovider \
+    # the whole CUDA suite: 430 tests took 254 s on the H200 with 14 workers (2026-12-04), so
+    # the step spreads over the host's cores (pytest-xdist) and stops one test hung past 300 s
+    cuda_tests) step cuda_tests 570 python3 -m pytest -q -m cuda -p no:cacheprovider \
+        -n "${CUDA_TEST_WORKERS:-14}" --timeout 300 \
         packages/attn-core/tests packages/engine-patch/tests packages/sim/tests ;;
     decode_bench) step decode_bench 150 python3 bench/decode_bench.py --out "$OUT" ;;
     prefill_bench) step prefill_bench 200 python3 bench/prefill_bench.py --out "$OUT" --budget-s 170 ;;
