@@ -10,7 +10,10 @@ directory, or ``attn_core.native.build.build_library``'s output for several slot
 row then takes the library of its group's slot count, so ``--shapes`` may hold any group.
 ``--dtype`` picks the queries' dtype (the cache holds it unless a row names fp8). Rows default
 to native_decode_bench.py's fp16 rows; every build runs the plan's own split (what attn-core
-launches for the row's dtype), each step captured
+launches for the row's dtype; ``--body cuda_core`` for portable ``-DATTN_DECODE_MMA=0`` builds,
+which run the CUDA-core body where the device's plan would split for the matrix-unit one: 33
+partitions of one four-warp block a SM at 24 / 4 heads 1 x 100K on the H200, against the
+CUDA-core split's 115 at four blocks a SM), each step captured
 in a CUDA graph and replayed back to back (``_timing.graph_ms``), the builds' order rotated per
 round so that none is always first after another's replays. Prints, per row, each build's median
 and best over the rounds and its difference from the first build, plus each build's largest
@@ -41,6 +44,7 @@ from native_decode_bench import (  # noqa: E402
 )
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+BODIES = ("cuda_core", "mma")  # attn_core.native.facts.CUDA_CORE, MMA
 
 
 def any_group_shapes(text: str) -> tuple:
@@ -114,12 +118,17 @@ def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[s
 
 
 def ab_row(
-    libs: dict[str, Any], spec: tuple, rounds: int, copy_bw: float, dtype: torch.dtype
+    libs: dict[str, Any],
+    spec: tuple,
+    rounds: int,
+    copy_bw: float,
+    dtype: torch.dtype,
+    body: Optional[str] = None,
 ) -> dict[str, Any]:
     heads, kv_heads, batch, tokens, cache = spec
     cases = step_caches(spec, dtype)
     one = cases[0]
-    parts, ps = _rule_split(one)
+    parts, ps = _rule_split(one, body)
     k, v = one.contiguous_kv()
     want = reference(one, k, v)
     del k, v
@@ -159,6 +168,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--shapes", type=any_group_shapes, default=(),
                     help="as native_decode_bench.py, any group (from a DIR build)")  # fmt: skip
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="float16", help="query dtype")
+    ap.add_argument("--body", choices=BODIES, default=None,
+                    help="split for this partition body (default: the one the device runs; "
+                    "cuda_core for -DATTN_DECODE_MMA=0 builds)")  # fmt: skip
     ap.add_argument("--rounds", type=positive_int, default=9)
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
@@ -187,10 +199,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     for spec in specs:
         group = spec[0] // spec[1]
         libs = {name: by_group[(name, group)] for name in names}
-        rows.append(ab_row(libs, spec, args.rounds, bw, DTYPES[args.dtype]))
+        rows.append(ab_row(libs, spec, args.rounds, bw, DTYPES[args.dtype], args.body))
         print_table([rows[-1]], columns)
         payload = {"device": device_info(torch.device("cuda")), "copy_bandwidth": bw,
-                   "builds": {n: str(p) for n, p in builds}, "rows": rows}  # fmt: skip
+                   "builds": {n: str(p) for n, p in builds}, "body": args.body or "plan's",
+                   "rows": rows}  # fmt: skip
         write_results(args.out, "native_ab.json", payload)
     print(f"\n== medians over {args.rounds} interleaved rounds (ms; *_minus_*_us: microseconds)")
     print_table(rows, columns)

@@ -237,8 +237,9 @@ def bench_row(lib, previous, vllm, row_spec: tuple, sm_count: int, copy_bw: floa
     return row
 
 
-def _rule_split(c: PagedKV) -> tuple[int, int]:
-    """What attn-core's plan chooses (:func:`attn_core.native.split.native_split`)."""
+def _rule_split(c: PagedKV, body: Optional[str] = None) -> tuple[int, int]:
+    """What attn-core's plan chooses (:func:`attn_core.native.split.native_split`), for the body
+    the device runs or, with ``body``, for that one (a portable library's CUDA-core body)."""
     from attn_core import detect_device_spec
     from attn_core.core.shapes import AttentionShape
     from attn_core.native.split import native_split
@@ -246,7 +247,8 @@ def _rule_split(c: PagedKV) -> tuple[int, int]:
     shape = AttentionShape(
         c.heads, c.kv_heads, HEAD, BLOCK, dtype=c.query.dtype, kv_cache_dtype=c.kv_cache_dtype
     )
-    split = native_split(shape, c.batch, c.tokens, detect_device_spec(torch.device("cuda")))
+    spec = detect_device_spec(torch.device("cuda"))
+    split = native_split(shape, c.batch, c.tokens, spec, body=body)
     return split.num_partitions, split.partition_size
 
 

@@ -82,3 +82,15 @@ def test_rounds_below_one_or_not_whole_are_usage_errors(native_ab, rounds, capsy
         native_ab.main(["a=x.so", "b=y.so", "--rounds", rounds])
     assert stopped.value.code == 2
     assert "--rounds" in capsys.readouterr().err
+
+
+def test_the_body_flag_names_attn_cores_bodies(native_ab, capsys) -> None:
+    """--body picks the split of a portable library's body; it takes attn-core's own names,
+    and anything else is a usage error before a device is needed."""
+    from attn_core.native.facts import CUDA_CORE, MMA
+
+    assert set(native_ab.BODIES) == {CUDA_CORE, MMA}
+    with pytest.raises(SystemExit) as stopped:
+        native_ab.main(["a=x.so", "b=y.so", "--body", "wmma"])
+    assert stopped.value.code == 2
+    assert "--body" in capsys.readouterr().err

@@ -259,3 +259,21 @@ def test_the_merge_is_a_dependent_launch_up_to_two_blocks_a_sm_on_compute_9():
     assert not merge_is_dependent(H200, limit + 1)
     for name in ("a100", "bi-v100", "bi-v100-smem48k"):
         assert not merge_is_dependent(get_device_spec(name), 1)
+
+
+def test_a_forced_body_takes_that_body_s_split():
+    """A portable library (-DATTN_DECODE_MMA=0) runs the CUDA-core body where the H200 runs the
+    matrix-unit one for fp16: timed at the matrix-unit split (33 partitions at 24 / 4 heads,
+    1 x 100K: one four-warp block a SM) it would measure an occupancy the plan never gives the
+    CUDA-core body. ``body`` asks for that body's own split; a name that is no body is refused."""
+    plan = native_split(QWEN, 1, 102400, H200)
+    forced = native_split(QWEN, 1, 102400, H200, body=CUDA_CORE)
+    assert plan.partition.body == MMA and forced.partition.body == CUDA_CORE
+    assert forced.blocks_per_sm > plan.blocks_per_sm
+    assert forced.num_partitions > plan.num_partitions
+    assert native_split(QWEN, 1, 102400, H200, body=MMA) == plan
+    with pytest.raises(ValueError, match="body must be"):
+        native_split(QWEN, 1, 102400, H200, body="wmma")
+    fp32 = AttentionShape(dtype=torch.float32)
+    with pytest.raises(ValueError, match="no recorded kernel"):
+        native_split(fp32, 1, 102400, H200, body=MMA)  # fp32 queries have no matrix-unit body

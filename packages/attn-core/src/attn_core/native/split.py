@@ -227,23 +227,28 @@ def native_split(
     max_seq_len: int,
     spec: DeviceSpec,
     num_partitions: Optional[int] = None,
+    body: Optional[str] = None,
 ) -> NativeSplit:
-    """The split of one step; ``num_partitions`` forces the partition count (a tuning knob).
+    """The split of one step; ``num_partitions`` forces the partition count and ``body`` the
+    partition body (tuning knobs: a portable ``-DATTN_DECODE_MMA=0`` library runs the CUDA-core
+    body where the device would run the matrix-unit one, and is timed at that body's split).
 
     Raises:
-        ValueError: a length is below 1, or the kernel cannot be resident on ``spec``
-            (registers or shared memory over the device's limits).
+        ValueError: a length is below 1, ``body`` is not a body, or the kernel cannot be
+            resident on ``spec`` (registers or shared memory over the device's limits).
     """
     for name, value in (("num_seqs", num_seqs), ("max_seq_len", max_seq_len)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    if body not in (None, CUDA_CORE, MMA):
+        raise ValueError(f"body must be {CUDA_CORE!r} or {MMA!r} (or None), got {body!r}")
     group = shape.num_heads // shape.num_kv_heads
     slots = abi.group_slots(group)
     head_groups = -(-group // slots)
     query = str(shape.dtype).replace("torch.", "")
     cache = query if shape.kv_cache_dtype == "auto" else _FP8_NAMES[shape.kv_cache_dtype]
     bucket = abi.head_bucket(shape.head_size)
-    body = decode_body(spec, query, cache)
+    body = body or decode_body(spec, query, cache)
     partition = lookup("partition", query, cache, bucket, slots, body)
     merge = lookup("merge", query, query, 0, 0)
     if partition is None or merge is None:
