@@ -39,6 +39,7 @@ from native_decode_bench import (  # noqa: E402
     _rule_split,
     native_step,
     parse_shapes,
+    plan_split,
     reference,
     step_caches,
 )
@@ -184,6 +185,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     specs = args.shapes or tuple(r for r in ROWS if r[4] == "auto")
     try:
         by_group = load_libraries(builds, specs)
+        for spec in specs:  # a --body the row's dtype has no kernel for, before anything runs
+            plan_split(spec, DTYPES[args.dtype], args.body)
     except ValueError as exc:
         ap.error(str(exc))
     bw = copy_bandwidth(torch.device("cuda"))

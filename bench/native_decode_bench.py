@@ -238,17 +238,31 @@ def bench_row(lib, previous, vllm, row_spec: tuple, sm_count: int, copy_bw: floa
 
 
 def _rule_split(c: PagedKV, body: Optional[str] = None) -> tuple[int, int]:
-    """What attn-core's plan chooses (:func:`attn_core.native.split.native_split`), for the body
-    the device runs or, with ``body``, for that one (a portable library's CUDA-core body)."""
+    """What attn-core's plan chooses for ``c`` (:func:`plan_split`)."""
+    row = (c.heads, c.kv_heads, c.batch, c.tokens, c.kv_cache_dtype)
+    return plan_split(row, c.query.dtype, body)
+
+
+def plan_split(
+    row: tuple, dtype: torch.dtype, body: Optional[str] = None, spec: Any = None
+) -> tuple[int, int]:
+    """``(num_partitions, partition_size)`` of attn-core's plan
+    (:func:`attn_core.native.split.native_split`) for a ``(heads, kv_heads, batch, tokens,
+    cache)`` row on ``spec`` (default: this GPU's), for the body the device runs or, with
+    ``body``, for that one (a portable library's CUDA-core body).
+
+    Raises:
+        ValueError: the row has no recorded kernel for that body (fp32 queries on the matrix
+            units) or cannot be resident.
+    """
     from attn_core import detect_device_spec
     from attn_core.core.shapes import AttentionShape
     from attn_core.native.split import native_split
 
-    shape = AttentionShape(
-        c.heads, c.kv_heads, HEAD, BLOCK, dtype=c.query.dtype, kv_cache_dtype=c.kv_cache_dtype
-    )
-    spec = detect_device_spec(torch.device("cuda"))
-    split = native_split(shape, c.batch, c.tokens, spec, body=body)
+    heads, kv_heads, batch, tokens, cache = row
+    shape = AttentionShape(heads, kv_heads, HEAD, BLOCK, dtype=dtype, kv_cache_dtype=cache)
+    spec = spec or detect_device_spec(torch.device("cuda"))
+    split = native_split(shape, batch, tokens, spec, body=body)
     return split.num_partitions, split.partition_size
 
 

@@ -94,3 +94,18 @@ def test_the_body_flag_names_attn_cores_bodies(native_ab, capsys) -> None:
         native_ab.main(["a=x.so", "b=y.so", "--body", "wmma"])
     assert stopped.value.code == 2
     assert "--body" in capsys.readouterr().err
+
+
+def test_a_row_is_split_for_the_body_asked(native_ab) -> None:
+    """plan_split gives the plan's split, or a forced body's; a body the row's dtype has no
+    kernel for is a ValueError (main turns it into a usage error before timing anything)."""
+    import torch
+
+    from attn_core.device.spec import get_device_spec
+
+    h200 = get_device_spec("h200")
+    row = (24, 4, 1, 102400, "auto")
+    assert native_ab.plan_split(row, torch.float16, spec=h200)[0] == 33  # the matrix-unit split
+    assert native_ab.plan_split(row, torch.float16, "cuda_core", spec=h200)[0] == 115
+    with pytest.raises(ValueError, match="no recorded kernel"):
+        native_ab.plan_split(row, torch.float32, "mma", spec=h200)
