@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import copy_bandwidth, device_info, graph_ms, print_table, write_results  # noqa: E402
 from native_decode_bench import (  # noqa: E402
     ROWS,
-    _rule_split,
     native_step,
     parse_shapes,
     plan_split,
@@ -44,8 +43,10 @@ from native_decode_bench import (  # noqa: E402
     step_caches,
 )
 
+from attn_core.native.facts import CUDA_CORE, MMA  # noqa: E402
+
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-BODIES = ("cuda_core", "mma")  # attn_core.native.facts.CUDA_CORE, MMA
+BODIES = (CUDA_CORE, MMA)  # the partition bodies --body may force
 
 
 def any_group_shapes(text: str) -> tuple:
@@ -124,12 +125,13 @@ def ab_row(
     rounds: int,
     copy_bw: float,
     dtype: torch.dtype,
-    body: Optional[str] = None,
+    split: tuple[int, int],
 ) -> dict[str, Any]:
+    """One row timed for every build at ``split`` (``(num_partitions, partition_size)``)."""
     heads, kv_heads, batch, tokens, cache = spec
     cases = step_caches(spec, dtype)
     one = cases[0]
-    parts, ps = _rule_split(one, body)
+    parts, ps = split
     k, v = one.contiguous_kv()
     want = reference(one, k, v)
     del k, v
@@ -185,8 +187,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     specs = args.shapes or tuple(r for r in ROWS if r[4] == "auto")
     try:
         by_group = load_libraries(builds, specs)
-        for spec in specs:  # a --body the row's dtype has no kernel for, before anything runs
-            plan_split(spec, DTYPES[args.dtype], args.body)
+        # every row's split before anything runs: a --body its dtype has no kernel for is named
+        splits = [plan_split(spec, DTYPES[args.dtype], args.body) for spec in specs]
     except ValueError as exc:
         ap.error(str(exc))
     bw = copy_bandwidth(torch.device("cuda"))
@@ -199,10 +201,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         if n != names[0]:
             columns.append(f"{n}_minus_{names[0]}_us")
     columns += [f"{n}_err" for n in names]
-    for spec in specs:
+    for spec, split in zip(specs, splits, strict=True):
         group = spec[0] // spec[1]
         libs = {name: by_group[(name, group)] for name in names}
-        rows.append(ab_row(libs, spec, args.rounds, bw, DTYPES[args.dtype], args.body))
+        rows.append(ab_row(libs, spec, args.rounds, bw, DTYPES[args.dtype], split))
         print_table([rows[-1]], columns)
         payload = {"device": device_info(torch.device("cuda")), "copy_bandwidth": bw,
                    "builds": {n: str(p) for n, p in builds}, "body": args.body or "plan's",

@@ -237,10 +237,10 @@ def bench_row(lib, previous, vllm, row_spec: tuple, sm_count: int, copy_bw: floa
     return row
 
 
-def _rule_split(c: PagedKV, body: Optional[str] = None) -> tuple[int, int]:
-    """What attn-core's plan chooses for ``c`` (:func:`plan_split`)."""
+def _rule_split(c: PagedKV) -> tuple[int, int]:
+    """What attn-core's plan chooses for ``c`` on this GPU (:func:`plan_split`)."""
     row = (c.heads, c.kv_heads, c.batch, c.tokens, c.kv_cache_dtype)
-    return plan_split(row, c.query.dtype, body)
+    return plan_split(row, c.query.dtype)
 
 
 def plan_split(

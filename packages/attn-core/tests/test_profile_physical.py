@@ -37,6 +37,8 @@ BAD = [
     ({"max_registers_per_block": 10**6}, "max_registers_per_block"),
     ({"register_sub_partitions": 64}, "register_sub_partitions"),
     ({"memory_bytes": 10**20}, "memory_bytes"),
+    ({"dependent_launch_gap_s": 0.5}, "dependent_launch_gap_s"),  # us written where s belongs
+    ({"dependent_launch_gap_s": -5e-7}, "dependent_launch_gap_s"),
 ]
 
 
@@ -91,3 +93,16 @@ def test_any_value_outside_its_range_is_refused(field, data):
 
 def test_every_field_has_a_range():
     assert set(PHYSICAL_RANGES) == set(FIELDS)
+
+
+def test_a_negative_gap_names_the_bound_zero_is_allowed(tmp_path):
+    """Fields that may be 0 (a device without a programmatic dependent launch) are refused
+    below it with ">= 0", not the "> 0" every other field gets."""
+    with pytest.raises(ValueError, match="dependent_launch_gap_s must be >= 0, got -5e-07"):
+        load_profile_file(write(tmp_path, {"dependent_launch_gap_s": -5e-7}))
+    with pytest.raises(ValueError, match="sm_count must be > 0, got 0"):
+        load_profile_file(write(tmp_path, {"sm_count": 0}))
+    assert (
+        load_profile_file(write(tmp_path, {"dependent_launch_gap_s": 0})).dependent_launch_gap_s
+        == 0
+    )

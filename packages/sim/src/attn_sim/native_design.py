@@ -19,6 +19,7 @@ On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Optional
 
@@ -103,7 +104,7 @@ def native_designs(
         flops=4 * heads * split.num_partitions * shape.head_size,
         source="attn-core native kernel, log-sum-exp merge",
         fixed_latency_s=MERGE_LATENCY_S,
-        dependent=merge_is_dependent(spec, grid[0] * grid[1] * grid[2]),
+        dependent=merge_is_dependent(spec, math.prod(grid)),
     )
     return [partition, merge]
 

@@ -247,5 +247,6 @@ def _checked(source: str, key: str, value: Any) -> Union[int, float]:
     if key not in _FLOAT_FIELDS and not float(value).is_integer():
         raise ValueError(f"profile file {source}: {key} must be an integer, got {value!r}")
     if value < 0 or (value == 0 and key not in _ZERO_OK):
-        raise ValueError(f"profile file {source}: {key} must be > 0, got {value!r}")
+        bound = ">= 0" if key in _ZERO_OK else "> 0"
+        raise ValueError(f"profile file {source}: {key} must be {bound}, got {value!r}")
     return float(value) if key in _FLOAT_FIELDS else int(value)
