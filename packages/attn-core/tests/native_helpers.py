@@ -41,9 +41,13 @@ def run_native(
     scale: Optional[float] = None,
     alibi_slopes: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
+    lib: Optional[NativeLibrary] = None,
+    stream: Optional[int] = None,
 ) -> torch.Tensor:
+    """``out`` (NaN-poisoned, as are the partials) written by ``lib`` (default: the GPU library
+    of the case's GQA group) on ``stream`` (default: the current one)."""
     num_seqs, num_heads, head_size = case.query.shape
-    lib = native_library(num_heads // case.key_cache.shape[1])
+    lib = lib or native_library(num_heads // case.key_cache.shape[1])
     scale = head_size**-0.5 if scale is None else scale
     fp8 = case.kv_cache_dtype != "auto"
     out = torch.full_like(case.query, math.nan) if out is None else out
@@ -68,6 +72,7 @@ def run_native(
         alibi_slopes=alibi_slopes,
         part_out=part_out,
         part_lse=part_lse,
+        stream=stream,
     )
     return out
 

@@ -32,6 +32,7 @@ def launch_decode(
     alibi_slopes: Optional[torch.Tensor] = None,
     part_out: Optional[torch.Tensor] = None,
     part_lse: Optional[torch.Tensor] = None,
+    stream: Optional[int] = None,
 ) -> None:
     """Write ``out`` with the native kernel.
 
@@ -48,6 +49,8 @@ def launch_decode(
             block size, ``num_partitions * partition_size`` covering every sequence).
         part_out / part_lse: fp32 buffers of :func:`attn_core.native.split.partials_shapes`,
             needed when ``num_partitions > 1``.
+        stream: the ``cudaStream_t`` to launch on; None: the query device's current stream.
+            (0 on host tensors for a host-emulated library: ci/host_emulation.py.)
     """
     prepared = PreparedDecode(
         lib, query, key_cache, value_cache, block_tables, out, scale=scale, v_scale=v_scale,
@@ -57,7 +60,7 @@ def launch_decode(
     prepared.launch(
         query, key_cache, value_cache, block_tables, seq_lens, out, alibi_slopes,
         part_out.data_ptr() if part_out is not None else None,
-        part_lse.data_ptr() if part_lse is not None else None,
+        part_lse.data_ptr() if part_lse is not None else None, stream,
     )  # fmt: skip
 
 
@@ -125,10 +128,12 @@ class PreparedDecode:
         alibi_slopes: Optional[torch.Tensor],
         part_out: Optional[int],
         part_lse: Optional[int],
+        stream: Optional[int] = None,
     ) -> None:
-        """Launch on the current stream of the query's device; ``part_out`` / ``part_lse`` are
-        the partial buffers' addresses (None with one partition). The tensors must have the
-        sizes and strides the template was made from (the caller's steady-state key says so)."""
+        """Launch on ``stream`` (None: the current stream of the query's device); ``part_out``
+        / ``part_lse`` are the partial buffers' addresses (None with one partition). The
+        tensors must have the sizes and strides the template was made from (the caller's
+        steady-state key says so)."""
         k_ptr, v_ptr = key_cache.data_ptr(), value_cache.data_ptr()
         if (k_ptr | v_ptr) % VECTOR_BYTES:
             raise ValueError(
@@ -145,7 +150,7 @@ class PreparedDecode:
         args.alibi_slopes = alibi_slopes.data_ptr() if alibi_slopes is not None else None
         args.part_out = part_out
         args.part_lse = part_lse
-        self.lib.decode(args, current_stream(query.device))
+        self.lib.decode(args, current_stream(query.device) if stream is None else stream)
 
 
 VECTOR_BYTES = 16  # the kernel's cache loads (csrc/paged_decode.cu: 16-byte key/value vectors)
