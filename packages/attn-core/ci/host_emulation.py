@@ -1,0 +1,188 @@
+"""Build a native library whose kernels run on the host CPU (standard library only).
+
+    python packages/attn-core/ci/host_emulation.py --library decode --slots 6 --out DIR
+        [--compiler g++]
+
+CI has no GPU, so a kernel change that breaks the CUDA tests passes it. The CoreX source
+configuration (``-D__ILUVATAR__``: the CUDA-core decode body, which the BI-V100 runs) is plain
+C++ plus ``__syncthreads``: attn_platform.cuh forbids inline PTX and warp shuffles there. So
+the same source, compiled by the host C++ compiler against ``ci/host_cuda/`` (a CUDA runtime
+and cuda_fp16.h for the host; its attn_host_emulator.h runs a grid one block at a time, each
+block's threads as fibers), is a library with the same C ABI, which attn-core's loader opens
+and its argument builder fills, on CPU tensors. ``tests/test_native_host_emulation.py`` checks
+it against the float64 reference.
+
+What it checks: the kernel's logic (indexing, masking, the online softmax, partitions and the
+merge, fp8 decoding, shared-memory traffic between barriers: each phase runs in thread order
+and in reverse, and shared memory starts as NaN every block). What it cannot: what a device
+compiler makes of the source (ci/clang_check.py, and the device's own CUDA tests), races
+inside a warp's lockstep, or time.
+
+The only changes to the source are textual and made on a copy: each ``k<<<grid, block, smem,
+stream>>>(args)`` becomes ``::attn_emu::launch(k, grid, block, smem, stream, args)`` and each
+``extern __shared__ T name[]`` a pointer to the launch's dynamic shared memory. A source with a
+launch or declaration either rewrite misses fails the build here, not at run time.
+
+Libraries are cached under ``--out`` by a hash of the sources, ``ci/host_cuda``, this file and
+the compiler, so the CPU test sessions (current torch, torch 2.1) build each once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
+HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
+# name -> (source, defines, file name). The prefill source's CUDA-core layer builds here too
+# (-DATTN_PREFILL_MMA=0, 13 s), but its launcher still asks the CUDA driver for the device's
+# properties and the kernel's occupancy, so it is not a library attn-core can call on a host yet.
+LIBRARIES = {"decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so")}
+# -O1: one head-slot library builds in 33 s (clang 16, this 2-core machine, 2026-12-05) and the
+# tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and
+# halves through reinterpret_cast, as device code does, which a host optimiser may assume never
+# happens. -w: what a host compiler thinks of device idioms is not this check's business
+# (ci/clang_check.py gates clang's device diagnostics).
+FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
+# g++ first: one decode library in 6.5 s against clang 16's 33 s at -O1, same results (2026-12-05);
+# which compiler emulates does not matter to what the tests check (ci/clang_check.py is where
+# clang, CoreX's compiler family, sees the device code).
+COMPILERS = ("g++", "c++", "clang++-16", "clang++")
+
+_LAUNCH = re.compile(r"([A-Za-z_][\w.]*)<<<([^;]*?)>>>\(")
+_DYNAMIC_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([A-Za-z_][\w ]*?)\s+(\w+)\[\];"
+)
+
+
+class EmulationBuildError(RuntimeError):
+    """The host build failed; the message holds the compiler's output."""
+
+
+def rewrite_for_host(text: str) -> str:
+    """``text`` (a .cu source) with its launches and dynamic shared memory made host calls.
+
+    Raises:
+        EmulationBuildError: a ``<<<`` or ``extern __shared__`` the rewrites did not take.
+    """
+    text = _LAUNCH.sub(lambda m: f"::attn_emu::launch({m.group(1)}, {m.group(2)}, ", text)
+    text = _DYNAMIC_SHARED.sub(
+        lambda m: (
+            f"{m.group(1)}* {m.group(2)} = "
+            f"reinterpret_cast<{m.group(1)}*>(::attn_emu::dynamic_shared());"
+        ),
+        text,
+    )
+    for left in ("<<<", "extern __shared__"):
+        if left in text:
+            line = text[: text.index(left)].count("\n") + 1
+            raise EmulationBuildError(f"line {line}: a {left!r} the host rewrite does not take")
+    return text
+
+
+def find_compiler(preferred: str | None = None) -> str | None:
+    """The host C++ compiler: ``preferred``, ``$CXX``, else the first of :data:`COMPILERS` on
+    PATH."""
+    for name in (preferred, os.environ.get("CXX"), *COMPILERS):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _compiler_identity(compiler: str) -> str:
+    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return (out.stdout.splitlines() or [compiler])[0]
+
+
+def build_key(library: str, slots: int, compiler: str) -> str:
+    """What a cached library depends on: the sources, the host headers, this file (its
+    rewrites and flags), the compiler."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted([*CSRC.iterdir(), *HOST_CUDA.iterdir()]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(repr((library, slots, FLAGS, LIBRARIES[library])).encode())
+    digest.update(_compiler_identity(compiler).encode())
+    return digest.hexdigest()[:20]
+
+
+def build(library: str, out_dir: Path, *, slots: int = 1, compiler: str | None = None) -> Path:
+    """The host library ``library`` ("decode": the decode library of ``slots`` head slots), built
+    into ``out_dir/<key>/`` unless it is there already (safe for concurrent callers: the
+    file appears whole or not at all).
+
+    Raises:
+        EmulationBuildError: no host compiler, a rewrite left something, or the build failed.
+    """
+    if library not in LIBRARIES:
+        raise ValueError(f"library must be one of {sorted(LIBRARIES)}, got {library!r}")
+    found = _compiler(compiler)
+    source_name, defines, file_name = LIBRARIES[library]
+    target = out_dir / build_key(library, slots, found) / file_name.format(slots=slots)
+    if not target.is_file():
+        compile_library(CSRC, source_name, (*defines, f"-DATTN_GROUP_SLOTS={slots}"), target, found)
+    return target
+
+
+def compile_library(
+    source_dir: Path, source_name: str, defines: tuple[str, ...], target: Path, compiler: str
+) -> None:
+    """``target`` from ``source_dir/source_name``: a rewritten copy of ``source_dir`` compiled
+    against ``ci/host_cuda``, moved into place whole.
+
+    Raises:
+        EmulationBuildError: a rewrite left something, or the compiler failed.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(source_dir, src)
+        for path in src.glob("*.cu"):
+            path.write_text(rewrite_for_host(path.read_text()))
+        partial = Path(tmp) / target.name
+        command = [
+            compiler, *FLAGS, *defines, f"-I{HOST_CUDA}", f"-I{src}", str(src / source_name),
+            "-o", str(partial),
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise EmulationBuildError(
+                f"{' '.join(command)}\nexited {done.returncode}:\n{done.stderr[-4000:]}"
+            )
+        os.replace(partial, target)
+
+
+def _compiler(preferred: str | None) -> str:
+    found = find_compiler(preferred)
+    if found is None:
+        raise EmulationBuildError(f"no host C++ compiler (tried {preferred}, $CXX, {COMPILERS})")
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--library", choices=sorted(LIBRARIES), default="decode")
+    parser.add_argument("--slots", type=int, default=6, help="decode: head slots (1-8)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--compiler", help="host C++ compiler (default: clang++-16, ...)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    try:
+        path = build(args.library, args.out, slots=args.slots, compiler=args.compiler)
+    except EmulationBuildError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{path} ({time.monotonic() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The CoreX source's decode kernel built for the host CPU (ci/host_emulation.py) and called
+through attn-core's own loader and argument block, on CPU tensors.
+
+Libraries are built once per machine and source under ``ATTN_CORE_EMULATION_CACHE`` (default
+``~/.cache/attn_core/host-emulation``): each head-slot count takes 7-35 s to compile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from native_helpers import run_native
+
+from attn_core.native.abi import group_slots
+from attn_core.native.library import NativeLibrary
+from attn_core.reference import PagedCase, make_paged_case, poison_tails
+
+BUILDER = Path(__file__).resolve().parents[1] / "ci" / "host_emulation.py"
+
+
+def builder():
+    """ci/host_emulation.py as a module."""
+    spec = importlib.util.spec_from_file_location("host_emulation", BUILDER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cache_dir() -> Path:
+    default = Path.home() / ".cache" / "attn_core" / "host-emulation"
+    return Path(os.environ.get("ATTN_CORE_EMULATION_CACHE") or default)
+
+
+class EmulatedDecode(NativeLibrary):
+    """A host-built decode library: the ABI of a GPU build plus the emulator's controls."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._lib.attn_host_emulation_set_order.argtypes = [ctypes.c_int]
+        self._lib.attn_host_emulation_set_order.restype = None
+
+    def set_reverse_order(self, reverse: bool) -> None:
+        """Run each phase's threads in reverse index order (True) or in order."""
+        self._lib.attn_host_emulation_set_order(int(reverse))
+
+
+_LIBRARIES: dict[int, EmulatedDecode] = {}
+
+
+def host_compiler() -> str:
+    """The host C++ compiler the emulated libraries are built with. Without one: a skip on a
+    laptop, a failure under ``CI=true`` (CI installs clang, so none means a broken setup)."""
+    found = builder().find_compiler()
+    if found is None:
+        why = "needs a host C++ compiler (g++ or clang++) for the emulated kernels"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
+def emulated_decode(slots: int) -> EmulatedDecode:
+    """The host decode library for ``slots`` head slots (built on first use)."""
+    if slots not in _LIBRARIES:
+        path = builder().build("decode", cache_dir(), slots=slots, compiler=host_compiler())
+        _LIBRARIES[slots] = EmulatedDecode(path)
+    return _LIBRARIES[slots]
+
+
+def host_case(lens, heads, kv_heads, head_size, block_size, dtype, **kwargs) -> PagedCase:
+    """A CPU case with NaN in every cache slot past each sequence's end."""
+    case = make_paged_case(lens, heads, kv_heads, head_size, block_size, dtype, "cpu", **kwargs)
+    poison_tails(case)
+    return case
+
+
+def run_emulated(
+    case: PagedCase, num_partitions: int, partition_size: int, *, reverse: bool = False, **kwargs
+) -> torch.Tensor:
+    """:func:`native_helpers.run_native` on the host library the case's GQA group needs, each
+    phase's threads in reverse order when ``reverse``."""
+    lib = emulated_decode(group_slots(case.query.shape[1] // case.key_cache.shape[1]))
+    lib.set_reverse_order(reverse)
+    try:
+        return run_native(case, num_partitions, partition_size, lib=lib, stream=0, **kwargs)
+    finally:
+        lib.set_reverse_order(False)

@@ -1,0 +1,152 @@
+"""ci/host_cuda's emulator finds what it claims to: a missing barrier, barriers that diverge,
+shared memory read before this block wrote it; and runs what a GPU runs (threads that return
+early no longer hold a barrier, dynamic shared memory, 3-D blocks and grids).
+
+Each property is a small kernel compiled the way ci/host_emulation.py compiles the native
+sources (same rewrite of `<<<...>>>` and `extern __shared__`, same headers), called with ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from host_emulation_helpers import builder, host_compiler
+
+KERNELS = r"""
+#include <cuda_runtime.h>
+
+// Thread i writes s[i] and reads s[n - 1 - i]: right only with the barrier between.
+__global__ void mirror(float* out, int barrier) {
+  __shared__ float s[64];
+  const int i = threadIdx.x, n = blockDim.x;
+  s[i] = static_cast<float>(blockIdx.x * 100 + i);
+  if (barrier) __syncthreads();
+  out[blockIdx.x * n + i] = s[n - 1 - i];
+}
+
+// Half the block waits at one barrier, half at another.
+__global__ void divergent(float* out) {
+  if (threadIdx.x < 32) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1.0f;
+}
+
+// Only even slots are written; odd ones keep whatever shared memory held.
+__global__ void half_written(float* out) {
+  __shared__ float s[64];
+  if (threadIdx.x % 2 == 0) s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[blockIdx.x * 64 + threadIdx.x] = s[threadIdx.x];
+}
+
+// Threads past 16 return before the barriers the first 16 still pass.
+__global__ void early_return(float* out) {
+  __shared__ float s[16];
+  if (threadIdx.x >= 16) return;
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  float sum = 0.0f;
+  for (int k = 0; k < 16; ++k) sum += s[k];
+  __syncthreads();
+  out[threadIdx.x] = sum;
+}
+
+// A block of (4, 2, 2) threads over a grid of (3, 2, 1), dynamic shared memory of the launch.
+__global__ void coordinates(float* out) {
+  extern __shared__ __align__(16) float d[];
+  const int t = threadIdx.x + 4 * (threadIdx.y + 2 * threadIdx.z);
+  const int b = blockIdx.x + 3 * blockIdx.y;
+  d[t] = static_cast<float>(b * 16 + t);
+  __syncthreads();
+  out[b * 16 + t] = d[15 - t] + 1000.0f * (gridDim.x * gridDim.y + blockDim.z);
+}
+
+extern "C" int run(int which, float* out, int arg) {
+  switch (which) {
+    case 0: mirror<<<2, 64, 0, 0>>>(out, arg); break;
+    case 1: divergent<<<1, 64, 0, 0>>>(out); break;
+    case 2: half_written<<<2, 64, 0, 0>>>(out); break;
+    case 3: early_return<<<1, 64, 0, 0>>>(out); break;
+    case 4: coordinates<<<dim3(3, 2, 1), dim3(4, 2, 2), 16 * sizeof(float), 0>>>(out); break;
+  }
+  return cudaGetLastError();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    module, compiler = builder(), host_compiler()
+    src = tmp_path_factory.mktemp("src")
+    (src / "kernels.cu").write_text(KERNELS)
+    target = tmp_path_factory.mktemp("lib") / "libkernels.so"
+    module.compile_library(src, "kernels.cu", (), target, compiler)
+    lib = ctypes.CDLL(str(target))
+    lib.run.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    lib.run.restype = ctypes.c_int
+    lib.attn_host_emulation_set_order.argtypes = [ctypes.c_int]
+    return lib
+
+
+def launch(lib: ctypes.CDLL, which: int, size: int, arg: int = 0, reverse: bool = False):
+    out = torch.full((size,), math.nan)
+    lib.attn_host_emulation_set_order(int(reverse))
+    try:
+        rc = lib.run(which, out.data_ptr(), arg)
+    finally:
+        lib.attn_host_emulation_set_order(0)
+    return rc, out
+
+
+def test_a_barrier_orders_shared_memory(kernels) -> None:
+    want = torch.tensor([b * 100 + 63 - i for b in range(2) for i in range(64)], dtype=torch.float)
+    for reverse in (False, True):
+        rc, out = launch(kernels, 0, 128, arg=1, reverse=reverse)
+        assert rc == 0 and torch.equal(out, want)
+
+
+def test_a_missing_barrier_changes_the_result_with_the_thread_order(kernels) -> None:
+    _, forward = launch(kernels, 0, 128, arg=0)
+    _, backward = launch(kernels, 0, 128, arg=0, reverse=True)
+    # forward, the first half reads slots not yet written this block (NaN); backward, the other
+    assert forward[:32].isnan().all() and not forward[32:64].isnan().any()
+    assert backward[32:64].isnan().all() and not backward[:32].isnan().any()
+
+
+def test_divergent_barriers_fail_the_launch_and_the_next_launch_runs(kernels) -> None:
+    rc, _ = launch(kernels, 1, 64)
+    assert rc != 0  # cudaErrorLaunchFailure, read (and cleared) by cudaGetLastError
+    rc, out = launch(kernels, 0, 128, arg=1)
+    assert rc == 0 and not out.isnan().any()
+
+
+def test_shared_memory_a_block_did_not_write_reads_as_nan(kernels) -> None:
+    _, out = launch(kernels, 2, 128)
+    assert (out[0::2] == 1.0).all() and out[1::2].isnan().all()  # in both blocks
+
+
+def test_threads_that_returned_do_not_hold_a_barrier(kernels) -> None:
+    rc, out = launch(kernels, 3, 64)
+    assert rc == 0 and (out[:16] == sum(range(16))).all() and out[16:].isnan().all()
+
+
+def test_block_and_grid_coordinates_and_dynamic_shared_memory(kernels) -> None:
+    rc, out = launch(kernels, 4, 96)
+    want = [b * 16 + 15 - t + 1000.0 * (6 + 2) for b in range(6) for t in range(16)]
+    assert rc == 0 and torch.equal(out, torch.tensor(want, dtype=torch.float))
+
+
+def test_a_launch_the_rewrite_cannot_take_is_refused(tmp_path: Path) -> None:
+    module = builder()
+    with pytest.raises(module.EmulationBuildError, match="line 2"):
+        module.rewrite_for_host("// x\nauto k = kernel<<<\n  grid, block>>>;\n")
+    assert "::attn_emu::launch(k.fn, g, 128, 0, s, a);" in module.rewrite_for_host(
+        "k.fn<<<g, 128, 0, s>>>(a);"
+    )
