@@ -64,8 +64,12 @@ def run_native(
     config: Optional[int] = None,
     num_splits: Optional[int] = None,
     scale: Optional[float] = None,
+    lib: Optional[PrefillLibrary] = None,
+    stream: Optional[int] = None,
 ) -> torch.Tensor:
-    lib = prefill_library(mma)
+    """``out`` (NaN-poisoned) written by ``lib`` (default: this GPU's ``mma`` library) on
+    ``stream`` (default: the current one)."""
+    lib = lib or prefill_library(mma)
     out = torch.full_like(case.query, math.nan)
     native_prefix_prefill(
         lib,
@@ -79,6 +83,7 @@ def run_native(
         out=out,
         config=config,
         num_splits=num_splits,
+        stream=stream,
     )
     return out
 

@@ -131,12 +131,13 @@ def choose_launch(
 ) -> ps.PrefillLaunch:
     """Tile configuration and splits for this device: the large tile where the device lets a
     block opt in to its shared memory, and :func:`prefill_split` from the SM count and the
-    kernel's occupancy as the driver reports it."""
+    kernel's occupancy as the driver reports it. The device is asked only for what the caller
+    did not force (both forced: no CUDA call, as a host-emulated library needs)."""
     qk = QUERY_KINDS[query_dtype]
     ck = qk if kv_cache_dtype == "auto" else CACHE_KINDS[kv_cache_dtype]
     bucket = ps.head_bucket(head_size)
-    props = torch.cuda.get_device_properties(device)
     if config is None:
+        props = torch.cuda.get_device_properties(device)
         large = lib.config_facts(pabi.CONFIG_LARGE, qk, ck, bucket)
         optin = getattr(props, "shared_memory_per_block_optin", 48 << 10)
         config = ps.choose_config(optin, large.smem_bytes) if large is not None else pabi.CONFIG_32K
@@ -151,7 +152,7 @@ def choose_launch(
     if num_splits is None:
         per_split = ps.workspace_bytes(2, num_tokens, num_heads, head_size) // 2
         num_splits = ps.prefill_split(
-            props.multi_processor_count,
+            torch.cuda.get_device_properties(device).multi_processor_count,
             max(1, facts.blocks_per_sm),
             tiles_q * num_seqs * num_kv_heads,
             ps.key_tiles(config, max_context_len, max_query_len),
@@ -192,6 +193,7 @@ def native_prefix_prefill(
     num_splits: Optional[int] = None,
     part_out: Optional[torch.Tensor] = None,
     part_lse: Optional[torch.Tensor] = None,
+    stream: Optional[int] = None,
 ) -> torch.Tensor:
     """Attention of a packed chunk over each sequence's paged context and itself.
 
@@ -209,6 +211,8 @@ def native_prefix_prefill(
         config / num_splits: force a tile configuration / a split count (tests, sweeps).
         part_out / part_lse: fp32 ``partials_shapes`` buffers for a split call (else
             allocated here, at most ``WORKSPACE_CAP_BYTES`` unless splits are forced).
+        stream: the ``cudaStream_t`` to launch on; None: the query device's current stream.
+            (0 on host tensors for a host-emulated library: ci/host_emulation.py.)
 
     Returns:
         ``out``: ``[num_tokens, num_heads, head_size]`` in query's dtype.
@@ -314,5 +318,7 @@ def native_prefix_prefill(
         k_scale=float(k_scale) if fp8 else 1.0,
         v_scale=float(v_scale) if fp8 else 1.0,
     )
-    lib.launch(args, torch.cuda.current_stream(query.device).cuda_stream)
+    if stream is None:
+        stream = torch.cuda.current_stream(query.device).cuda_stream
+    lib.launch(args, stream)
     return out
