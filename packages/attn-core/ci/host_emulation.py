@@ -4,13 +4,14 @@
         [--compiler g++]
 
 CI has no GPU, so a kernel change that breaks the CUDA tests passes it. The CoreX source
-configuration (``-D__ILUVATAR__``: the CUDA-core decode body, which the BI-V100 runs) is plain
-C++ plus ``__syncthreads``: attn_platform.cuh forbids inline PTX and warp shuffles there. So
-the same source, compiled by the host C++ compiler against ``ci/host_cuda/`` (a CUDA runtime
-and cuda_fp16.h for the host; its attn_host_emulator.h runs a grid one block at a time, each
-block's threads as fibers), is a library with the same C ABI, which attn-core's loader opens
-and its argument builder fills, on CPU tensors. ``tests/test_native_host_emulation.py`` checks
-it against the float64 reference.
+configuration (``-D__ILUVATAR__``: the CUDA-core decode body and the prefill kernel's CUDA-core
+tile layer, which the BI-V100 runs) is plain C++ plus ``__syncthreads``: attn_platform.cuh
+forbids inline PTX and warp shuffles there. So the same source, compiled by the host C++
+compiler against ``ci/host_cuda/`` (a CUDA runtime and cuda_fp16.h for the host; its
+attn_host_emulator.h runs a grid one block at a time, each block's threads as fibers), is a
+library with the same C ABI, which attn-core's loaders open and its launchers fill, on CPU
+tensors (stream 0). ``tests/test_native_host_emulation.py`` and
+``tests/test_native_prefill_host_emulation.py`` check them against the float64 reference.
 
 What it checks: the kernel's logic (indexing, masking, the online softmax, partitions and the
 merge, fp8 decoding, shared-memory traffic between barriers: each phase runs in thread order
@@ -43,10 +44,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
 HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
-# name -> (source, defines, file name). The prefill source's CUDA-core layer builds here too
-# (-DATTN_PREFILL_MMA=0, 13 s), but its launcher still asks the CUDA driver for the device's
-# properties and the kernel's occupancy, so it is not a library attn-core can call on a host yet.
-LIBRARIES = {"decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so")}
+# name -> (source, defines, file name): the decode library of one head-slot count, the prefill
+# library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers).
+PREFILL_FMA = ("-D__ILUVATAR__", "-DATTN_PREFILL_MMA=0")
+LIBRARIES = {
+    "decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so"),
+    "prefill": ("paged_prefill.cu", PREFILL_FMA, "libattn_prefill_fma.so"),
+}
 # -O1: one head-slot library builds in 33 s (clang 16, this 2-core machine, 2026-12-05) and the
 # tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and
 # halves through reinterpret_cast, as device code does, which a host optimiser may assume never
@@ -115,7 +119,7 @@ def build_key(library: str, slots: int, compiler: str) -> str:
 
 
 def build(library: str, out_dir: Path, *, slots: int = 1, compiler: str | None = None) -> Path:
-    """The host library ``library`` ("decode": the decode library of ``slots`` head slots), built
+    """The host library ``library`` ("decode" for ``slots`` head slots, or "prefill"), built
     into ``out_dir/<key>/`` unless it is there already (safe for concurrent callers: the
     file appears whole or not at all).
 

@@ -1,8 +1,8 @@
-"""The CoreX source's decode kernel built for the host CPU (ci/host_emulation.py) and called
-through attn-core's own loader and argument block, on CPU tensors.
+"""The CoreX source's decode and prefill kernels built for the host CPU (ci/host_emulation.py)
+and called through attn-core's own loaders and launchers, on CPU tensors.
 
 Libraries are built once per machine and source under ``ATTN_CORE_EMULATION_CACHE`` (default
-``~/.cache/attn_core/host-emulation``): each head-slot count takes 7-35 s to compile.
+``~/.cache/attn_core/host-emulation``): each takes 7-35 s to compile.
 """
 
 from __future__ import annotations
@@ -11,14 +11,20 @@ import ctypes
 import importlib.util
 import os
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
 from native_helpers import run_native
+from native_prefill_helpers import poison_past_context
+from native_prefill_helpers import run_native as run_prefill
 
 from attn_core.native.abi import group_slots
 from attn_core.native.library import NativeLibrary
+from attn_core.native.loader import CLibrary
+from attn_core.native.prefill_library import PrefillLibrary
 from attn_core.reference import PagedCase, make_paged_case, poison_tails
+from attn_core.testing import PrefillCase, make_prefill_case
 
 BUILDER = Path(__file__).resolve().parents[1] / "ci" / "host_emulation.py"
 
@@ -37,20 +43,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ATTN_CORE_EMULATION_CACHE") or default)
 
 
-class EmulatedDecode(NativeLibrary):
-    """A host-built decode library: the ABI of a GPU build plus the emulator's controls."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self._lib.attn_host_emulation_set_order.argtypes = [ctypes.c_int]
-        self._lib.attn_host_emulation_set_order.restype = None
-
-    def set_reverse_order(self, reverse: bool) -> None:
-        """Run each phase's threads in reverse index order (True) or in order."""
-        self._lib.attn_host_emulation_set_order(int(reverse))
+def set_reverse_order(lib: CLibrary, reverse: bool) -> None:
+    """Run each phase's threads of ``lib``'s emulated launches in reverse index order (True) or
+    in order (the emulator's own entry point, ci/host_cuda/cuda_runtime.h)."""
+    control = lib._lib.attn_host_emulation_set_order
+    control.argtypes = [ctypes.c_int]
+    control.restype = None
+    control(int(reverse))
 
 
-_LIBRARIES: dict[int, EmulatedDecode] = {}
+_LIBRARIES: dict[int, NativeLibrary] = {}
 
 
 def host_compiler() -> str:
@@ -65,11 +67,11 @@ def host_compiler() -> str:
     return found
 
 
-def emulated_decode(slots: int) -> EmulatedDecode:
+def emulated_decode(slots: int) -> NativeLibrary:
     """The host decode library for ``slots`` head slots (built on first use)."""
     if slots not in _LIBRARIES:
         path = builder().build("decode", cache_dir(), slots=slots, compiler=host_compiler())
-        _LIBRARIES[slots] = EmulatedDecode(path)
+        _LIBRARIES[slots] = NativeLibrary(path)
     return _LIBRARIES[slots]
 
 
@@ -86,8 +88,46 @@ def run_emulated(
     """:func:`native_helpers.run_native` on the host library the case's GQA group needs, each
     phase's threads in reverse order when ``reverse``."""
     lib = emulated_decode(group_slots(case.query.shape[1] // case.key_cache.shape[1]))
-    lib.set_reverse_order(reverse)
+    set_reverse_order(lib, reverse)
     try:
         return run_native(case, num_partitions, partition_size, lib=lib, stream=0, **kwargs)
     finally:
-        lib.set_reverse_order(False)
+        set_reverse_order(lib, False)
+
+
+_PREFILL: list[PrefillLibrary] = []
+
+
+def emulated_prefill() -> PrefillLibrary:
+    """The host prefill library (built on first use)."""
+    if not _PREFILL:
+        path = builder().build("prefill", cache_dir(), compiler=host_compiler())
+        _PREFILL.append(PrefillLibrary(path))
+    return _PREFILL[0]
+
+
+def host_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, **kw) -> PrefillCase:
+    """A CPU case with NaN in every cache slot at or past each sequence's context."""
+    case = make_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, "cpu", **kw)
+    poison_past_context(case)
+    return case
+
+
+def run_emulated_prefill(
+    case: PrefillCase,
+    config: int,
+    num_splits: int,
+    *,
+    reverse: bool = False,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
+    """:func:`native_prefill_helpers.run_native` on the host library, at a forced tile
+    configuration and split (the launcher then asks no device anything)."""
+    lib = emulated_prefill()
+    set_reverse_order(lib, reverse)
+    try:
+        return run_prefill(
+            case, "fma", config=config, num_splits=num_splits, scale=scale, lib=lib, stream=0
+        )
+    finally:
+        set_reverse_order(lib, False)

@@ -72,7 +72,6 @@ struct State {
   size_t dynamic_bytes = 0;
   int current = 0;
   bool reverse = false;
-  int shared_optin = 0;
   int error = kOk;
   int error_lines[2] = {0, 0};
 };

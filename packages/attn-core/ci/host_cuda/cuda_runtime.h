@@ -57,10 +57,12 @@ struct cudaFuncAttributes {
   size_t localSizeBytes, sharedSizeBytes;
 };
 
-// One emulated device, ordinal 0. Its opt-in shared memory per block is what the test sets
-// (attn_host_emulation_set_shared_optin; 0: unknown, as a driver that cannot say); attributes
-// are accepted and not enforced; what the compiled kernels are (registers, occupancy) is not
-// known here.
+// One emulated device, ordinal 0, which cannot say how much shared memory a block may opt in to
+// (the prefill library then takes one K / V buffer, as on a driver that cannot say; its CUDA-core
+// layer has only that one). Function attributes are accepted and not enforced. What a device
+// compiler would make of a kernel is not known here: its attributes read as zero registers, no
+// local or static shared memory, 1024 threads, one resident block per SM (a launcher that needs
+// an answer gets a harmless one; nothing should plan from it).
 enum cudaDeviceAttr : int { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute : int { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
@@ -68,18 +70,19 @@ inline cudaError_t cudaGetDevice(int* device) {
   *device = 0;
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
-  if (device != 0 || attr != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
-  if (::attn_emu::state().shared_optin <= 0) return cudaErrorNotSupported;
-  *value = ::attn_emu::state().shared_optin;
-  return cudaSuccess;
+inline cudaError_t cudaDeviceGetAttribute(int*, cudaDeviceAttr, int device) {
+  return device != 0 ? cudaErrorInvalidValue : cudaErrorNotSupported;
 }
 inline cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
-inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, const void*) {
-  return cudaErrorNotSupported;
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void*) {
+  *attr = cudaFuncAttributes{};
+  attr->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
 }
-inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int*, const void*, int, size_t) {
-  return cudaErrorNotSupported;
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void*, int,
+                                                                size_t) {
+  *blocks = 1;
+  return cudaSuccess;
 }
 
 // Device arithmetic the kernels call by its CUDA name.
@@ -106,11 +109,8 @@ inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigne
 inline float __int_as_float(int u) { return __uint_as_float(static_cast<uint32_t>(u)); }
 inline int __float_as_int(float f) { return static_cast<int>(__float_as_uint(f)); }
 
-// The emulated library's own entry points: the order its threads run in within a phase (0:
-// index order, 1: reverse), and the opt-in shared memory the device reports.
+// The emulated library's own entry point: the order its threads run in within a phase (0: index
+// order, 1: reverse).
 extern "C" void attn_host_emulation_set_order(int reverse) {
   ::attn_emu::state().reverse = reverse != 0;
-}
-extern "C" void attn_host_emulation_set_shared_optin(int bytes) {
-  ::attn_emu::state().shared_optin = bytes;
 }
