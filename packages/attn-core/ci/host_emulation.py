@@ -1,7 +1,7 @@
 """Build a native library whose kernels run on the host CPU (standard library only).
 
     python packages/attn-core/ci/host_emulation.py --library decode --slots 6 --out DIR
-        [--compiler g++]
+        [--compiler g++] [--asan]
 
 CI has no GPU, so a kernel change that breaks the CUDA tests passes it. The CoreX source
 configuration (``-D__ILUVATAR__``: the CUDA-core decode body and the prefill kernel's CUDA-core
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -107,21 +108,47 @@ def _compiler_identity(compiler: str) -> str:
     return (out.stdout.splitlines() or [compiler])[0]
 
 
-def build_key(library: str, slots: int, compiler: str) -> str:
+# --asan: AddressSanitizer around every load and store of the kernels (a read past a tensor the
+# caller allocated reports the kernel's source line); the library then needs the compiler's ASan
+# runtime preloaded into the process (asan_runtime).
+ASAN_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g1")
+
+
+def asan_runtime(compiler: str) -> Path | None:
+    """The shared ASan runtime ``compiler``'s instrumented code needs (to ``LD_PRELOAD`` into a
+    Python that loads such a library), or None where it has none. Each compiler has its own
+    (clang's would find GCC's libasan too, which its code cannot use)."""
+    clang = "clang" in _compiler_identity(compiler)
+    name = f"libclang_rt.asan-{platform.machine()}.so" if clang else "libasan.so"
+    out = subprocess.run(
+        [compiler, f"-print-file-name={name}"], capture_output=True, text=True, check=False
+    )
+    path = Path(out.stdout.strip())
+    return path if out.returncode == 0 and path.is_absolute() and path.is_file() else None
+
+
+def build_key(library: str, slots: int, compiler: str, asan: bool = False) -> str:
     """What a cached library depends on: the sources, the host headers, this file (its
     rewrites and flags), the compiler."""
     digest = hashlib.sha256(Path(__file__).read_bytes())
     for path in sorted([*CSRC.iterdir(), *HOST_CUDA.iterdir()]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update(repr((library, slots, FLAGS, LIBRARIES[library])).encode())
+    digest.update(repr((library, slots, FLAGS, LIBRARIES[library], asan)).encode())
     digest.update(_compiler_identity(compiler).encode())
     return digest.hexdigest()[:20]
 
 
-def build(library: str, out_dir: Path, *, slots: int = 1, compiler: str | None = None) -> Path:
+def build(
+    library: str,
+    out_dir: Path,
+    *,
+    slots: int = 1,
+    compiler: str | None = None,
+    asan: bool = False,
+) -> Path:
     """The host library ``library`` ("decode" for ``slots`` head slots, or "prefill"), built
     into ``out_dir/<key>/`` unless it is there already (safe for concurrent callers: the
-    file appears whole or not at all).
+    file appears whole or not at all); ``asan``: instrumented by AddressSanitizer.
 
     Raises:
         EmulationBuildError: no host compiler, a rewrite left something, or the build failed.
@@ -130,9 +157,10 @@ def build(library: str, out_dir: Path, *, slots: int = 1, compiler: str | None =
         raise ValueError(f"library must be one of {sorted(LIBRARIES)}, got {library!r}")
     found = _compiler(compiler)
     source_name, defines, file_name = LIBRARIES[library]
-    target = out_dir / build_key(library, slots, found) / file_name.format(slots=slots)
+    target = out_dir / build_key(library, slots, found, asan) / file_name.format(slots=slots)
     if not target.is_file():
-        compile_library(CSRC, source_name, (*defines, f"-DATTN_GROUP_SLOTS={slots}"), target, found)
+        flags = (*defines, f"-DATTN_GROUP_SLOTS={slots}", *(ASAN_FLAGS if asan else ()))
+        compile_library(CSRC, source_name, flags, target, found)
     return target
 
 
@@ -176,15 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--library", choices=sorted(LIBRARIES), default="decode")
     parser.add_argument("--slots", type=int, default=6, help="decode: head slots (1-8)")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--compiler", help="host C++ compiler (default: clang++-16, ...)")
+    parser.add_argument("--compiler", help="host C++ compiler (default: g++, ...)")
+    parser.add_argument("--asan", action="store_true", help="instrument with AddressSanitizer")
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
-        path = build(args.library, args.out, slots=args.slots, compiler=args.compiler)
+        compiler = _compiler(args.compiler)
+        path = build(args.library, args.out, slots=args.slots, compiler=compiler, asan=args.asan)
     except EmulationBuildError as exc:
         print(exc, file=sys.stderr)
         return 1
     print(f"{path} ({time.monotonic() - start:.1f} s)")
+    if args.asan:
+        print(f"load it with LD_PRELOAD={asan_runtime(compiler)}")
     return 0
 
 

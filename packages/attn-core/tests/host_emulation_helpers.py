@@ -38,6 +38,13 @@ def builder():
     return module
 
 
+def asan() -> bool:
+    """Whether this process builds its libraries with AddressSanitizer
+    (``ATTN_CORE_EMULATION_ASAN=1``: test_native_emulation_asan.py runs a subset that way, in
+    a process with the ASan runtime preloaded)."""
+    return os.environ.get("ATTN_CORE_EMULATION_ASAN") == "1"
+
+
 def cache_dir() -> Path:
     default = Path.home() / ".cache" / "attn_core" / "host-emulation"
     return Path(os.environ.get("ATTN_CORE_EMULATION_CACHE") or default)
@@ -70,7 +77,8 @@ def host_compiler() -> str:
 def emulated_decode(slots: int) -> NativeLibrary:
     """The host decode library for ``slots`` head slots (built on first use)."""
     if slots not in _LIBRARIES:
-        path = builder().build("decode", cache_dir(), slots=slots, compiler=host_compiler())
+        module, compiler = builder(), host_compiler()
+        path = module.build("decode", cache_dir(), slots=slots, compiler=compiler, asan=asan())
         _LIBRARIES[slots] = NativeLibrary(path)
     return _LIBRARIES[slots]
 
@@ -101,7 +109,7 @@ _PREFILL: list[PrefillLibrary] = []
 def emulated_prefill() -> PrefillLibrary:
     """The host prefill library (built on first use)."""
     if not _PREFILL:
-        path = builder().build("prefill", cache_dir(), compiler=host_compiler())
+        path = builder().build("prefill", cache_dir(), compiler=host_compiler(), asan=asan())
         _PREFILL.append(PrefillLibrary(path))
     return _PREFILL[0]
 

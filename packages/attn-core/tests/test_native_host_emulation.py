@@ -18,6 +18,7 @@ device's CUDA tests), NVIDIA's matrix-unit body (inline PTX), and time.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -27,6 +28,7 @@ from host_emulation_helpers import emulated_decode, host_case, run_emulated
 from native_helpers import reference
 
 from attn_core.native.library import NativeError
+from attn_core.reference import make_paged_case
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -119,6 +121,17 @@ def test_qwen_shape_in_both_thread_orders(kv_cache_dtype: str, dtype: torch.dtyp
     )  # fmt: skip
     check_both_orders(case, 3, 1024, dtype)
     check_both_orders(case, 1, 3072, dtype)
+
+
+def test_lengths_past_the_table_are_read_up_to_its_end() -> None:
+    """A length beyond the table row is clamped to it (the kernel stays inside the memory the
+    caller passed whatever the lengths say; the ASan run checks that too): the result is the
+    reference at the table's capacity."""
+    case = make_paged_case([40, 200], 8, 2, 128, 16, torch.float16, extra_table_blocks=3)
+    capacity = case.block_tables.shape[1] * 16
+    want = reference(replace(case, seq_lens=torch.tensor([capacity] * 2, dtype=torch.int32)))
+    case.seq_lens = torch.tensor([capacity + 1, 1 << 30], dtype=torch.int32)
+    assert_close(run_emulated(case, 1, capacity), want, torch.float16)
 
 
 def test_strided_query_and_out() -> None:
