@@ -109,22 +109,29 @@ def _compiler_identity(compiler: str) -> str:
 
 
 # --asan: AddressSanitizer around every load and store of the kernels (a read past a tensor the
-# caller allocated reports the kernel's source line); the library then needs the compiler's ASan
-# runtime preloaded into the process (asan_runtime).
+# caller allocated reports the kernel's source line); the process that loads such a library needs
+# the compiler's ASan runtime preloaded, and its C++ runtime after it (asan_preload).
 ASAN_FLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g1")
 
 
-def asan_runtime(compiler: str) -> Path | None:
-    """The shared ASan runtime ``compiler``'s instrumented code needs (to ``LD_PRELOAD`` into a
-    Python that loads such a library), or None where it has none. Each compiler has its own
-    (clang's would find GCC's libasan too, which its code cannot use)."""
+def asan_preload(compiler: str) -> list[Path] | None:
+    """What to ``LD_PRELOAD``, in order, into a Python that loads ``compiler``'s ASan-built
+    libraries: its ASan runtime (each compiler has its own; clang's would find GCC's libasan too,
+    which its code cannot use), then the C++ runtime. Python does not link libstdc++, and ASan,
+    initialised before it was loaded, cannot intercept its ``__cxa_throw``: torch 2.1's import
+    then stopped at "CHECK failed: ... real___cxa_throw" (2026-12-05). None: no ASan runtime."""
     clang = "clang" in _compiler_identity(compiler)
-    name = f"libclang_rt.asan-{platform.machine()}.so" if clang else "libasan.so"
-    out = subprocess.run(
-        [compiler, f"-print-file-name={name}"], capture_output=True, text=True, check=False
-    )
-    path = Path(out.stdout.strip())
-    return path if out.returncode == 0 and path.is_absolute() and path.is_file() else None
+    names = (f"libclang_rt.asan-{platform.machine()}.so" if clang else "libasan.so", "libstdc++.so")
+    found = []
+    for name in names:
+        out = subprocess.run(
+            [compiler, f"-print-file-name={name}"], capture_output=True, text=True, check=False
+        )
+        path = Path(out.stdout.strip())
+        if out.returncode != 0 or not path.is_absolute() or not path.is_file():
+            return None
+        found.append(path.resolve())
+    return found
 
 
 def build_key(library: str, slots: int, compiler: str, asan: bool = False) -> str:
@@ -216,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"{path} ({time.monotonic() - start:.1f} s)")
     if args.asan:
-        print(f"load it with LD_PRELOAD={asan_runtime(compiler)}")
+        preload = asan_preload(compiler)
+        print(f"load it with LD_PRELOAD='{' '.join(map(str, preload or []))}'")
     return 0
 
 

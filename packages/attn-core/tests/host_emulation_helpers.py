@@ -64,7 +64,7 @@ _LIBRARIES: dict[int, NativeLibrary] = {}
 
 def host_compiler() -> str:
     """The host C++ compiler the emulated libraries are built with. Without one: a skip on a
-    laptop, a failure under ``CI=true`` (CI installs clang, so none means a broken setup)."""
+    laptop, a failure under ``CI=true`` (CI installs g++ and clang: none means a broken setup)."""
     found = builder().find_compiler()
     if found is None:
         why = "needs a host C++ compiler (g++ or clang++) for the emulated kernels"

@@ -2,13 +2,14 @@
 host-emulated reference tests run again with the libraries built under AddressSanitizer.
 
 The ASan runtime has to be loaded before anything else, so each run is a child pytest with the
-compiler's runtime in ``LD_PRELOAD`` and ``ATTN_CORE_EMULATION_ASAN=1`` (the helpers then build
-instrumented libraries). torch allocates CPU tensors with ``posix_memalign``, which ASan
-intercepts: a kernel load or store past a cache, a block table, the lengths, the outputs or the
-partials reports the kernel's source line and fails the child. The subset covers paged pages
-past each end (lengths at and past the table's capacity), windows restaged mid-partition, empty
-partitions, hundreds of partitions, strided q / out, and the prefill kernel's splits, windows
-and ALiBi; the first test shows the harness catching a read one element past a buffer.
+compiler's ASan and C++ runtimes in ``LD_PRELOAD`` and ``ATTN_CORE_EMULATION_ASAN=1`` (the
+helpers then build instrumented libraries). torch allocates CPU tensors with
+``posix_memalign``, which ASan intercepts: a kernel load or store past a cache, a block table,
+the lengths, the outputs or the partials reports the kernel's source line and fails the child.
+The subset covers pages past each end (lengths at and past the table's capacity), windows
+restaged mid-partition, empty partitions, hundreds of partitions, strided q / out, and the
+prefill kernel's splits, windows and ALiBi; the first test shows the harness catching a read one
+element past a buffer.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ print("rc", lib.run(x.data_ptr(), y.data_ptr(), 100, int(sys.argv[2])), bool((x 
 @pytest.fixture(scope="module")
 def asan_env() -> dict[str, str]:
     compiler = host_compiler()
-    runtime = builder().asan_runtime(compiler)
-    if runtime is None:
+    preload = builder().asan_preload(compiler)
+    if preload is None:
         why = f"{compiler} has no shared AddressSanitizer runtime (libasan / libclang_rt.asan)"
         if os.environ.get("CI") == "true":
             pytest.fail(why)
@@ -63,7 +64,7 @@ def asan_env() -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": path,
-        "LD_PRELOAD": str(runtime),
+        "LD_PRELOAD": " ".join(map(str, preload)),
         "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=23",
         "ATTN_CORE_EMULATION_ASAN": "1",
     }
