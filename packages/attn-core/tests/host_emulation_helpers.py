@@ -8,13 +8,13 @@ Libraries are built once per machine and source under ``ATTN_CORE_EMULATION_CACH
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 from pathlib import Path
 from typing import Optional
 
 import pytest
 import torch
+from ci_scripts import load_ci_script
 from native_helpers import run_native
 from native_prefill_helpers import poison_past_context
 from native_prefill_helpers import run_native as run_prefill
@@ -26,16 +26,10 @@ from attn_core.native.prefill_library import PrefillLibrary
 from attn_core.reference import PagedCase, make_paged_case, poison_tails
 from attn_core.testing import PrefillCase, make_prefill_case
 
-BUILDER = Path(__file__).resolve().parents[1] / "ci" / "host_emulation.py"
-
 
 def builder():
     """ci/host_emulation.py as a module."""
-    spec = importlib.util.spec_from_file_location("host_emulation", BUILDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_ci_script("host_emulation")
 
 
 def asan() -> bool:

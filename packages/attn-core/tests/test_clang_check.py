@@ -3,18 +3,11 @@ kernel) must be found wherever it occurs and only there."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-CHECK = Path(__file__).resolve().parents[1] / "ci" / "clang_check.py"
+from ci_scripts import load_ci_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("clang_check", CHECK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_ci_script("clang_check")
 
 
 def _entry(name: str, body: str) -> str:

@@ -3,23 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "ci" / "clang_library.py"
+from ci_scripts import load_ci_script
 
 
 def _module():
-    sys.path.insert(0, str(SCRIPT.parent))  # it imports clang_check beside it
-    try:
-        spec = importlib.util.spec_from_file_location("clang_library", SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    return load_ci_script("clang_library")
 
 
 def test_clang_16s_images_become_image3_and_the_rest_passes_through():
