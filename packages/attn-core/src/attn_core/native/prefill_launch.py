@@ -136,8 +136,9 @@ def choose_launch(
     qk = QUERY_KINDS[query_dtype]
     ck = qk if kv_cache_dtype == "auto" else CACHE_KINDS[kv_cache_dtype]
     bucket = ps.head_bucket(head_size)
-    if config is None:
+    if config is None or num_splits is None:
         props = torch.cuda.get_device_properties(device)
+    if config is None:
         large = lib.config_facts(pabi.CONFIG_LARGE, qk, ck, bucket)
         optin = getattr(props, "shared_memory_per_block_optin", 48 << 10)
         config = ps.choose_config(optin, large.smem_bytes) if large is not None else pabi.CONFIG_32K
@@ -152,7 +153,7 @@ def choose_launch(
     if num_splits is None:
         per_split = ps.workspace_bytes(2, num_tokens, num_heads, head_size) // 2
         num_splits = ps.prefill_split(
-            torch.cuda.get_device_properties(device).multi_processor_count,
+            props.multi_processor_count,
             max(1, facts.blocks_per_sm),
             tiles_q * num_seqs * num_kv_heads,
             ps.key_tiles(config, max_context_len, max_query_len),
