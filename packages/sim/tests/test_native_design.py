@@ -222,33 +222,52 @@ def _h200_ms(heads: int, kv_heads: int, batch: int, context: int, cache: str = "
     return native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
 
 
-# The CUDA-core body (the BI-V100's, and NVIDIA's fp32 queries) against the only current H200
-# times of that body at its own split: round 15's fp32-query rows (2026-12-04 19:01 UTC, base
-# build, fp32 caches unless fp8; docs/benchmarks.md "Issue 17 round 16"). The model adds
-# streaming and fp32 arithmetic at the datasheet rate; the body's FMA chains ran latency-bound
-# (about 3 TFLOP/s at group 6), so it is priced 45-71 % low. Not refit: three fp32 rows of
-# another GPU are no basis for the BI-V100's price; this states the error so that a change to
-# the CUDA-core model, or a measurement of its fp16 rows, has to say what moved.
-H200_CUDA_CORE_FP32_20261204 = {
-    (24, 4, 1, 102400, "auto"): 0.7697,
-    (12, 4, 1, 102400, "auto"): 0.3666,
-    (12, 4, 1, 102400, "fp8_e4m3"): 0.2118,
+# The CUDA-core body (the BI-V100's, and NVIDIA's fp32 queries) against the H200 at that body's
+# own split: the portable (-DATTN_DECODE_MMA=0) libraries of main, bench/native_ab.py
+# --body cuda_core, 2026-12-05 04:2x-04:3x UTC (docs/benchmarks.md "Issue 17 round 17"; the rows
+# timed in both of that session's runs agreed within 0.5 %). The model adds streaming and fp32
+# arithmetic at the datasheet rate and has no term for the body's latency: it prices these rows
+# 2-40 % low, worst where the bytes are few for the work (fp8 caches, 1 x 8K, 400 partitions at
+# 6 / 1 heads) or the group is 8. Round 15's fp32 rows, which this test held before (0.3666 ms at
+# 12 / 4, 0.7697 at 24 / 4), are 1.8-2.6x the same rows here and are not used. Not refit: what
+# the CUDA-core body's latency costs on the BI-V100, a GPU four times richer in fp32 per byte,
+# is unmeasured; this states the error so that a change to the model has to say what moved.
+H200_CUDA_CORE_20261205 = {
+    ("float32", 8, 4, 1, 102400, "auto"): 0.2004,
+    ("float32", 12, 4, 1, 102400, "auto"): 0.205,
+    ("float32", 16, 4, 1, 102400, "auto"): 0.259,
+    ("float32", 24, 4, 1, 102400, "auto"): 0.295,
+    ("float32", 32, 4, 1, 102400, "auto"): 0.381,
+    ("float32", 16, 4, 8, 32768, "auto"): 0.597,
+    ("float32", 8, 4, 1, 102400, "fp8_e4m3"): 0.083,
+    ("float32", 12, 4, 1, 102400, "fp8_e4m3"): 0.118,
+    ("float32", 16, 4, 1, 102400, "fp8_e5m2"): 0.116,
+    ("float16", 8, 4, 1, 102400, "auto"): 0.108,
+    ("float16", 12, 4, 1, 102400, "auto"): 0.119,
+    ("float16", 16, 4, 1, 102400, "auto"): 0.130,
+    ("float16", 24, 4, 1, 102400, "auto"): 0.168,
+    ("float16", 24, 4, 1, 8192, "auto"): 0.0326,
+    ("float16", 6, 1, 1, 102400, "auto"): 0.059,
+    ("float16", 12, 4, 1, 102400, "fp8_e4m3"): 0.117,
 }
 
 
-@pytest.mark.parametrize(("row", "measured_ms"), sorted(H200_CUDA_CORE_FP32_20261204.items()))
+@pytest.mark.parametrize(("row", "measured_ms"), sorted(H200_CUDA_CORE_20261205.items()))
 def test_the_cuda_core_body_is_priced_low_by_the_stated_error(row, measured_ms):
     import torch
 
-    heads, kv_heads, batch, context, cache = row
+    from attn_core.native.split import native_split
+
+    dtype, heads, kv_heads, batch, context, cache = row
     shape = dataclasses.replace(
         QWEN36,
         num_heads=heads,
         num_kv_heads=kv_heads,
         kv_cache_dtype=cache,
-        dtype=torch.float32,
+        dtype=getattr(torch, dtype),
     )
-    designs = native_designs(H200, shape, batch, context)
-    assert designs[0].serial_tiles == 0  # fp32 queries take the CUDA-core body on the H200
+    split = native_split(shape, batch, context, H200, body="cuda_core")
+    designs = native_designs(H200, shape, batch, context, split)
+    assert designs[0].serial_tiles == 0  # no matrix-unit roof on this body
     priced = native_step_s(H200, designs) * 1e3
-    assert 0.25 * measured_ms <= priced <= 0.60 * measured_ms  # -45 % to -71 % today
+    assert 0.55 * measured_ms <= priced <= 1.0 * measured_ms  # -2 % to -40 % today
