@@ -26,6 +26,9 @@ launch or declaration either rewrite misses fails the build here, not at run tim
 
 Libraries are cached under ``--out`` by a hash of the sources, ``ci/host_cuda``, this file and
 the compiler, so the CPU test sessions (current torch, torch 2.1) build each once.
+
+Exit codes: 0 built (or cached); 1 no compiler, the build failed, or ``--out`` cannot be
+written; 2 bad usage (argparse: the argument named).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ LIBRARIES = {
 # happens. -w: what a host compiler thinks of device idioms is not this check's business
 # (ci/clang_check.py gates clang's device diagnostics).
 FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
+MAX_SLOTS = 8  # csrc/paged_decode.cu kGroupMax: head slots a decode block serves at most
 # g++ first: one decode library in 6.5 s against clang 16's 33 s at -O1, same results (2026-12-05);
 # which compiler emulates does not matter to what the tests check (ci/clang_check.py is where
 # clang, CoreX's compiler family, sees the device code).
@@ -162,6 +166,8 @@ def build(
     """
     if library not in LIBRARIES:
         raise ValueError(f"library must be one of {sorted(LIBRARIES)}, got {library!r}")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise ValueError(f"slots must be 1-{MAX_SLOTS}, got {slots}")
     found = _compiler(compiler)
     source_name, defines, file_name = LIBRARIES[library]
     target = out_dir / build_key(library, slots, found, asan) / file_name.format(slots=slots)
@@ -206,10 +212,21 @@ def _compiler(preferred: str | None) -> str:
     return found
 
 
+def slot_count(text: str) -> int:
+    """``--slots``: a whole number of head slots the kernel supports."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(f"must be 1-{MAX_SLOTS}, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--library", choices=sorted(LIBRARIES), default="decode")
-    parser.add_argument("--slots", type=int, default=6, help="decode: head slots (1-8)")
+    parser.add_argument("--slots", type=slot_count, default=6, help="decode: head slots (1-8)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--compiler", help="host C++ compiler (default: g++, ...)")
     parser.add_argument("--asan", action="store_true", help="instrument with AddressSanitizer")
@@ -221,10 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     except EmulationBuildError as exc:
         print(exc, file=sys.stderr)
         return 1
+    except OSError as exc:  # --out is a file, or not writable
+        print(f"--out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"{path} ({time.monotonic() - start:.1f} s)")
     if args.asan:
         preload = asan_preload(compiler)
-        print(f"load it with LD_PRELOAD='{' '.join(map(str, preload or []))}'")
+        if preload is None:
+            print(f"{compiler} has no shared ASan runtime to preload: the library cannot load")
+            return 1
+        print(f"load it with LD_PRELOAD='{' '.join(map(str, preload))}'")
     return 0
 
 

@@ -150,3 +150,24 @@ def test_a_launch_the_rewrite_cannot_take_is_refused(tmp_path: Path) -> None:
     assert "::attn_emu::launch(k.fn, g, 128, 0, s, a);" in module.rewrite_for_host(
         "k.fn<<<g, 128, 0, s>>>(a);"
     )
+
+
+@pytest.mark.parametrize("slots", ["0", "9", "six"])
+def test_a_bad_slot_count_is_a_usage_error_naming_it(slots: str, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        builder().main(["--slots", slots, "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "--slots" in capsys.readouterr().err
+
+
+def test_a_bad_slot_count_is_refused_before_any_compiler_runs(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="slots must be 1-8, got 0"):
+        builder().build("decode", tmp_path, slots=0)
+
+
+def test_an_out_path_that_cannot_be_a_directory_is_named(tmp_path: Path, capsys) -> None:
+    host_compiler()  # the build must get as far as creating the cache directory
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert builder().main(["--slots", "1", "--out", str(blocker / "cache")]) == 1
+    assert f"--out {blocker / 'cache'}: Not a directory" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from attn_core.device.spec import get_device_spec
+from attn_core.native.split import native_split
 from attn_sim.designs import QWEN36, evaluate
 from attn_sim.gates import GateReport, _check_native_grid
 from attn_sim.native_design import (
@@ -255,8 +256,6 @@ H200_CUDA_CORE_20261205 = {
 @pytest.mark.parametrize(("row", "measured_ms"), sorted(H200_CUDA_CORE_20261205.items()))
 def test_the_cuda_core_body_is_priced_low_by_the_stated_error(row, measured_ms):
     import torch
-
-    from attn_core.native.split import native_split
 
     dtype, heads, kv_heads, batch, context, cache = row
     shape = dataclasses.replace(
