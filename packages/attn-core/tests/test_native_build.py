@@ -34,19 +34,67 @@ def test_facts_cover_every_shipped_kernel() -> None:
     data = facts.load_facts()
     kinds = {("float16", "float16"), ("bfloat16", "bfloat16"), ("float32", "float32")}
     kinds |= {(q, c) for q in ("float16", "bfloat16", "float32") for c in ("fp8_e4m3", "fp8_e5m2")}
-    have = {(r.query, r.cache, r.head_bucket, r.slots, r.body) for r in data["kernels"]}
+    have = {
+        (r.query, r.cache, r.head_bucket, r.slots, r.body, r.toolchain) for r in data["kernels"]
+    }
     for q, c in kinds:
         for bucket in abi.HEAD_BUCKETS:
             for slots in build.SLOTS:
-                # every kernel on the CUDA-core body (CoreX's); 16-bit queries over their own
-                # type or fp8 also on the matrix-unit body (NVIDIA's)
-                assert (q, c, bucket, slots, facts.CUDA_CORE) in have, (q, c, bucket, slots)
-                mma = (q, c, bucket, slots, facts.MMA) in have
+                # every kernel on the CUDA-core body, as nvcc builds it and as CoreX's stand-in;
+                # 16-bit queries over their own type or fp8 also on the matrix-unit body
+                # (NVIDIA's only)
+                for chain in (facts.NVCC, facts.COREX):
+                    assert (q, c, bucket, slots, facts.CUDA_CORE, chain) in have, (q, c, chain)
+                mma = (q, c, bucket, slots, facts.MMA, facts.NVCC) in have
                 assert mma == facts.mma_body(q, c), (q, c, bucket, slots)
+                assert (q, c, bucket, slots, facts.MMA, facts.COREX) not in have
+    for q in ("float16", "bfloat16", "float32"):
+        for chain in (facts.NVCC, facts.COREX):
+            assert facts.lookup("merge", q, q, 0, 0, toolchain=chain) is not None, (q, chain)
     for r in data["kernels"]:
-        # static arrays within the default 48 KiB (no opt-in); the CUDA-core body's also within
-        # the BI-V100's 32 KiB
-        assert r.smem_bytes <= (32 if r.body == facts.CUDA_CORE else 48) * 1024, r
+        # static arrays within the default 48 KiB (no opt-in); CoreX's within the BI-V100's 32
+        assert r.smem_bytes <= (32 if r.toolchain == facts.COREX else 48) * 1024, r
+
+
+def test_facts_on_disk_are_what_write_facts_writes(tmp_path, monkeypatch) -> None:
+    """The file round-trips through write_facts (one record a line, sorted): a regenerated
+    file differs from the committed one only where ptxas reported something else."""
+    data = facts.load_facts()
+    builds = {  # the default build's matrix-unit kernels, the portable build's, CoreX's
+        "default": (facts.MMA, facts.NVCC),
+        "portable": (facts.CUDA_CORE, facts.NVCC),
+        "corex": (facts.CUDA_CORE, facts.COREX),
+    }
+    logs = {}
+    for name, (body, chain) in builds.items():
+        logs[name] = tmp_path / f"{name}.log"
+        kept = [r for r in data["kernels"] if (r.body, r.toolchain) == (body, chain)]
+        logs[name].write_text("".join(_ptxas_lines(r) for r in kept))
+    target = tmp_path / "kernel_facts.json"
+    monkeypatch.setattr(facts, "FACTS_FILE", target)
+    default, portable, corex = ([logs[name]] for name in builds)
+    header = (data["compiler"], data["arch"], data["source_digest"])
+    facts.write_facts(default, portable, corex, *header)
+    assert target.read_text() == (Path(facts.__file__).parent / "kernel_facts.json").read_text()
+
+
+_KIND_INDEX = {name: i for i, name in enumerate(facts.KINDS)}
+
+
+def _ptxas_lines(r: facts.KernelRecord) -> str:
+    """What ``nvcc -Xptxas -v`` prints for the kernel ``r`` records (the mangled names'
+    template arguments are what the parser reads)."""
+    q, c = _KIND_INDEX[r.query], _KIND_INDEX[r.cache]
+    if r.kernel == "merge":
+        name = f"_ZN4attn12merge_kernelILi{q}EEEv14AttnDecodeArgs"
+    else:
+        args = f"ILi{q}ELi{c}ELi{r.head_bucket}ELi{r.slots}EE"
+        name = f"_ZN4attn16partition_kernel{args}Ev14AttnDecodeArgs"
+    return (
+        f"ptxas info    : Compiling entry function '{name}' for 'sm_90'\n"
+        f"    0 bytes stack frame, {r.spill_bytes} bytes spill stores, 0 bytes spill loads\n"
+        f"ptxas info    : Used {r.registers} registers, {r.smem_bytes} bytes smem\n"
+    )
 
 
 def test_ptxas_parser_reads_registers_smem_and_spills() -> None:

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from attn_core.native import __main__ as cli
+from attn_core.native import facts
 from attn_core.native.build import SLOTS, library_name, log_path
 from attn_core.native.toolchain import find_toolchain
 
@@ -67,10 +68,17 @@ def test_facts_reads_the_logs_of_the_build_it_made(clean_env, tmp_path, capsys, 
     code = cli.main(["facts"])
     err = capsys.readouterr().err
     assert code == 0, err
-    # the default build, then the portable one (every kernel on the CUDA-core body) beside it
+    # the default build, then the portable one (every kernel on the CUDA-core body) beside it;
+    # CoreX's stand-in is that build while their flags agree
     (default, none), (portable, defines) = built
-    assert none == () and defines == cli.PORTABLE_DEFINES
+    assert none == () and defines == facts.PORTABLE_DEFINES == facts.COREX_DEFINES
     assert portable.parent == default.parent and portable.name.startswith(default.name)
+    # flags that differ (an nvcc-only one in the portable build): a third build for CoreX
+    built.clear()
+    clean_env.setattr(facts, "COREX_DEFINES", (*facts.PORTABLE_DEFINES, "ATTN_NVCC_ONLY=0"))
+    assert cli.main(["facts"]) == 0, capsys.readouterr().err
+    assert [d for _, d in built] == [(), facts.PORTABLE_DEFINES, facts.COREX_DEFINES]
+    assert built[2][0].name.endswith("-corex")
 
 
 def test_facts_with_missing_logs_is_a_failed_build_not_a_traceback(clean_env, tmp_path, capsys):

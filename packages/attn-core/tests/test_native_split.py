@@ -125,6 +125,43 @@ def test_each_device_gets_the_body_it_builds():
     assert fp8_lab.partition.body == fp32.partition.body == CUDA_CORE
 
 
+def test_iluvatar_plans_read_corex_records_and_nvidia_plans_nvccs(monkeypatch):
+    """An nvcc-only change to nvcc's records (a spill area, a lower register target) moves the
+    H200's split and leaves the BI-V100's alone: each profile reads its own toolchain's."""
+    from dataclasses import replace
+
+    from attn_core.native import facts
+    from attn_core.native.split import record_toolchain
+
+    bi = get_device_spec("bi-v100")
+    assert (record_toolchain(bi), record_toolchain(H200)) == (facts.COREX, facts.NVCC)
+    fp32 = AttentionShape(dtype=torch.float32)
+    before = {
+        name: native_split(fp32, 1, 102400, get_device_spec(name)) for name in ("h200", "bi-v100")
+    }
+    assert before["bi-v100"].partition.toolchain == before["bi-v100"].merge.toolchain == facts.COREX
+    assert before["h200"].partition.toolchain == facts.NVCC
+
+    records = facts._records()
+    # nvcc's CUDA-core kernels at 255 registers and 40 KiB: two blocks an SM on the H200
+    spilled = tuple(
+        replace(r, registers=255, smem_bytes=40 * 1024)
+        if (r.toolchain, r.body, r.kernel) == (facts.NVCC, facts.CUDA_CORE, "partition")
+        else r
+        for r in records
+    )
+    monkeypatch.setattr(facts, "_records", lambda: spilled)
+    after = {
+        name: native_split(fp32, 1, 102400, get_device_spec(name)) for name in ("h200", "bi-v100")
+    }
+    assert after["h200"].blocks_per_sm == 2 < before["h200"].blocks_per_sm
+    assert after["h200"].num_partitions < before["h200"].num_partitions
+    assert after["bi-v100"] == before["bi-v100"]
+    # and a body CoreX does not build has no stand-in record
+    with pytest.raises(ValueError, match="corex"):
+        native_split(QWEN, 1, 8192, bi, body=MMA)
+
+
 # docs/benchmarks.md (native decode, matrix-unit body of eight warps a block at head 256, issue
 # 17 round 13, 2026-12-04, `native_decode_bench.py --sweep`, one run): the fastest split of each
 # swept row, (query heads, KV heads, batch, context) -> (partitions, tokens each), and where the

@@ -12,8 +12,10 @@ exponentials; on the matrix-unit body (NVIDIA, 16-bit queries over 16-bit or fp8
 widened in registers) the products run on the matrix units over 8 columns per block (m16n8k16's
 N side: the group's heads, zero-padded), and only the softmax stays on CUDA cores.
 
-On the BI-V100 the registers are the sm_90 build's until the lab records CoreX's (the
-``kernel_facts.json`` of that build); shared memory is the same static arrays on both.
+On the BI-V100 the split reads ``kernel_facts.json``'s ``corex`` records: nvcc's ptxas on the
+source as CoreX compiles it (the CUDA-core body, no nvcc-only feature). Their shared memory is
+the body's static arrays, the same on both compilers; their registers are sm_90's, an
+assumption until the lab records CoreX's build.
 """
 
 from __future__ import annotations

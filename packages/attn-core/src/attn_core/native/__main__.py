@@ -143,8 +143,15 @@ def _build(archs: Optional[str]) -> tuple:
     return OK, toolchain, out_dir
 
 
-# The portable build beside the default one: every kernel on the CUDA-core body (CoreX's)
-PORTABLE_DEFINES = ("ATTN_DECODE_MMA=0",)
+def _build_variant(toolchain, out_dir: Path, suffix: str, defines: tuple[str, ...]):
+    """Build every library with ``defines`` beside ``out_dir``; the directory, or None (said)."""
+    variant_dir = out_dir.with_name(out_dir.name + suffix)
+    try:
+        build_all(toolchain, variant_dir, defines=defines)
+    except (BuildError, OSError) as exc:
+        print(f"native kernel build ({suffix[1:]}) FAILED: {exc}", file=sys.stderr)
+        return None
+    return variant_dir
 
 
 def _facts(write: bool) -> int:
@@ -156,27 +163,32 @@ def _facts(write: bool) -> int:
     code, toolchain, out_dir = _build(None)
     if code != OK:
         return code
-    portable_dir = out_dir.with_name(out_dir.name + "-portable")
-    try:
-        build_all(toolchain, portable_dir, defines=PORTABLE_DEFINES)
-    except (BuildError, OSError) as exc:
-        print(f"native kernel build (portable) FAILED: {exc}", file=sys.stderr)
+    # the CUDA-core build (nvcc's) and CoreX's stand-in: one build while their flags agree
+    portable_dir = _build_variant(toolchain, out_dir, "-portable", facts.PORTABLE_DEFINES)
+    corex_dir = portable_dir
+    if portable_dir is not None and facts.COREX_DEFINES != facts.PORTABLE_DEFINES:
+        corex_dir = _build_variant(toolchain, out_dir, "-corex", facts.COREX_DEFINES)
+    if portable_dir is None or corex_dir is None:
         return FAILED
-    logs = [log_path(out_dir / library_name(n)) for n in SLOTS]
-    portable = [log_path(portable_dir / library_name(n)) for n in SLOTS]
+    logs, portable, corex = (
+        [log_path(d / library_name(n)) for n in SLOTS] for d in (out_dir, portable_dir, corex_dir)
+    )
+    builds = [(logs, True, facts.NVCC), (portable, False, facts.NVCC), (corex, False, facts.COREX)]
     try:  # the logs of the builds just made, under their own keys
-        texts = [(log.read_text(), True) for log in logs]
-        texts += [(log.read_text(), False) for log in portable]
+        texts = [(log.read_text(), mma, chain) for paths, mma, chain in builds for log in paths]
     except OSError as exc:
         print(f"native kernel facts: the build left no log {exc.filename}", file=sys.stderr)
         return FAILED
-    records = [r for text, mma in texts for r in facts.parse_ptxas(text, mma_built=mma)]
+    records = [
+        r
+        for text, mma, chain in texts
+        for r in facts.parse_ptxas(text, mma_built=mma, toolchain=chain)
+    ]
     print(tabulate([r.__dict__ for r in records], headers="keys", tablefmt="github"))
     if write:
         compiler = f"{toolchain.kind} {toolchain.version}"
-        path = facts.write_facts(
-            logs, portable, compiler, ",".join(toolchain.archs), source_digest()
-        )
+        archs = ",".join(toolchain.archs)
+        path = facts.write_facts(logs, portable, corex, compiler, archs, source_digest())
         print(f"wrote {path}")
     return OK
 

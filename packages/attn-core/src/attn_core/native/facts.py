@@ -1,19 +1,26 @@
 """What each compiled native kernel needs, as recorded data the simulator can read without a GPU.
 
-``kernel_facts.json`` (beside this module) lists, per kernel instantiation and partition body,
-the registers, shared memory and spill bytes ptxas reported, with the compiler, target and a
-digest of the sources it was built from. ``python -m attn_core.native facts --write``
-regenerates it from two builds' logs (``-Xptxas -v``): the default one, whose 16-bit queries
-over same-type or fp8 caches take the matrix-unit body (``"mma"``, ``csrc/decode_warp.cuh``,
-NVIDIA only), and one with ``-DATTN_DECODE_MMA=0``, every kernel on the CUDA-core body
-(``"cuda_core"``: what CoreX compiles). A CPU test fails when the sources changed and the file
-did not.
+``kernel_facts.json`` (beside this module) lists, per kernel instantiation, partition body and
+toolchain, the registers, shared memory and spill bytes ptxas reported, with the compiler,
+target and a digest of the sources it was built from. ``python -m attn_core.native facts
+--write`` regenerates it from the builds' logs (``-Xptxas -v``):
 
-Every body's shared memory is static, so ptxas reports it, and a CUDA test compares each record
-with what the driver reports for the built kernel. On the BI-V100 the CUDA-core body's shared
-memory is the same (static arrays sized by the same constants); registers come from CoreX's
-compiler there and are unmeasured until the lab's first build, so the simulator treats the
-sm_90 counts as an assumption on that profile.
+- ``"nvcc"`` records: what an NVIDIA device runs. The default build's 16-bit queries over
+  same-type or fp8 caches take the matrix-unit body (``"mma"``, ``csrc/decode_warp.cuh``); a
+  build with ``-DATTN_DECODE_MMA=0`` puts every kernel on the CUDA-core body (``"cuda_core"``),
+  which is also what the default build runs for the other kinds.
+- ``"corex"`` records: the stand-in for CoreX's build on the BI-V100, nvcc compiling the source
+  as CoreX sees it (:data:`COREX_DEFINES`: the CUDA-core body and nothing nvcc-only). Shared
+  memory is then the body's static arrays, sized by the same constants on both compilers;
+  registers come from CoreX's compiler there and are unmeasured until the lab's first build,
+  so the simulator treats them as an assumption on that profile.
+
+The two are kept apart because an nvcc-only flag can move nvcc's numbers without moving
+CoreX's: shared-memory spilling (CUDA 13's ``enable_smem_spilling``) adds a spill area to the
+shared memory ptxas reports and lowers register targets, and a BI-V100 plan sized from those
+would be sized for a kernel CoreX never builds. A CPU test fails when the sources changed and
+the file did not; a CUDA test compares each ``nvcc`` record with what the driver reports for
+the built kernel.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -29,6 +36,11 @@ FACTS_FILE = Path(__file__).resolve().parent / "kernel_facts.json"
 KINDS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # attn::ElemKind order
 THREADS = 128  # csrc/paged_decode.cu kThreads (the CUDA-core body's block) and kMergeThreads
 MMA, CUDA_CORE = "mma", "cuda_core"  # the partition bodies
+NVCC, COREX = "nvcc", "corex"  # the toolchains a record describes (module docstring)
+# The build whose ptxas report stands in for CoreX's: every kernel on the CUDA-core body, and
+# (the ATTN_DECODE_MMA=0 build's flags today) no nvcc-only feature that moves the resources.
+PORTABLE_DEFINES = ("ATTN_DECODE_MMA=0",)
+COREX_DEFINES = PORTABLE_DEFINES
 MMA_TILE_TOKENS = 16  # csrc/decode_warp.cuh kTok: tokens of one warp's tile
 MMA_WIDE_BUCKET, MMA_WIDE_WARPS, MMA_WARPS = 256, 8, 4  # csrc/decode_warp.cuh warps_for
 
@@ -71,12 +83,14 @@ class KernelRecord:
     spill_bytes: int
     body: str = CUDA_CORE  # the partition body: MMA or CUDA_CORE ("cuda_core" for merge)
     threads: int = THREADS  # per block: partition_threads() for a partition kernel
+    toolchain: str = NVCC  # NVCC: the NVIDIA device's kernel; COREX: the BI-V100's stand-in
 
 
-def parse_ptxas(text: str, *, mma_built: bool = False) -> list[KernelRecord]:
+def parse_ptxas(text: str, *, mma_built: bool = False, toolchain: str = NVCC) -> list[KernelRecord]:
     """Records from ``nvcc -Xptxas -v`` output (one library's log); ``mma_built``: the library
     was built with the matrix-unit body on (the default), so the kernels that take it are
-    recorded as :data:`MMA`."""
+    recorded as :data:`MMA`; ``toolchain``: what the records describe (:data:`NVCC` or
+    :data:`COREX`)."""
     records, current = [], None
     spill = 0
     for line in text.splitlines():
@@ -93,7 +107,7 @@ def parse_ptxas(text: str, *, mma_built: bool = False) -> list[KernelRecord]:
             smem = int(used.group("smem") or 0)
             record = _record(current, int(used.group("regs")), smem, spill, mma_built)
             if record is not None:
-                records.append(record)
+                records.append(replace(record, toolchain=toolchain))
             current = None
     return records
 
@@ -116,24 +130,30 @@ def _record(name: str, regs: int, smem: int, spill: int, mma_built: bool) -> Opt
 
 
 def write_facts(
-    logs: list[Path], portable_logs: list[Path], compiler: str, arch: str, digest: str
+    logs: list[Path],
+    portable_logs: list[Path],
+    corex_logs: list[Path],
+    compiler: str,
+    arch: str,
+    digest: str,
 ) -> Path:
     """Merge the records of every library log into :data:`FACTS_FILE`: ``logs`` from the default
-    build (the matrix-unit body's kernels), ``portable_logs`` from ``-DATTN_DECODE_MMA=0``."""
+    build (the matrix-unit body's kernels), ``portable_logs`` from ``-DATTN_DECODE_MMA=0`` (the
+    CUDA-core body's, both :data:`NVCC`), ``corex_logs`` from :data:`COREX_DEFINES`
+    (:data:`COREX`). One record a line, so a regenerated file's diff reads kernel by kernel."""
     records: dict[tuple, KernelRecord] = {}
-    for paths, mma_built in ((portable_logs, False), (logs, True)):
+    builds = ((corex_logs, False, COREX), (portable_logs, False, NVCC), (logs, True, NVCC))
+    for paths, mma_built, toolchain in builds:
         for log in paths:
-            for r in parse_ptxas(log.read_text(), mma_built=mma_built):
+            for r in parse_ptxas(log.read_text(), mma_built=mma_built, toolchain=toolchain):
                 if mma_built and r.body != MMA:
                     continue  # the same kernel as the portable build's
-                records[(r.kernel, r.query, r.cache, r.head_bucket, r.slots, r.body)] = r
-    payload = {
-        "source_digest": digest,
-        "compiler": compiler,
-        "arch": arch,
-        "kernels": [asdict(r) for _, r in sorted(records.items())],
-    }
-    FACTS_FILE.write_text(json.dumps(payload, indent=1) + "\n")
+                key = (r.kernel, r.query, r.cache, r.head_bucket, r.slots, r.body, r.toolchain)
+                records[key] = r
+    header = {"source_digest": digest, "compiler": compiler, "arch": arch}
+    lines = [json.dumps(asdict(r)) for _, r in sorted(records.items())]
+    text = json.dumps(header, indent=1)[:-2] + ',\n "kernels": [\n  '
+    FACTS_FILE.write_text(text + ",\n  ".join(lines) + "\n ]\n}\n")
     return FACTS_FILE
 
 
@@ -150,12 +170,18 @@ def _records() -> tuple[KernelRecord, ...]:
 
 
 def lookup(
-    kernel: str, query: str, cache: str, head_bucket: int, slots: int, body: str = CUDA_CORE
+    kernel: str,
+    query: str,
+    cache: str,
+    head_bucket: int,
+    slots: int,
+    body: str = CUDA_CORE,
+    toolchain: str = NVCC,
 ) -> Optional[KernelRecord]:
-    """The record of one instantiation and body (``head_bucket`` / ``slots`` / ``body`` ignored
-    for ``merge``)."""
+    """The record of one instantiation, body and toolchain (``head_bucket`` / ``slots`` /
+    ``body`` ignored for ``merge``)."""
     for r in _records():
-        if r.kernel != kernel or r.query != query or r.cache != cache:
+        if (r.kernel, r.query, r.cache, r.toolchain) != (kernel, query, cache, toolchain):
             continue
         if kernel == "merge":
             return r

@@ -46,9 +46,11 @@ from attn_core.device.iluvatar import iluvatar_name
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.native import abi
 from attn_core.native.facts import (
+    COREX,
     CUDA_CORE,
     MMA,
     MMA_TILE_TOKENS,
+    NVCC,
     THREADS,
     KernelRecord,
     lookup,
@@ -76,8 +78,10 @@ class NativeSplit:
     """One step's grid and workspace.
 
     ``partition`` / ``merge`` are the kernels' recorded registers and shared memory
-    (``kernel_facts.json``, ptxas for sm_90; on other devices an assumption until the device's
-    own build is recorded); ``partition.body`` is the body the device runs (:func:`decode_body`).
+    (``kernel_facts.json``, ptxas for sm_90: the ``nvcc`` records on NVIDIA devices, the
+    ``corex`` stand-in on Iluvatar ones, :func:`record_toolchain`; an assumption wherever the
+    device's own build is not recorded); ``partition.body`` is the body the device runs
+    (:func:`decode_body`).
     ``blocks_per_sm`` is what the device profile's occupancy rules allow the partition kernel.
     """
 
@@ -221,6 +225,12 @@ def decode_body(spec: DeviceSpec, query: str, cache: str) -> str:
     return MMA if mma_body(query, cache) and not iluvatar_name(spec.name) else CUDA_CORE
 
 
+def record_toolchain(spec: DeviceSpec) -> str:
+    """Which records in ``kernel_facts.json`` describe the kernels ``spec`` runs: CoreX's
+    stand-in on an Iluvatar device, nvcc's elsewhere."""
+    return COREX if iluvatar_name(spec.name) else NVCC
+
+
 def native_split(
     shape: AttentionShape,
     num_seqs: int,
@@ -249,11 +259,13 @@ def native_split(
     cache = query if shape.kv_cache_dtype == "auto" else _FP8_NAMES[shape.kv_cache_dtype]
     bucket = abi.head_bucket(shape.head_size)
     body = body or decode_body(spec, query, cache)
-    partition = lookup("partition", query, cache, bucket, slots, body)
-    merge = lookup("merge", query, query, 0, 0)
+    toolchain = record_toolchain(spec)
+    partition = lookup("partition", query, cache, bucket, slots, body, toolchain)
+    merge = lookup("merge", query, query, 0, 0, toolchain=toolchain)
     if partition is None or merge is None:
         raise ValueError(
-            f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots} ({body})"
+            f"native decode: no recorded kernel for {query}/{cache}/{bucket}/{slots} "
+            f"({body}, {toolchain})"
         )
     limits = occupancy_limits(spec, partition.threads, partition.registers, partition.smem_bytes)
     blocks_per_sm = min(limits.values())
