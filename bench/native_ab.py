@@ -15,7 +15,10 @@ which run the CUDA-core body where the device's plan would split for the matrix-
 partitions of one four-warp block a SM at 24 / 4 heads 1 x 100K on the H200, against the
 CUDA-core split's 115 at four blocks a SM), each step captured
 in a CUDA graph and replayed back to back (``_timing.graph_ms``), the builds' order rotated per
-round so that none is always first after another's replays. Prints, per row, each build's median
+round so that none is always first after another's replays. ``--facts NAME=FILE`` plans that
+build's split from another ``kernel_facts.json`` (its own build's, where a change moved the
+registers or shared memory the split is sized from): each build then runs at its own split, and
+the table gains each build's partition count. Prints, per row, each build's median
 and best over the rounds and its difference from the first build, plus each build's largest
 error against a float64 reference; writes ``native_ab.json``. One run of a shape's graphs moves
 tenths of a microsecond between rounds on the H200 (docs/benchmarks.md, issue 17 round 11):
@@ -43,7 +46,7 @@ from native_decode_bench import (  # noqa: E402
     step_caches,
 )
 
-from attn_core.native.facts import CUDA_CORE, MMA  # noqa: E402
+from attn_core.native.facts import CUDA_CORE, MMA, recorded_in  # noqa: E402
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 BODIES = (CUDA_CORE, MMA)  # the partition bodies --body may force
@@ -76,6 +79,44 @@ def parse_builds(items: list[str]) -> list[tuple[str, Path]]:
     if len(builds) < 2:
         raise argparse.ArgumentTypeError(f"need two builds or more, got {len(builds)}")
     return builds
+
+
+def parse_facts_files(items: list[str], names: list[str]) -> dict[str, Path]:
+    """``--facts`` values ``["new=f.json"]`` -> ``{"new": Path("f.json")}``, each naming a build
+    given and an existing file."""
+    files: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise argparse.ArgumentTypeError(f"--facts: expected NAME=FILE, got {item!r}")
+        if name not in names:
+            raise argparse.ArgumentTypeError(f"--facts: no build named {name!r} (builds: {names})")
+        if not Path(path).is_file():
+            raise argparse.ArgumentTypeError(f"--facts {name}: no file {path}")
+        files[name] = Path(path)
+    return files
+
+
+def build_splits(
+    specs: tuple,
+    dtype: torch.dtype,
+    body: Optional[str],
+    names: list[str],
+    files: dict[str, Path],
+    spec: Any = None,
+) -> list[dict[str, tuple[int, int]]]:
+    """Each row's split for each build on ``spec`` (default: this GPU's): from its ``--facts``
+    file where it has one, else from the shipped facts (``plan_split``).
+
+    Raises:
+        ValueError: a row has no recorded kernel for the body, or a file is not a facts file.
+    """
+    shipped = [plan_split(row, dtype, body, spec) for row in specs]
+    own = {}
+    for name, path in files.items():
+        with recorded_in(path):
+            own[name] = [plan_split(row, dtype, body, spec) for row in specs]
+    return [{n: own[n][i] if n in own else shipped[i] for n in names} for i in range(len(specs))]
 
 
 def library_path(build: Path, group: int) -> Path:
@@ -125,13 +166,13 @@ def ab_row(
     rounds: int,
     copy_bw: float,
     dtype: torch.dtype,
-    split: tuple[int, int],
+    splits: dict[str, tuple[int, int]],
 ) -> dict[str, Any]:
-    """One row timed for every build at ``split`` (``(num_partitions, partition_size)``)."""
+    """One row timed for every build at its split (``splits[name]``: ``(num_partitions,
+    partition_size)``)."""
     heads, kv_heads, batch, tokens, cache = spec
     cases = step_caches(spec, dtype)
     one = cases[0]
-    parts, ps = split
     k, v = one.contiguous_kv()
     want = reference(one, k, v)
     del k, v
@@ -140,18 +181,19 @@ def ab_row(
     errors = {}
     for name in names:
         one.out.fill_(float("nan"))  # a launch that writes nothing shows as NaN, not stale data
-        got = native_step(libs[name], one, parts, ps)().float()
+        got = native_step(libs[name], one, *splits[name])().float()
         errors[name] = float((got - want).abs().max())
-    steps = {n: [native_step(libs[n], c, parts, ps) for c in cases] for n in names}
+    steps = {n: [native_step(libs[n], c, *splits[n]) for c in cases] for n in names}
     for r in range(rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
             times[name].append(graph_ms(steps[name])[0])
     floor = one.kv_bytes / copy_bw * 1e3
     row: dict[str, Any] = {"heads": f"{heads}/{kv_heads}", "shape": f"{batch}x{tokens}",
                            "dtype": str(dtype).replace("torch.", ""), "kv_cache": cache,
-                           "parts": parts, "floor_ms": floor}  # fmt: skip
+                           "parts": splits[names[0]][0], "floor_ms": floor}  # fmt: skip
     base = statistics.median(times[names[0]])
     for name in names:
+        row[f"{name}_parts"] = splits[name][0]
         med = statistics.median(times[name])
         row[f"{name}_ms"] = med
         row[f"{name}_best"] = min(times[name])
@@ -174,11 +216,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--body", choices=BODIES, default=None,
                     help="split for this partition body (default: the one the device runs; "
                     "cuda_core for -DATTN_DECODE_MMA=0 builds)")  # fmt: skip
+    ap.add_argument("--facts", action="append", default=[], metavar="NAME=FILE",
+                    help="plan build NAME from this kernel_facts.json (repeatable)")  # fmt: skip
     ap.add_argument("--rounds", type=positive_int, default=9)
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
     try:
         builds = parse_builds(args.builds)
+        names = [n for n, _ in builds]
+        facts_files = parse_facts_files(args.facts, names)
     except argparse.ArgumentTypeError as exc:
         ap.error(str(exc))
     if not torch.cuda.is_available():
@@ -188,15 +234,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         by_group = load_libraries(builds, specs)
         # every row's split before anything runs: a --body its dtype has no kernel for is named
-        splits = [plan_split(spec, DTYPES[args.dtype], args.body) for spec in specs]
+        splits = build_splits(specs, DTYPES[args.dtype], args.body, names, facts_files)
     except ValueError as exc:
         ap.error(str(exc))
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s (read + write)", flush=True)
     rows = []
-    names = [n for n, _ in builds]
-    columns = ["heads", "shape", "dtype", "parts", "floor_ms"]
+    columns = ["heads", "shape", "dtype"] + ([] if facts_files else ["parts"]) + ["floor_ms"]
     for n in names:
+        columns += [f"{n}_parts"] if facts_files else []
         columns += [f"{n}_ms", f"{n}_x_floor"]
         if n != names[0]:
             columns.append(f"{n}_minus_{names[0]}_us")
@@ -208,6 +254,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print_table([rows[-1]], columns)
         payload = {"device": device_info(torch.device("cuda")), "copy_bandwidth": bw,
                    "builds": {n: str(p) for n, p in builds}, "body": args.body or "plan's",
+                   "facts": {n: str(p) for n, p in facts_files.items()},
                    "rows": rows}  # fmt: skip
         write_results(args.out, "native_ab.json", payload)
     print(f"\n== medians over {args.rounds} interleaved rounds (ms; *_minus_*_us: microseconds)")

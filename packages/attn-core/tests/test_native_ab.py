@@ -109,3 +109,46 @@ def test_a_row_is_split_for_the_body_asked(native_ab) -> None:
     assert native_ab.plan_split(row, torch.float16, "cuda_core", spec=h200)[0] == 115
     with pytest.raises(ValueError, match="no recorded kernel"):
         native_ab.plan_split(row, torch.float32, "mma", spec=h200)
+
+
+def test_facts_files_name_a_build_and_a_file(native_ab, tmp_path: Path) -> None:
+    facts = tmp_path / "kernel_facts.json"
+    facts.write_text("{}")
+    assert native_ab.parse_facts_files([f"new={facts}"], ["old", "new"]) == {"new": facts}
+    for bad, match in (
+        ("new", "expected NAME=FILE"),
+        (f"other={facts}", "no build named 'other'"),
+        (f"new={tmp_path / 'missing.json'}", "no file"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=match):
+            native_ab.parse_facts_files([bad], ["old", "new"])
+
+
+def test_a_build_with_its_own_facts_runs_at_its_own_split(native_ab, tmp_path: Path) -> None:
+    """--facts: the build whose facts record twice the registers (half the resident blocks on
+    the H200) gets fewer partitions; the other keeps the shipped split. A file that is not a
+    facts file is named."""
+    import json
+
+    import torch
+
+    from attn_core.device.spec import get_device_spec
+    from attn_core.native import facts
+
+    data = json.loads(facts.FACTS_FILE.read_text())
+    for record in data["kernels"]:
+        record["registers"] = min(255, 2 * record["registers"])
+    heavy = tmp_path / "heavy.json"
+    heavy.write_text(json.dumps(data))
+    h200 = get_device_spec("h200")
+    rows = native_ab.any_group_shapes("12/4/1x102400")
+    args = (rows, torch.float32, "cuda_core", ["main", "S"])
+    (split,) = native_ab.build_splits(*args, {"S": heavy}, spec=h200)
+    assert split["main"] == native_ab.plan_split(rows[0], torch.float32, "cuda_core", h200)
+    assert split["S"][0] < split["main"][0]
+    (shipped,) = native_ab.build_splits(*args, {}, spec=h200)  # and no file left in force
+    assert shipped["S"] == shipped["main"] == split["main"]
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="junk.json is not a kernel facts file"):
+        native_ab.build_splits(*args, {"S": junk}, spec=h200)

@@ -25,9 +25,11 @@ the built kernel.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -157,16 +159,46 @@ def write_facts(
     return FACTS_FILE
 
 
-def load_facts() -> dict:
-    """The recorded facts (``kernels`` as :class:`KernelRecord`)."""
-    data = json.loads(FACTS_FILE.read_text())
+def load_facts(path: Optional[Path] = None) -> dict:
+    """The recorded facts of :data:`FACTS_FILE` or ``path`` (``kernels`` as
+    :class:`KernelRecord`)."""
+    data = json.loads((path or FACTS_FILE).read_text())
     data["kernels"] = [KernelRecord(**k) for k in data["kernels"]]
     return data
 
 
 @functools.lru_cache(maxsize=1)
-def _records() -> tuple[KernelRecord, ...]:
+def _shipped_records() -> tuple[KernelRecord, ...]:
     return tuple(load_facts()["kernels"])
+
+
+_planned_from: Optional[tuple[KernelRecord, ...]] = None  # set by recorded_in()
+
+
+def _records() -> tuple[KernelRecord, ...]:
+    return _planned_from if _planned_from is not None else _shipped_records()
+
+
+@contextlib.contextmanager
+def recorded_in(path: Path) -> Iterator[None]:
+    """Within the block, :func:`lookup` (so every split) reads another build's facts file: a
+    benchmark timing two builds each at its own split (``bench/native_ab.py --facts``). One
+    thread; not reentrant.
+
+    Raises:
+        ValueError: ``path`` is not a facts file (unreadable, not JSON, or records of another
+            shape), named.
+    """
+    global _planned_from
+    try:
+        records = tuple(load_facts(path)["kernels"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a kernel facts file: {exc}") from None
+    _planned_from = records
+    try:
+        yield
+    finally:
+        _planned_from = None
 
 
 def lookup(
