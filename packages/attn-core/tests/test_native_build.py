@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,26 @@ def test_facts_cover_every_shipped_kernel() -> None:
     for r in data["kernels"]:
         # static arrays within the default 48 KiB (no opt-in); CoreX's within the BI-V100's 32
         assert r.smem_bytes <= (32 if r.toolchain == facts.COREX else 48) * 1024, r
+
+
+def test_corex_records_are_the_portable_builds_while_their_flags_agree() -> None:
+    """One build serves both while facts.COREX_DEFINES == PORTABLE_DEFINES (facts --write makes
+    no third), so the two record sets must be equal; where the flags differ, every difference
+    is in resources alone (the same kernels, bodies and threads)."""
+    data = facts.load_facts()
+
+    def of(chain: str) -> dict:
+        return {
+            (r.kernel, r.query, r.cache, r.head_bucket, r.slots): r
+            for r in data["kernels"]
+            if r.toolchain == chain and r.body == facts.CUDA_CORE
+        }
+
+    nvcc, corex = of(facts.NVCC), of(facts.COREX)
+    assert nvcc.keys() == corex.keys()
+    if facts.COREX_DEFINES == facts.PORTABLE_DEFINES:
+        assert all(replace(corex[k], toolchain=facts.NVCC) == nvcc[k] for k in nvcc)
+    assert all(corex[k].threads == nvcc[k].threads for k in nvcc)
 
 
 def test_facts_on_disk_are_what_write_facts_writes(tmp_path, monkeypatch) -> None:
