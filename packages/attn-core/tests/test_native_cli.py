@@ -96,3 +96,68 @@ def test_help_lists_the_subcommands_it_has(capsys):
     out = capsys.readouterr().out
     listed = re.findall(r"\{([a-z,]+)\}", out)
     assert listed and all(set(x.split(",")) == {"status", "build", "facts"} for x in listed), out
+
+
+class RecordedLibrary:
+    """A library whose kernels report what ``kernel_facts.json`` records for ``chain`` (plus
+    ``extra_registers`` on the partition kernel), as ``kernel_info`` does on a device."""
+
+    def __init__(self, chain: str, spec, extra_registers: int = 0) -> None:
+        self.chain, self.spec, self.extra = chain, spec, extra_registers
+
+    def kernel_info(self, which, query_kind, cache_kind, bucket, group):
+        from attn_core.native import abi
+        from attn_core.native.library import KernelFacts
+        from attn_core.native.split import decode_body
+
+        query = {abi.FLOAT16: "float16", abi.BFLOAT16: "bfloat16", abi.FLOAT32: "float32"}
+        q = query[query_kind]
+        body = decode_body(self.spec, q, q)
+        r = facts.lookup(which, q, q, bucket, abi.group_slots(group), body, self.chain)
+        extra = self.extra if which == "partition" else 0
+        return KernelFacts(r.registers + extra, r.smem_bytes, 0, r.threads, 1)
+
+
+def test_status_rows_set_the_driver_beside_the_record_the_plan_reads() -> None:
+    """status's table: the H200 reads nvcc's records, a BI-V100 CoreX's stand-in; a kernel the
+    driver reports otherwise than its record (CoreX's own registers, say) is marked."""
+    from attn_core.device.spec import get_device_spec
+
+    h200, bi = get_device_spec("h200"), get_device_spec("bi-v100")
+    rows = cli.kernel_rows(RecordedLibrary(facts.NVCC, h200), 6, h200)
+    assert len(rows) == 3 * 3 * 2  # head buckets x dtypes x (partition, merge)
+    assert not any(row[-1].endswith(cli.DIFFERS) for row in rows)
+    fp16_256 = next(r for r in rows if r[:4] == ("partition", 6, 256, "fp16"))
+    mma = facts.lookup("partition", "float16", "float16", 256, 6, facts.MMA, facts.NVCC)
+    assert fp16_256[-1] == f"{mma.registers} / {mma.smem_bytes}"  # the matrix-unit body's
+    # CoreX's build with 8 more registers a thread than the stand-in: every partition kernel
+    rows = cli.kernel_rows(RecordedLibrary(facts.COREX, bi, extra_registers=8), 6, bi)
+    marked = [row for row in rows if row[-1].endswith(cli.DIFFERS)]
+    assert {row[0] for row in marked} == {"partition"} and len(marked) == 9
+    cuda_core = facts.lookup("partition", "float16", "float16", 256, 6, toolchain=facts.COREX)
+    assert ("partition", 6, 256, "fp16", cuda_core.registers + 8) == next(
+        row[:5] for row in marked if row[2:4] == (256, "fp16")
+    )
+
+
+def test_status_on_a_device_prints_the_table_and_the_differences(monkeypatch, capsys) -> None:
+    """The device branch of ``status`` (CI has no GPU: the device, library and check stubbed),
+    as a BI-V100 whose CoreX build uses 8 more registers a thread than the stand-in."""
+    import torch
+
+    import attn_core
+    from attn_core.device.spec import get_device_spec
+    from attn_core.native import library, verify
+
+    bi = get_device_spec("bi-v100")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(attn_core, "detect_device_spec", lambda device: bi)
+    monkeypatch.setattr(cli, "_prefill_lines", lambda device: ["prefill: stubbed"])
+    found = library.NativeStatus(True, "stubbed library")
+    lib = RecordedLibrary(facts.COREX, bi, extra_registers=8)
+    monkeypatch.setattr(library, "load_native", lambda settings, device, group: (lib, found))
+    monkeypatch.setattr(verify, "verify_native", lambda *args: None)
+    assert cli.main(["status", "--groups", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "recorded (corex): registers / smem" in out
+    assert "9 kernels differ from the kernel_facts.json records" in out, out
