@@ -11,7 +11,8 @@ profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one ca
 - ``rates``: streaming-read and copy bandwidth, fp16 / bf16 / fp32 matmul, eager launch
   overhead, CUDA-graph launch gap (device_facts_rates.py);
 - ``tiers``: attn-core's one_pass / partitioned tiers and the native kernel (where built and
-  verified) at batch x context around the tier threshold (device_facts_tiers.py);
+  verified) at batch x context around the tier threshold, and that library's kernels as the
+  driver reports them beside the records its plans are sized from (device_facts_tiers.py);
 - ``prefill``: which native prefill MMA variant builds and verifies, and its attention rate on
   one chunk over a long context (device_facts_prefill.py);
 - ``v1``: vLLM's compiled ``paged_attention_v1`` reach at Qwen3.6's shape by bisection, one
@@ -74,6 +75,7 @@ UNITS = {
     "decode_tiers": "s",
     "decode_tier_errors": "",
     "native_decode": "",
+    "native_kernels": "",
     "native_prefill": "",
 }
 
@@ -87,7 +89,7 @@ def section_names(section: str) -> dict:
         "driver": units(),
         "rates": RATE_UNITS,
         "v1": {k: UNITS[k] for k in ("native_v1_max_seq_len", "native_v1_probes", "v2_probe")},
-        "tiers": {k: UNITS[k] for k in ("decode_tiers", "native_decode")},
+        "tiers": {k: UNITS[k] for k in ("decode_tiers", "native_decode", "native_kernels")},
         "prefill": {"native_prefill": UNITS["native_prefill"]},
     }
     return names[section]
@@ -136,7 +138,7 @@ def run_v1(sizes: Sizes, notes: dict) -> dict:
 
 
 def run_tiers(sizes: Sizes, notes: dict) -> dict:
-    from device_facts_tiers import measure_tiers, native_library
+    from device_facts_tiers import measure_tiers, native_kernels, native_library
 
     device = torch.device("cuda")
     try:
@@ -159,6 +161,7 @@ def run_tiers(sizes: Sizes, notes: dict) -> dict:
             "",
             "attn_core.native load_native (no build) + verify_native against the float64 reference",
         ),  # fmt: skip
+        "native_kernels": native_kernels(lib, why, device),
     }
     if failed:
         facts["decode_tier_errors"] = measured(failed, "", "rows whose every timing raised")

@@ -140,6 +140,29 @@ def native_library(device: torch.device) -> tuple:
     return lib, f"{status.detail}, {status.platform}, verified: {verdict.detail}"
 
 
+def native_kernels(lib, why: str, device: torch.device) -> dict:
+    """The library's kernels as the driver reports them, each beside the ``kernel_facts.json``
+    record this device's plans are sized from (``attn_core.native.kernel_table``): on the lab's
+    BI-V100, CoreX's own registers and shared memory against the nvcc stand-in; absent, saying
+    why, without a library."""
+    from device_facts_record import absent, measured
+
+    if lib is None:
+        return absent("", f"no native library: {why}")
+    from attn_core import detect_device_spec
+    from attn_core.native.kernel_table import COLUMNS, kernel_rows
+
+    spec = detect_device_spec(device)
+    table = kernel_rows(lib, HEADS // KV_HEADS, spec)
+    rows = [dict(zip(COLUMNS, row, strict=True)) for row in table]
+    method = (
+        "attn_core.native.kernel_table.kernel_rows: the driver's attributes of the group-"
+        f"{HEADS // KV_HEADS} library's kernels (same-type caches, every head bucket) beside "
+        "kernel_facts.json's record for this device (marked '(differs)')"
+    )
+    return measured(rows, "", method)
+
+
 def native_call(lib, c: Case, out: torch.Tensor, partition_size: int):
     from attn_core.native.launch import launch_decode
     from attn_core.native.split import partials_shapes

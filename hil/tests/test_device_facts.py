@@ -420,3 +420,38 @@ def test_prefill_section_reports_each_variant_and_why(monkeypatch):
     assert rows["corex_wmma"] == {"builds": False, "library": "no CoreX toolkit"}
     assert rows["fma"] == {"builds": False, "library": "raised OSError: bad ELF"}
     assert "verify_native_prefill" in facts["native_prefill"]["method"]
+
+
+def test_tiers_section_records_the_native_kernels_beside_their_facts(monkeypatch):
+    """native_kernels: the library's kernels as the driver reports them beside the record a
+    BI-V100's plans read (CoreX's stand-in), the ones that differ marked; absent, saying why,
+    without a library (no GPU: the library is a fake answering from the records)."""
+    import attn_core
+    from attn_core.device.spec import get_device_spec
+    from attn_core.native import abi, facts
+    from attn_core.native.library import KernelFacts
+
+    bi = get_device_spec("bi-v100")
+
+    class CoreXBuild:  # the stand-in's numbers, 8 more registers in the partition kernels
+        def kernel_info(self, which, query_kind, cache_kind, bucket, group):
+            q = {abi.FLOAT16: "float16", abi.BFLOAT16: "bfloat16", abi.FLOAT32: "float32"}
+            r = facts.lookup(which, q[query_kind], q[query_kind], bucket, 6, toolchain="corex")
+            return KernelFacts(r.registers + 8 * (which == "partition"), r.smem_bytes, 0, 128, 2)
+
+    monkeypatch.setattr(attn_core, "detect_device_spec", lambda device: bi)
+    monkeypatch.setattr(tiers, "measure_tiers", lambda *args: [])
+    monkeypatch.setattr(tiers, "native_library", lambda device: (CoreXBuild(), "fake, verified"))
+    got = device_facts.run_tiers(device_facts.QUICK, {})
+    rows = got["native_kernels"]["value"]
+    assert len(rows) == 18 and set(device_facts.section_names("tiers")) == set(got)
+    partition = next(r for r in rows if (r["kernel"], r["head bucket"], r["dtype"])
+                     == ("partition", 256, "fp16"))  # fmt: skip
+    record = facts.lookup("partition", "float16", "float16", 256, 6, toolchain="corex")
+    assert partition["registers"] == record.registers + 8
+    assert partition["recorded registers / smem"].endswith("(differs)")
+    assert not any(r["recorded registers / smem"].endswith("(differs)")
+                   for r in rows if r["kernel"] == "merge")  # fmt: skip
+    monkeypatch.setattr(tiers, "native_library", lambda device: (None, "not built: no CoreX"))
+    got = device_facts.run_tiers(device_facts.QUICK, {})
+    assert "not built: no CoreX" in got["native_kernels"]["absent"]

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from attn_core.native import __main__ as cli
-from attn_core.native import facts
+from attn_core.native import facts, kernel_table
 from attn_core.native.build import SLOTS, library_name, log_path
 from attn_core.native.toolchain import find_toolchain
 
@@ -124,15 +124,15 @@ def test_status_rows_set_the_driver_beside_the_record_the_plan_reads() -> None:
     from attn_core.device.spec import get_device_spec
 
     h200, bi = get_device_spec("h200"), get_device_spec("bi-v100")
-    rows = cli.kernel_rows(RecordedLibrary(facts.NVCC, h200), 6, h200)
+    rows = kernel_table.kernel_rows(RecordedLibrary(facts.NVCC, h200), 6, h200)
     assert len(rows) == 3 * 3 * 2  # head buckets x dtypes x (partition, merge)
-    assert not any(row[-1].endswith(cli.DIFFERS) for row in rows)
+    assert not any(row[-1].endswith(kernel_table.DIFFERS) for row in rows)
     fp16_256 = next(r for r in rows if r[:4] == ("partition", 6, 256, "fp16"))
     mma = facts.lookup("partition", "float16", "float16", 256, 6, facts.MMA, facts.NVCC)
     assert fp16_256[-1] == f"{mma.registers} / {mma.smem_bytes}"  # the matrix-unit body's
     # CoreX's build with 8 more registers a thread than the stand-in: every partition kernel
-    rows = cli.kernel_rows(RecordedLibrary(facts.COREX, bi, extra_registers=8), 6, bi)
-    marked = [row for row in rows if row[-1].endswith(cli.DIFFERS)]
+    rows = kernel_table.kernel_rows(RecordedLibrary(facts.COREX, bi, extra_registers=8), 6, bi)
+    marked = [row for row in rows if row[-1].endswith(kernel_table.DIFFERS)]
     assert {row[0] for row in marked} == {"partition"} and len(marked) == 9
     cuda_core = facts.lookup("partition", "float16", "float16", 256, 6, toolchain=facts.COREX)
     assert ("partition", 6, 256, "fp16", cuda_core.registers + 8) == next(

@@ -52,53 +52,12 @@ def _prefill_lines(device) -> list[str]:
     return status_lines(shape, device, PREFILL_CHUNK, PREFILL_CONTEXT)
 
 
-DIFFERS = " (differs)"
-
-
-def _smem_units(nbytes: int) -> int:
-    """Shared memory in the H200's 128-byte allocation units: a build's static arrays may be
-    padded differently from ptxas's record of the same body (fp32, head 64: 5504 vs 5440)."""
-    return -(-nbytes // 128)
-
-
-def kernel_rows(lib, group: int, spec) -> list[tuple]:
-    """``status``'s table rows for one GQA ``group``'s library: each kernel (same-type caches,
-    every head bucket) as the driver reports it, and the record of ``kernel_facts.json`` that
-    this device's split reads (:func:`~attn_core.native.split.record_toolchain`, the body
-    :func:`~attn_core.native.split.decode_body` picks), marked where the two differ in
-    registers or in 128-byte units of shared memory. On a BI-V100 that is the measure of
-    CoreX's build against its nvcc stand-in."""
-    from attn_core.native import abi, facts
-    from attn_core.native.split import decode_body, record_toolchain
-
-    chain = record_toolchain(spec)
-    kinds = (("fp16", "float16", abi.FLOAT16), ("bf16", "bfloat16", abi.BFLOAT16),
-             ("fp32", "float32", abi.FLOAT32))  # fmt: skip
-    rows = []
-    for bucket in abi.HEAD_BUCKETS:
-        for name, query, kind in kinds:
-            body = decode_body(spec, query, query)
-            for which in ("partition", "merge"):
-                f = lib.kernel_info(which, kind, kind, bucket, group)
-                slots = abi.group_slots(group)
-                record = facts.lookup(which, query, query, bucket, slots, body, chain)
-                if record is None:
-                    planned = "no record"
-                else:
-                    same_smem = _smem_units(record.smem_bytes) == _smem_units(f.smem_bytes)
-                    same = same_smem and record.registers == f.num_regs
-                    planned = f"{record.registers} / {record.smem_bytes}"
-                    planned += "" if same else DIFFERS
-                rows.append((which, group, bucket, name, f.num_regs, f.smem_bytes,
-                             f.local_bytes, f.blocks_per_sm, planned))  # fmt: skip
-    return rows
-
-
 def _status(groups: tuple[int, ...]) -> int:
     import torch
     from tabulate import tabulate
 
     from attn_core import detect_device_spec
+    from attn_core.native.kernel_table import COLUMNS, DIFFERS, kernel_rows
     from attn_core.native.library import load_native
     from attn_core.native.split import record_toolchain
 
@@ -122,8 +81,7 @@ def _status(groups: tuple[int, ...]) -> int:
         if lib is None:
             return FAILED if status.toolchain else UNAVAILABLE
         rows += kernel_rows(lib, group, spec)
-    head = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
-            "blocks/SM", f"recorded ({record_toolchain(spec)}): registers / smem")  # fmt: skip
+    head = (*COLUMNS[:-1], f"recorded ({record_toolchain(spec)}): registers / smem")
     print(tabulate(rows, headers=head, tablefmt="github"))
     differ = sum(1 for row in rows if row[-1].endswith(DIFFERS))
     if differ:
