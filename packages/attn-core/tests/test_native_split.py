@@ -125,10 +125,10 @@ def test_each_device_gets_the_body_it_builds():
     assert fp8_lab.partition.body == fp32.partition.body == CUDA_CORE
 
 
-def test_iluvatar_plans_read_corex_records_and_nvidia_plans_nvccs(monkeypatch):
+def test_iluvatar_plans_read_corex_records_and_nvidia_plans_nvccs(tmp_path):
     """An nvcc-only change to nvcc's records (a spill area, a lower register target) moves the
     H200's split and leaves the BI-V100's alone: each profile reads its own toolchain's."""
-    from dataclasses import replace
+    import json
 
     from attn_core.native import facts
     from attn_core.native.split import record_toolchain
@@ -142,18 +142,18 @@ def test_iluvatar_plans_read_corex_records_and_nvidia_plans_nvccs(monkeypatch):
     assert before["bi-v100"].partition.toolchain == before["bi-v100"].merge.toolchain == facts.COREX
     assert before["h200"].partition.toolchain == facts.NVCC
 
-    records = facts._records()
+    data = json.loads(facts.FACTS_FILE.read_text())
     # nvcc's CUDA-core kernels at 255 registers and 40 KiB: two blocks an SM on the H200
-    spilled = tuple(
-        replace(r, registers=255, smem_bytes=40 * 1024)
-        if (r.toolchain, r.body, r.kernel) == (facts.NVCC, facts.CUDA_CORE, "partition")
-        else r
-        for r in records
-    )
-    monkeypatch.setattr(facts, "_records", lambda: spilled)
-    after = {
-        name: native_split(fp32, 1, 102400, get_device_spec(name)) for name in ("h200", "bi-v100")
-    }
+    for r in data["kernels"]:
+        if (r["toolchain"], r["body"], r["kernel"]) == (facts.NVCC, facts.CUDA_CORE, "partition"):
+            r.update(registers=255, smem_bytes=40 * 1024)
+    spilled = tmp_path / "kernel_facts.json"
+    spilled.write_text(json.dumps(data))
+    with facts.recorded_in(spilled):
+        after = {
+            name: native_split(fp32, 1, 102400, get_device_spec(name))
+            for name in ("h200", "bi-v100")
+        }
     assert after["h200"].blocks_per_sm == 2 < before["h200"].blocks_per_sm
     assert after["h200"].num_partitions < before["h200"].num_partitions
     assert after["bi-v100"] == before["bi-v100"]

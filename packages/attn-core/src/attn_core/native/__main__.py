@@ -30,7 +30,7 @@ from typing import Optional
 
 from attn_core.core.settings import current_overrides, parse_archs, reload
 from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
-from attn_core.native.toolchain import find_toolchain
+from attn_core.native.toolchain import Toolchain, find_toolchain
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
 DTYPES = (("fp16", 1), ("bf16", 2), ("fp32", 0))  # names and attn_core.native.abi kinds
@@ -143,7 +143,9 @@ def _build(archs: Optional[str]) -> tuple:
     return OK, toolchain, out_dir
 
 
-def _build_variant(toolchain, out_dir: Path, suffix: str, defines: tuple[str, ...]):
+def _build_variant(
+    toolchain: Toolchain, out_dir: Path, suffix: str, defines: tuple[str, ...]
+) -> Optional[Path]:
     """Build every library with ``defines`` beside ``out_dir``; the directory, or None (said)."""
     variant_dir = out_dir.with_name(out_dir.name + suffix)
     try:

@@ -153,9 +153,9 @@ def write_facts(
                 key = (r.kernel, r.query, r.cache, r.head_bucket, r.slots, r.body, r.toolchain)
                 records[key] = r
     header = {"source_digest": digest, "compiler": compiler, "arch": arch}
-    lines = [json.dumps(asdict(r)) for _, r in sorted(records.items())]
-    text = json.dumps(header, indent=1)[:-2] + ',\n "kernels": [\n  '
-    FACTS_FILE.write_text(text + ",\n  ".join(lines) + "\n ]\n}\n")
+    fields = [f" {json.dumps(name)}: {json.dumps(value)}" for name, value in header.items()]
+    kernels = ",\n".join(f"  {json.dumps(asdict(r))}" for _, r in sorted(records.items()))
+    FACTS_FILE.write_text("{\n" + ",\n".join(fields) + ',\n "kernels": [\n' + kernels + "\n ]\n}\n")
     return FACTS_FILE
 
 
@@ -167,16 +167,32 @@ def load_facts(path: Optional[Path] = None) -> dict:
     return data
 
 
+_Key = tuple  # _key()'s: what lookup() finds a record by
+
+
+def _key(
+    kernel: str, query: str, cache: str, head_bucket: int, slots: int, body: str, toolchain: str
+) -> _Key:
+    """A merge kernel serves every head bucket, slot count and body of its query kind."""
+    if kernel == "merge":
+        return (kernel, query, cache, toolchain)
+    return (kernel, query, cache, head_bucket, slots, body, toolchain)
+
+
+def _index(records: list[KernelRecord]) -> dict[_Key, KernelRecord]:
+    index: dict[_Key, KernelRecord] = {}
+    for r in records:
+        key = _key(r.kernel, r.query, r.cache, r.head_bucket, r.slots, r.body, r.toolchain)
+        index.setdefault(key, r)
+    return index
+
+
 @functools.lru_cache(maxsize=1)
-def _shipped_records() -> tuple[KernelRecord, ...]:
-    return tuple(load_facts()["kernels"])
+def _shipped_index() -> dict[_Key, KernelRecord]:
+    return _index(load_facts()["kernels"])
 
 
-_planned_from: Optional[tuple[KernelRecord, ...]] = None  # set by recorded_in()
-
-
-def _records() -> tuple[KernelRecord, ...]:
-    return _planned_from if _planned_from is not None else _shipped_records()
+_planned_from: Optional[dict[_Key, KernelRecord]] = None  # set by recorded_in()
 
 
 @contextlib.contextmanager
@@ -191,10 +207,10 @@ def recorded_in(path: Path) -> Iterator[None]:
     """
     global _planned_from
     try:
-        records = tuple(load_facts(path)["kernels"])
+        index = _index(load_facts(path)["kernels"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a kernel facts file: {exc}") from None
-    _planned_from = records
+    _planned_from = index
     try:
         yield
     finally:
@@ -212,11 +228,5 @@ def lookup(
 ) -> Optional[KernelRecord]:
     """The record of one instantiation, body and toolchain (``head_bucket`` / ``slots`` /
     ``body`` ignored for ``merge``)."""
-    for r in _records():
-        if (r.kernel, r.query, r.cache, r.toolchain) != (kernel, query, cache, toolchain):
-            continue
-        if kernel == "merge":
-            return r
-        if (r.head_bucket, r.slots, r.body) == (head_bucket, slots, body):
-            return r
-    return None
+    index = _planned_from if _planned_from is not None else _shipped_index()
+    return index.get(_key(kernel, query, cache, head_bucket, slots, body, toolchain))
