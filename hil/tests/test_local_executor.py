@@ -121,3 +121,16 @@ def test_interrupt_kills_the_running_suite_and_skips_the_rest(make_ctx):
     assert "interrupted" in results[0].detail and results[0].duration_s < 60
     assert processes_of_run(ctx.run_id) == []
     assert ctx.store.get("local") is None  # an interrupt says nothing about the device
+
+
+def test_a_relative_out_is_where_the_runner_writes(make_ctx, tmp_path, monkeypatch):
+    """The local runner works inside its payload directory: an ``--out`` relative to the caller's
+    directory (bench/device_facts_h200.sh passes ``results/hil``) must still receive its start
+    marker and reports, not a copy under the payload (found on the H100, 2026-12-05: the probe
+    passed, then was classified "exited (code 0) before the suite started")."""
+    monkeypatch.chdir(tmp_path)
+    ctx = make_ctx("local")
+    ctx.out = Path("relative-results") / ctx.run_id
+    results = run_all([Target("local", test_timeout_s=30.0)], [fault_suite("ok", OK)], ctx)
+    assert [r.status for r in results] == [Status.PASS], results
+    assert (tmp_path / "relative-results" / ctx.run_id).is_dir()

@@ -45,6 +45,8 @@ class LocalExecutor:
         self.cancel = cancel  # a threading.Event: when set, the running process tree is killed
 
     def run(self, suite: Suite, timeout_s: float, out: Path, env: dict, name: str) -> RunOutcome:
+        # the runner's cwd is its payload directory: a relative out would land there and vanish
+        out = out.resolve()
         out.mkdir(parents=True, exist_ok=True)
         outcome = RunOutcome()
         with tempfile.TemporaryDirectory(prefix=f"{name}-") as work:
