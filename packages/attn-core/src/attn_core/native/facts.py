@@ -39,10 +39,11 @@ KINDS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # attn::Elem
 THREADS = 128  # csrc/paged_decode.cu kThreads (the CUDA-core body's block) and kMergeThreads
 MMA, CUDA_CORE = "mma", "cuda_core"  # the partition bodies
 NVCC, COREX = "nvcc", "corex"  # the toolchains a record describes (module docstring)
-# The build whose ptxas report stands in for CoreX's: every kernel on the CUDA-core body, and
-# (the ATTN_DECODE_MMA=0 build's flags today) no nvcc-only feature that moves the resources.
+# The portable build (every kernel on the CUDA-core body, as nvcc builds it) and the build whose
+# ptxas report stands in for CoreX's: the same, without nvcc 13's shared-memory spilling, which
+# CoreX never sees (csrc/paged_decode.cu ATTN_DECODE_SMEM_SPILL).
 PORTABLE_DEFINES = ("ATTN_DECODE_MMA=0",)
-COREX_DEFINES = PORTABLE_DEFINES
+COREX_DEFINES = (*PORTABLE_DEFINES, "ATTN_DECODE_SMEM_SPILL=0")
 MMA_TILE_TOKENS = 16  # csrc/decode_warp.cuh kTok: tokens of one warp's tile
 MMA_WIDE_BUCKET, MMA_WIDE_WARPS, MMA_WARPS = 256, 8, 4  # csrc/decode_warp.cuh warps_for
 

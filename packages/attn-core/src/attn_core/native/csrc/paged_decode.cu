@@ -600,6 +600,28 @@ __host__ __device__ constexpr int partition_threads() {
 // and the second's kernel launched without its opt-in (H200, 2026-12-02: invalid argument).
 namespace {
 
+// ATTN_DECODE_SMEM_SPILL (on by default): nvcc 13+ may spill the CUDA-core body's kernels of
+// 2-4 head slots to shared memory, not local (CUDA 13's "enable_smem_spilling", a PTX pragma
+// of the kernel). Those are the only kernels ptxas spilled (26 of 363, 4-20 B of block-uniform
+// values read once a block, round 15); with it none spill, and at the same split the H200's
+// times moved within 1 % (fp8 caches 2-3 % faster; docs/benchmarks.md issue 17 round 17).
+// ptxas then also lowers these kernels' register targets and reserves shared memory for the
+// spill area, which kernel_facts.json's nvcc records carry; CoreX and clang never see the
+// pragma, and the facts' CoreX stand-in is built with it off (facts.COREX_DEFINES).
+#if !defined(ATTN_DECODE_SMEM_SPILL)
+#define ATTN_DECODE_SMEM_SPILL 1
+#endif
+
+template <int GROUP>
+ATTN_DEVICE void allow_smem_spilling() {
+#if ATTN_DECODE_SMEM_SPILL && defined(__CUDA_ARCH__) && defined(__CUDACC_VER_MAJOR__) && \
+    !defined(__ILUVATAR__) && !defined(__clang__)
+#if __CUDACC_VER_MAJOR__ >= 13
+  if constexpr (GROUP >= 2 && GROUP <= 4) asm volatile(".pragma \"enable_smem_spilling\";");
+#endif
+#endif
+}
+
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP>
 __global__ void ATTN_PARTITION_BOUNDS((partition_threads<QKIND, CKIND, HEAD_MAX>()))
     partition_kernel(const AttnDecodeArgs a) {
@@ -613,9 +635,11 @@ __global__ void ATTN_PARTITION_BOUNDS((partition_threads<QKIND, CKIND, HEAD_MAX>
       decode_warp::partition_body<QKIND, CKIND, HEAD_MAX, GROUP, 0>(a, s);
     }
   } else {
+    allow_smem_spilling<GROUP>();
     cuda_core_partition<QKIND, CKIND, HEAD_MAX, GROUP>(a);
   }
 #else
+  allow_smem_spilling<GROUP>();
   cuda_core_partition<QKIND, CKIND, HEAD_MAX, GROUP>(a);
 #endif
 }
