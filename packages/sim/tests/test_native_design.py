@@ -224,28 +224,35 @@ def _h200_ms(heads: int, kv_heads: int, batch: int, context: int, cache: str = "
 
 
 # The CUDA-core body (the BI-V100's, and NVIDIA's fp32 queries) against the H200 at that body's
-# own split: the portable (-DATTN_DECODE_MMA=0) libraries of main, bench/native_ab.py
-# --body cuda_core, 2026-12-05 04:2x-04:3x UTC (docs/benchmarks.md "Issue 17 round 17"; the rows
-# timed in both of that session's runs agreed within 0.5 %). The model adds streaming and fp32
-# arithmetic at the datasheet rate and has no term for the body's latency: it prices these rows
-# 2-40 % low, worst where the bytes are few for the work (fp8 caches, 1 x 8K, 400 partitions at
-# 6 / 1 heads) or the group is 8. Round 15's fp32 rows, which this test held before (0.3666 ms at
-# 12 / 4, 0.7697 at 24 / 4), are 1.8-2.6x the same rows here and are not used. Not refit: what
-# the CUDA-core body's latency costs on the BI-V100, a GPU four times richer in fp32 per byte,
-# is unmeasured; this states the error so that a change to the model has to say what moved.
+# own split: the portable (-DATTN_DECODE_MMA=0) libraries, bench/native_ab.py --body cuda_core.
+# Rows whose split nvcc's shared-memory spilling moved (groups 2-4; S) are S's times at its own
+# split, 2026-12-05 09:56-10:00 UTC (docs/benchmarks.md "Issue 17 round 19"). The others are
+# main's before S, 04:2x-04:3x UTC ("round 17"; the rows timed in both of that session's runs
+# agreed within 0.5 %), whose split S leaves as it was: round 17 timed S at main's split within 1
+# % of these (fp8 caches 2-3 % faster). The model adds streaming and fp32 arithmetic at the
+# datasheet rate and has no term for the body's latency: it prices these rows from 44 % low to 1 %
+# high, worst where the bytes are few for the work (fp8 caches, 1 x 8K, 400 partitions at 6 / 1
+# heads) or the group is 6-8. Nor does it see occupancy hide that latency: S's 4 -> 6 blocks a SM
+# made 16 / 4 fp32 9-12 % faster, and the model, given each build's facts, moves those rows by
+# +0.1 to +1.3 % (round 19). Round 15's fp32 rows, which this test held before (0.3666 ms at 12 /
+# 4, 0.7697 at 24 / 4), are 1.8-2.6x the same rows here and are not used. Not refit: what the
+# CUDA-core body's latency costs on the BI-V100, a GPU four times richer in fp32 per byte, is
+# unmeasured; this states the error so that a change to the model has to say what moved.
 H200_CUDA_CORE_20261205 = {
-    ("float32", 8, 4, 1, 102400, "auto"): 0.2004,
-    ("float32", 12, 4, 1, 102400, "auto"): 0.205,
-    ("float32", 16, 4, 1, 102400, "auto"): 0.259,
+    ("float32", 8, 4, 1, 102400, "auto"): 0.2001,  # round 19 (S)
+    ("float32", 12, 4, 1, 102400, "auto"): 0.2023,  # round 19 (S)
+    ("float32", 16, 4, 1, 102400, "auto"): 0.2289,  # round 19 (S)
     ("float32", 24, 4, 1, 102400, "auto"): 0.295,
     ("float32", 32, 4, 1, 102400, "auto"): 0.381,
-    ("float32", 16, 4, 8, 32768, "auto"): 0.597,
-    ("float32", 8, 4, 1, 102400, "fp8_e4m3"): 0.083,
+    ("float32", 16, 4, 8, 32768, "auto"): 0.5426,  # round 19 (S)
+    ("float32", 16, 4, 64, 8192, "auto"): 1.0822,  # round 19 (S)
+    ("float32", 12, 4, 1, 262144, "auto"): 0.5047,  # round 19 (S)
+    ("float32", 8, 4, 1, 102400, "fp8_e4m3"): 0.0846,  # round 19 (S)
     ("float32", 12, 4, 1, 102400, "fp8_e4m3"): 0.118,
-    ("float32", 16, 4, 1, 102400, "fp8_e5m2"): 0.116,
-    ("float16", 8, 4, 1, 102400, "auto"): 0.108,
-    ("float16", 12, 4, 1, 102400, "auto"): 0.119,
-    ("float16", 16, 4, 1, 102400, "auto"): 0.130,
+    ("float32", 16, 4, 1, 102400, "fp8_e4m3"): 0.1398,  # round 19 (S)
+    ("float16", 8, 4, 1, 102400, "auto"): 0.1095,  # round 19 (S)
+    ("float16", 12, 4, 1, 102400, "auto"): 0.1118,  # round 19 (S)
+    ("float16", 16, 4, 1, 102400, "auto"): 0.1176,  # round 19 (S)
     ("float16", 24, 4, 1, 102400, "auto"): 0.168,
     ("float16", 24, 4, 1, 8192, "auto"): 0.0326,
     ("float16", 6, 1, 1, 102400, "auto"): 0.059,
@@ -254,7 +261,7 @@ H200_CUDA_CORE_20261205 = {
 
 
 @pytest.mark.parametrize(("row", "measured_ms"), sorted(H200_CUDA_CORE_20261205.items()))
-def test_the_cuda_core_body_is_priced_low_by_the_stated_error(row, measured_ms):
+def test_the_cuda_core_body_is_priced_within_the_stated_error(row, measured_ms):
     import torch
 
     dtype, heads, kv_heads, batch, context, cache = row
@@ -269,4 +276,4 @@ def test_the_cuda_core_body_is_priced_low_by_the_stated_error(row, measured_ms):
     designs = native_designs(H200, shape, batch, context, split)
     assert designs[0].serial_tiles == 0  # no matrix-unit roof on this body
     priced = native_step_s(H200, designs) * 1e3
-    assert 0.55 * measured_ms <= priced <= 1.0 * measured_ms  # -2 % to -40 % today
+    assert 0.55 * measured_ms <= priced <= 1.02 * measured_ms  # -44 % to +1.2 % today
