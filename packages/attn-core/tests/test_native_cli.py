@@ -161,3 +161,11 @@ def test_status_on_a_device_prints_the_table_and_the_differences(monkeypatch, ca
     out = capsys.readouterr().out
     assert "recorded (corex): registers / smem" in out
     assert "9 kernels differ from the kernel_facts.json records" in out, out
+    # the same device whose build matches the stand-in: said so, nothing marked
+    monkeypatch.setattr(
+        library, "load_native", lambda *args: (RecordedLibrary(facts.COREX, bi), found)
+    )
+    assert cli.main(["status", "--groups", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "all 18 kernels match the kernel_facts.json records this device's plans" in out, out
+    assert kernel_table.DIFFERS not in out and "kernels differ" not in out
