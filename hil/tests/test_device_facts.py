@@ -428,15 +428,15 @@ def test_tiers_section_records_the_native_kernels_beside_their_facts(monkeypatch
     without a library (no GPU: the library is a fake answering from the records)."""
     import attn_core
     from attn_core.device.spec import get_device_spec
-    from attn_core.native import abi, facts
+    from attn_core.native import facts
     from attn_core.native.library import KernelFacts
 
     bi = get_device_spec("bi-v100")
 
     class CoreXBuild:  # the stand-in's numbers, 8 more registers in the partition kernels
         def kernel_info(self, which, query_kind, cache_kind, bucket, group):
-            q = {abi.FLOAT16: "float16", abi.BFLOAT16: "bfloat16", abi.FLOAT32: "float32"}
-            r = facts.lookup(which, q[query_kind], q[query_kind], bucket, 6, toolchain="corex")
+            q = facts.KINDS[query_kind]
+            r = facts.lookup(which, q, q, bucket, 6, toolchain="corex")
             return KernelFacts(r.registers + 8 * (which == "partition"), r.smem_bytes, 0, 128, 2)
 
     monkeypatch.setattr(attn_core, "detect_device_spec", lambda device: bi)

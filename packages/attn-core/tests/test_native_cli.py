@@ -110,8 +110,7 @@ class RecordedLibrary:
         from attn_core.native.library import KernelFacts
         from attn_core.native.split import decode_body
 
-        query = {abi.FLOAT16: "float16", abi.BFLOAT16: "bfloat16", abi.FLOAT32: "float32"}
-        q = query[query_kind]
+        q = facts.KINDS[query_kind]
         body = decode_body(self.spec, q, q)
         r = facts.lookup(which, q, q, bucket, abi.group_slots(group), body, self.chain)
         extra = self.extra if which == "partition" else 0

@@ -33,7 +33,6 @@ from attn_core.native.build import BuildError, build_all, build_key, default_cac
 from attn_core.native.toolchain import Toolchain, find_toolchain
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
-DTYPES = (("fp16", 1), ("bf16", 2), ("fp32", 0))  # names and attn_core.native.abi kinds
 
 
 # The prefill call status plans: Qwen3.6's full-attention layer, an 8192-token chunk over 100K.

@@ -12,8 +12,7 @@ from attn_core.native.split import decode_body, record_toolchain
 COLUMNS = ("kernel", "group", "head bucket", "dtype", "registers", "smem bytes", "spill bytes",
            "blocks/SM", "recorded registers / smem")  # fmt: skip
 DIFFERS = " (differs)"
-_KINDS = (("fp16", "float16", abi.FLOAT16), ("bf16", "bfloat16", abi.BFLOAT16),
-          ("fp32", "float32", abi.FLOAT32))  # fmt: skip
+_KINDS = (("fp16", abi.FLOAT16), ("bf16", abi.BFLOAT16), ("fp32", abi.FLOAT32))
 
 
 def smem_units(nbytes: int) -> int:
@@ -33,7 +32,8 @@ def kernel_rows(lib, group: int, spec: DeviceSpec) -> list[tuple]:
     slots = abi.group_slots(group)
     rows = []
     for bucket in abi.HEAD_BUCKETS:
-        for name, query, kind in _KINDS:
+        for name, kind in _KINDS:
+            query = facts.KINDS[kind]  # the records' name of the ABI's kind
             body = decode_body(spec, query, query)
             for which in ("partition", "merge"):
                 f = lib.kernel_info(which, kind, kind, bucket, group)
