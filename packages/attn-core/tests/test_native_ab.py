@@ -106,7 +106,7 @@ def test_a_row_is_split_for_the_body_asked(native_ab) -> None:
     h200 = get_device_spec("h200")
     row = (24, 4, 1, 102400, "auto")
     assert native_ab.plan_split(row, torch.float16, spec=h200)[0] == 33  # the matrix-unit split
-    assert native_ab.plan_split(row, torch.float16, "cuda_core", spec=h200)[0] == 115
+    assert native_ab.plan_split(row, torch.float16, "cuda_core", spec=h200)[0] == 160
     with pytest.raises(ValueError, match="no recorded kernel"):
         native_ab.plan_split(row, torch.float32, "mma", spec=h200)
 

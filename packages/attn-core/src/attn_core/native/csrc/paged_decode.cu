@@ -601,13 +601,15 @@ __host__ __device__ constexpr int partition_threads() {
 namespace {
 
 // ATTN_DECODE_SMEM_SPILL (on by default): nvcc 13+ may spill the CUDA-core body's kernels of
-// 2-4 head slots to shared memory, not local (CUDA 13's "enable_smem_spilling", a PTX pragma
-// of the kernel). Those are the only kernels ptxas spilled (26 of 363, 4-20 B of block-uniform
-// values read once a block, round 15); with it none spill, and at the same split the H200's
-// times moved within 1 % (fp8 caches 2-3 % faster; docs/benchmarks.md issue 17 round 17).
-// ptxas then also lowers these kernels' register targets and reserves shared memory for the
-// spill area, which kernel_facts.json's nvcc records carry; CoreX and clang never see the
-// pragma, and the facts' CoreX stand-in is built with it off (facts.COREX_DEFINES).
+// 2 or more head slots to shared memory, not local (CUDA 13's "enable_smem_spilling", a PTX
+// pragma of the kernel). At slots 2-4 it removed every spill store ptxas reported (26 of 363,
+// 4-20 B of block-uniform values read once a block, round 15) and, by lowering the register
+// targets, raised occupancy: 16/4 fp32 queries 9-12 % faster at their own split, no fp32 row
+// slower beyond noise (docs/benchmarks.md issue 17 round 19). Slots 5-8 never spilled; there it
+// lowers the register targets alone (group 6 fp32 at head 256: 112 -> 96). ptxas reserves
+// shared memory for the spill area, which kernel_facts.json's nvcc records carry; CoreX and
+// clang never see the pragma, and the facts' CoreX stand-in is built with it off
+// (facts.COREX_DEFINES).
 #if !defined(ATTN_DECODE_SMEM_SPILL)
 #define ATTN_DECODE_SMEM_SPILL 1
 #endif
@@ -617,7 +619,7 @@ ATTN_DEVICE void allow_smem_spilling() {
 #if ATTN_DECODE_SMEM_SPILL && defined(__CUDA_ARCH__) && defined(__CUDACC_VER_MAJOR__) && \
     !defined(__ILUVATAR__) && !defined(__clang__)
 #if __CUDACC_VER_MAJOR__ >= 13
-  if constexpr (GROUP >= 2 && GROUP <= 4) asm volatile(".pragma \"enable_smem_spilling\";");
+  if constexpr (GROUP >= 2) asm volatile(".pragma \"enable_smem_spilling\";");
 #endif
 #endif
 }
