@@ -149,11 +149,11 @@ def timeline(lib_path: Path, spec: tuple) -> dict[str, Any]:
     import torch
     from native_decode_bench import HEAD, PagedKV, _rule_split, native_step
 
-    from attn_core.native.library import NativeLibrary
+    from attn_core.native.decode import DecodeLibrary
     from attn_core.native.split import merge_grid
 
     heads, kv_heads, batch, tokens, cache = spec
-    lib = NativeLibrary(lib_path)
+    lib = DecodeLibrary(lib_path)
     raw = ctypes.CDLL(str(lib_path.resolve()))
     raw.attn_timeline_stamps.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     case = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)

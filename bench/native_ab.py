@@ -6,7 +6,7 @@ change's effect beside the device's drift.
 
 Each ``LIB`` is a ``libattn_native_g6.so`` (``bench/native_tune.py``'s tuning builds, or one
 built by hand from another revision's ``csrc/``), or a directory of libraries (a build cache
-directory, or ``attn_core.native.build.build_library``'s output for several slot counts): each
+directory, or ``attn_core.native.build.build_variant``'s output for several slot counts): each
 row then takes the library of its group's slot count, so ``--shapes`` may hold any group.
 ``--dtype`` picks the queries' dtype (the cache holds it unless a row names fp8). Rows default
 to native_decode_bench.py's fp16 rows; every build runs the plan's own split (what attn-core
@@ -122,10 +122,10 @@ def build_splits(
 def library_path(build: Path, group: int) -> Path:
     """The library of ``build`` that serves a GQA ``group``: ``build`` itself when it is a file,
     else its ``libattn_native_g<slots>.so``."""
-    from attn_core.native.abi import group_slots
-    from attn_core.native.build import library_name
+    from attn_core.native.decode import variant_for
+    from attn_core.native.family import DECODE
 
-    return build / library_name(group_slots(group)) if build.is_dir() else build
+    return build / DECODE.library_name(variant_for(group)) if build.is_dir() else build
 
 
 def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[str, int], Any]:
@@ -135,8 +135,7 @@ def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[s
         ValueError: a library is missing or serves another slot count than a row's group needs
             (the message names the build, the row's heads and both counts), or does not load.
     """
-    from attn_core.native.abi import group_slots
-    from attn_core.native.library import NativeLibrary
+    from attn_core.native.decode import DecodeLibrary, group_slots
 
     libs: dict[tuple[str, int], Any] = {}
     for name, build in builds:
@@ -148,7 +147,7 @@ def load_libraries(builds: list[tuple[str, Path]], specs: tuple) -> dict[tuple[s
             if not path.is_file():
                 raise ValueError(f"build {name}: no library {path} for {heads}/{kv_heads} heads")
             try:
-                lib = NativeLibrary(path)
+                lib = DecodeLibrary(path)
             except OSError as exc:  # not a library, or another ABI's
                 raise ValueError(f"build {name}: {path} does not load: {exc}") from None
             if lib.slots != group_slots(group):

@@ -132,8 +132,8 @@ def eager_ms(fn: Callable[[], object], reps: int = 30) -> float:
 
 
 def native_step(lib, c: PagedKV, parts: int, ps: int) -> Callable[[], torch.Tensor]:
-    from attn_core.native.launch import launch_decode
-    from attn_core.native.split import partials_shapes
+    from attn_core.native.abi import partials_shapes
+    from attn_core.native.decode import launch_decode
 
     o_shape, l_shape = partials_shapes(c.batch, c.heads, parts, HEAD)
     part_out = torch.empty(o_shape, device="cuda") if parts > 1 else None
@@ -327,13 +327,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("native_decode_bench: needs a CUDA device; nothing measured")
         return 0
     from attn_core.core.settings import current_overrides
-    from attn_core.native.library import NativeLibrary, load_native
+    from attn_core.native.decode import DecodeLibrary, variant_for
+    from attn_core.native.loader import load_library
 
-    lib, status = load_native(current_overrides().native, torch.device("cuda"), HEADS // KV_HEADS)
+    lib, status = load_library(
+        DecodeLibrary, variant_for(HEADS // KV_HEADS), current_overrides().native,
+        torch.device("cuda"),
+    )  # fmt: skip
     print(f"native: {status}", flush=True)
     if lib is None:
         return 1
-    previous = NativeLibrary(Path(args.previous)) if args.previous else None
+    previous = DecodeLibrary(Path(args.previous)) if args.previous else None
     vllm, why = (None, "skipped (--no-vllm)")
     if not args.no_vllm:
         from vllm_baseline import load_vllm_v2

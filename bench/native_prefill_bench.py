@@ -42,8 +42,10 @@ from _timing import (  # noqa: E402
 )
 from vllm_prefix_prefill import load_context_attention_fwd, vllm_prefill_fn  # noqa: E402
 
-from attn_core.native.prefill_launch import choose_launch, native_prefix_prefill  # noqa: E402
-from attn_core.native.prefill_library import load_prefill  # noqa: E402
+from attn_core.core.settings import current_overrides  # noqa: E402
+from attn_core.native import abi  # noqa: E402
+from attn_core.native.loader import load_library  # noqa: E402
+from attn_core.native.prefill import PrefillLibrary, device_launch, launch_prefill  # noqa: E402
 
 COLUMNS = ("impl", "context", "chunk", "ms", "tflops", "pct_matmul", "x_floor", "floor_ms",
            "transient_mb", "splits", "max_err", "note")  # fmt: skip
@@ -66,8 +68,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     print(f"fp16 matmul rate {rate / 1e12:.1f} TFLOP/s", flush=True)
     libs = {}
     for mma in ("wmma", "fma"):
-        lib, why = load_prefill(mma, device, library_dir=args.libs)
-        print(f"native {mma}: {why}", flush=True)
+        settings = current_overrides().native
+        lib, status = load_library(PrefillLibrary, mma, settings, device, library_dir=args.libs)
+        print(f"native {mma}: {status.detail} {status.path or ''}", flush=True)
         libs[mma] = lib
     vllm_fwd, vllm_why = (None, "no --vllm-sdist")
     if args.vllm_sdist:
@@ -117,16 +120,27 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 def _native(lib, case, out) -> tuple[Callable, str, int]:
     q = case.query
-    launch = choose_launch(
+    launch = device_launch(
         lib, q.device, query_dtype=q.dtype, kv_cache_dtype="auto", num_seqs=1,
         num_tokens=q.shape[0], num_heads=q.shape[1], num_kv_heads=case.key.shape[1],
         head_size=q.shape[2], max_query_len=case.max_query_len,
         max_context_len=int(case.context_lens[0]),
     )  # fmt: skip
-    ctx = int(case.context_lens[0])
+    part_out = part_lse = None
+    if launch.num_splits > 1:
+        shapes = abi.partials_shapes(q.shape[0], q.shape[1], launch.num_splits, q.shape[2])
+        part_out, part_lse = (torch.empty(s, dtype=torch.float32, device=q.device) for s in shapes)
+    starts = case.query_start_loc.to(torch.int32).contiguous()
+    contexts = case.context_lens.to(torch.int32).contiguous()
 
     def fn():
-        return native_prefix_prefill(lib, *case.args(), max_context_len=ctx, out=out)
+        launch_prefill(
+            lib, launch, q, case.key, case.value, case.key_cache, case.value_cache,
+            case.block_tables, starts, contexts, out, max_query_len=case.max_query_len,
+            scale=q.shape[2] ** -0.5, alibi_slopes=None, sliding_window=0, kv_cache_dtype="auto",
+            k_scale=1.0, v_scale=1.0, part_out=part_out, part_lse=part_lse,
+        )  # fmt: skip
+        return out
 
     note = (
         f"config {launch.config}, {launch.tokens_per_tile} tokens/tile, "

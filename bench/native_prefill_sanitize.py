@@ -16,10 +16,11 @@ import sys
 
 import torch
 
-from attn_core.native import prefill_abi as pabi
-from attn_core.native.prefill_launch import native_prefix_prefill
-from attn_core.native.prefill_library import load_prefill
-from attn_core.testing import make_prefill_case, reference_prefix_prefill
+from attn_core.core.settings import current_overrides
+from attn_core.native import split as ps
+from attn_core.native.loader import load_library
+from attn_core.native.prefill import PrefillLibrary, run_case
+from attn_core.reference import make_prefill_case, reference_prefix_prefill
 
 # contexts 0 / odd / several whole 64-key tiles (the wmma tile spreads a whole tile's copies
 # through its products, the path a short context never takes)
@@ -27,15 +28,15 @@ SEQS = [(0, 17), (33, 5), (300, 40)]
 
 
 def cases(one: bool):
-    yield "wmma", pabi.CONFIG_LARGE, 1, dict(head_size=128)
+    yield "wmma", ps.CONFIG_LARGE, 1, dict(head_size=128)
     if one:
         return
-    yield "wmma", pabi.CONFIG_32K, 1, dict(head_size=256)
-    yield "wmma", pabi.CONFIG_LARGE, 2, dict(head_size=256)  # the warp-rows tile at its widest
-    yield "fma", pabi.CONFIG_LARGE, 3, dict(head_size=64)
-    yield "fma", pabi.CONFIG_32K, 1, dict(head_size=120)
-    yield "wmma", pabi.CONFIG_LARGE, 2, dict(head_size=128, kv_cache_dtype="fp8_e4m3", k_scale=0.5)
-    yield "wmma", pabi.CONFIG_32K, 2, dict(head_size=64, alibi=True, sliding_window=30)
+    yield "wmma", ps.CONFIG_32K, 1, dict(head_size=256)
+    yield "wmma", ps.CONFIG_LARGE, 2, dict(head_size=256)  # the warp-rows tile at its widest
+    yield "fma", ps.CONFIG_LARGE, 3, dict(head_size=64)
+    yield "fma", ps.CONFIG_32K, 1, dict(head_size=120)
+    yield "wmma", ps.CONFIG_LARGE, 2, dict(head_size=128, kv_cache_dtype="fp8_e4m3", k_scale=0.5)
+    yield "wmma", ps.CONFIG_32K, 2, dict(head_size=64, alibi=True, sliding_window=30)
 
 
 def main() -> int:
@@ -45,18 +46,18 @@ def main() -> int:
     args = p.parse_args()
     failed = 0
     for mma, config, splits, kw in cases(args.one):
-        lib, why = load_prefill(mma, torch.device("cuda"), library_dir=args.libs)
+        settings = current_overrides().native
+        lib, status = load_library(
+            PrefillLibrary, mma, settings, torch.device("cuda"), library_dir=args.libs
+        )
         if lib is None:
-            print(f"{mma}: unavailable: {why}")
+            print(f"{mma}: unavailable: {status.detail}")
             return 2
         head = kw.pop("head_size")
         case = make_prefill_case(SEQS, 4, 2, head, 16, torch.float16, "cuda", **kw)
-        out = torch.full_like(case.query, math.nan)
-        native_prefix_prefill(
-            lib, *case.args(), alibi_slopes=case.alibi_slopes, sliding_window=case.sliding_window,
-            kv_cache_dtype=case.kv_cache_dtype, k_scale=case.k_scale, v_scale=case.v_scale,
-            out=out, config=config, num_splits=splits,
-        )  # fmt: skip
+        tokens, heads, _ = case.query.shape
+        launch = ps.prefill_launch(config, 2, tokens, heads, head, case.max_query_len, splits)
+        out = run_case(lib, case, launch=launch)
         torch.cuda.synchronize()
         ref_kw = case.reference_kwargs()
         want = reference_prefix_prefill(**ref_kw)

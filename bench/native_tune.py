@@ -45,7 +45,8 @@ SHAPES = ((1, 8 * K), (1, 100 * K), (8, 100 * K), (64, 8 * K), (1, 256 * K))
 
 
 def build(out: Path, archs: tuple[str, ...]) -> int:
-    from attn_core.native.build import build_library
+    from attn_core.native.build import build_variant
+    from attn_core.native.family import DECODE
     from attn_core.native.toolchain import find_toolchain
 
     toolchain, why = find_toolchain(None, archs)
@@ -54,7 +55,9 @@ def build(out: Path, archs: tuple[str, ...]) -> int:
         return 1
     for name, defines in VARIANTS.items():
         defines = (*defines, "ATTN_TUNING_ONLY")
-        path, seconds = build_library(toolchain, out / name, TUNING_GROUP, defines=defines)
+        path, seconds = build_variant(
+            toolchain, out / name, DECODE, f"g{TUNING_GROUP}", defines=defines
+        )
         print(f"{name}: {path} ({seconds:.0f} s)", flush=True)
     return 0
 
@@ -83,8 +86,8 @@ def run(variants: Path, shapes_arg: str) -> int:
     from tabulate import tabulate
 
     from attn_core.native import abi
-    from attn_core.native.build import library_name
-    from attn_core.native.library import NativeLibrary
+    from attn_core.native.decode import DecodeLibrary
+    from attn_core.native.family import DECODE
 
     shapes = SHAPES
     if shapes_arg:
@@ -99,7 +102,7 @@ def run(variants: Path, shapes_arg: str) -> int:
     fp8 = {k: PagedKV(1, 100 * K, torch.float16, k, 0) for k in ("fp8_e4m3", "fp8_e5m2")}
     rows = []
     for name in VARIANTS:
-        lib = NativeLibrary(variants / name / library_name(TUNING_GROUP))
+        lib = DecodeLibrary(variants / name / DECODE.library_name(f"g{TUNING_GROUP}"))
         facts = lib.kernel_info("partition", abi.FLOAT16, abi.FLOAT16, 256, TUNING_GROUP)
         row = {"variant": name, "regs": facts.num_regs, "blocks/SM": facts.blocks_per_sm,
                "spill": facts.local_bytes}  # fmt: skip

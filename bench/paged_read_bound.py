@@ -366,9 +366,9 @@ SHAPE_DEFAULT = "24/4/1x102400,12/2/1x102400,6/1/1x102400,24/4/8x102400,12/2/8x1
 def shapes_main(cupy: Any, specs: tuple, lib_path: Optional[str], out_dir: str) -> int:
     lib = None
     if lib_path:
-        from attn_core.native.library import NativeLibrary
+        from attn_core.native.decode import DecodeLibrary
 
-        lib = NativeLibrary(Path(lib_path))
+        lib = DecodeLibrary(Path(lib_path))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kernels = {}
     for label, kernel, stages, pages in SHAPE_KERNELS:

@@ -159,7 +159,7 @@ def run_tiers(sizes: Sizes, notes: dict) -> dict:
         "native_decode": measured(
             native,
             "",
-            "attn_core.native load_native (no build) + verify_native against the float64 reference",
+            "attn_core.native load_library (no build) + verify against the float64 reference",
         ),  # fmt: skip
         "native_kernels": native_kernels(lib, why, device),
     }

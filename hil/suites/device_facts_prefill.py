@@ -2,7 +2,7 @@
 this device, and the attention rate it reaches.
 
 For each variant (``wmma``, CoreX's ``corex_wmma``, the CUDA-core ``fma``): the library is
-loaded or built (``attn_core.native.prefill_library.load_prefill``), checked against the float64
+loaded or built (``attn_core.native.loader.load_library``), checked against the float64
 reference through the verify-once registry (Qwen3.6's shape: 24 q / 4 KV heads, head 256, fp16,
 block 16), and where it verified, one chunk over a long context is timed (CUDA events, median);
 the rate is the attention FLOPs (``attn_core.prefill.cost.prefill_work``) over that time, the
@@ -12,8 +12,6 @@ build or verify is a row saying why, not a failed suite.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from device_facts_rates import event_median_s
 from device_facts_record import measured
@@ -22,24 +20,30 @@ SHAPE = (24, 4, 256, 16)  # heads, KV heads, head size, block size (Qwen3.6 full
 
 
 def variant_row(variant: str, case, flops: float, context: int, repeats: int) -> dict:
+    from attn_core.core.settings import current_overrides
     from attn_core.core.shapes import AttentionShape
-    from attn_core.native.prefill_launch import native_prefix_prefill
-    from attn_core.native.prefill_library import load_prefill
-    from attn_core.native.prefill_verify import verify_native_prefill
+    from attn_core.native.loader import load_library, verify
+    from attn_core.native.prefill import PrefillLibrary, device_launch, run_case
 
     device = case.query.device
-    lib, how = load_prefill(variant, device)
+    lib, status = load_library(PrefillLibrary, variant, current_overrides().native, device)
+    how = f"{status.detail}: {status.path}" if lib is not None else status.detail
     row: dict = {"builds": lib is not None, "library": how}
     if lib is None:
         return row
-    verdict = verify_native_prefill(lib, device, AttentionShape(*SHAPE, torch.float16))
+    verdict = verify(lib, device, AttentionShape(*SHAPE, torch.float16))
     row.update(verified=verdict.ok, detail=verdict.detail)
     if not verdict.ok:
         return row
-    out = torch.full_like(case.query, math.nan)
+    tokens, heads, head_size = case.query.shape
+    launch = device_launch(
+        lib, device, query_dtype=case.query.dtype, kv_cache_dtype="auto", num_seqs=1,
+        num_tokens=tokens, num_heads=heads, num_kv_heads=case.key_cache.shape[1],
+        head_size=head_size, max_query_len=case.max_query_len, max_context_len=context,
+    )  # fmt: skip
 
     def call() -> None:
-        native_prefix_prefill(lib, *case.args(), None, max_context_len=context, out=out)
+        run_case(lib, case, launch=launch)
 
     seconds = event_median_s(call, repeats, warmup=1)
     row.update(seconds=seconds, tflops=round(flops / seconds / 1e12, 2))
@@ -63,8 +67,9 @@ def prefill_facts(chunk: int, context: int, repeats: int, device: torch.device) 
         except Exception as exc:  # one variant's failure is data about it
             rows[variant] = {"builds": False, "library": f"raised {type(exc).__name__}: {exc}"}
     method = (
-        "attn_core.native load_prefill (build allowed) + verify_native_prefill against the "
-        f"float64 reference; timed: native_prefix_prefill, 24 q / 4 kv heads, head 256, fp16, "
+        "attn_core.native load_library (build allowed) + verify against the "
+        "float64 reference; timed: the device's own launch (device_launch), "
+        f"24 q / 4 kv heads, head 256, fp16, "
         f"block 16, {chunk} new tokens over {context} cached, CUDA events, median of {repeats}; "
         "tflops = attention FLOPs (4 x head x scores x heads) / seconds"
     )

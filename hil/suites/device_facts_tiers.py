@@ -126,15 +126,16 @@ def attn_core_call(c: Case, out: torch.Tensor, plan):
 def native_library(device: torch.device) -> tuple:
     """(library or None, why not): built (prebuilt or cached: no build here) and verified."""
     from attn_core.core.settings import current_overrides
-    from attn_core.native.library import load_native
-    from attn_core.native.verify import verify_native
+    from attn_core.core.shapes import AttentionShape
+    from attn_core.native.decode import DecodeLibrary, variant_for
+    from attn_core.native.loader import load_library, verify
 
     group = HEADS // KV_HEADS
     settings = dataclasses.replace(current_overrides().native, build=False)
-    lib, status = load_native(settings, device, group)
+    lib, status = load_library(DecodeLibrary, variant_for(group), settings, device)
     if lib is None:
         return None, f"not built: {status.detail}"
-    verdict = verify_native(lib, device, torch.float16, "auto", HEAD, BLOCK, group)
+    verdict = verify(lib, device, AttentionShape(HEADS, KV_HEADS, HEAD, BLOCK, torch.float16))
     if not verdict.ok:
         return None, f"built ({status.detail}) but not verified: {verdict.detail}"
     return lib, f"{status.detail}, {status.platform}, verified: {verdict.detail}"
@@ -142,21 +143,21 @@ def native_library(device: torch.device) -> tuple:
 
 def native_kernels(lib, why: str, device: torch.device) -> dict:
     """The library's kernels as the driver reports them, each beside the ``kernel_facts.json``
-    record this device's plans are sized from (``attn_core.native.kernel_table``): on the lab's
-    BI-V100, CoreX's own registers and shared memory against the nvcc stand-in; absent, saying
-    why, without a library."""
+    record this device's plans are sized from (``attn_core.native.decode.kernel_rows``): on the
+    lab's BI-V100, CoreX's own registers and shared memory against the nvcc stand-in; absent,
+    saying why, without a library."""
     from device_facts_record import absent, measured
 
     if lib is None:
         return absent("", f"no native library: {why}")
     from attn_core import detect_device_spec
-    from attn_core.native.kernel_table import COLUMNS, kernel_rows
+    from attn_core.native.decode import COLUMNS, kernel_rows
 
     spec = detect_device_spec(device)
     table = kernel_rows(lib, HEADS // KV_HEADS, spec)
     rows = [dict(zip(COLUMNS, row, strict=True)) for row in table]
     method = (
-        "attn_core.native.kernel_table.kernel_rows: the driver's attributes of the group-"
+        "attn_core.native.decode.kernel_rows: the driver's attributes of the group-"
         f"{HEADS // KV_HEADS} library's kernels (same-type caches, every head bucket) beside "
         "kernel_facts.json's record for this device (marked '(differs)')"
     )
@@ -164,8 +165,8 @@ def native_kernels(lib, why: str, device: torch.device) -> dict:
 
 
 def native_call(lib, c: Case, out: torch.Tensor, partition_size: int):
-    from attn_core.native.launch import launch_decode
-    from attn_core.native.split import partials_shapes
+    from attn_core.native.abi import partials_shapes
+    from attn_core.native.decode import launch_decode
 
     parts = -(-c.context // partition_size)
     o_shape, l_shape = partials_shapes(c.query.shape[0], HEADS, parts, HEAD)

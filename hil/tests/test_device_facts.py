@@ -393,33 +393,37 @@ def test_prefill_section_reports_each_variant_and_why(monkeypatch):
     import device_facts_prefill as prefill
 
     from attn_core.core import verify_once
-    from attn_core.native import prefill_library, prefill_verify
+    from attn_core.native import loader, prefill as native_prefill
+
+    kind = native_prefill.PrefillLibrary.VERIFY_KIND
 
     class Lib:
+        VERIFY_KIND = kind
+
         def __init__(self, mma):
             self.path = Path(f"/fake/libattn_prefill_{mma}.so")
 
-    def load(mma, device):
+    def load(cls, mma, settings, device):
         if mma == "corex_wmma":
-            return None, "no CoreX toolkit"
+            return None, loader.NativeStatus(False, "no CoreX toolkit")
         if mma == "fma":
             raise OSError("bad ELF")
-        return Lib(mma), "cached build"
+        return Lib(mma), loader.NativeStatus(True, "cached build", str(Lib(mma).path))
 
-    monkeypatch.setattr(prefill_library, "load_prefill", load)
-    verify_once.register(prefill_verify.KIND, lambda d, c, s: verify_once.Verdict(False, "3e-1"))
-    verify_once.forget(prefill_verify.KIND)
+    monkeypatch.setattr(loader, "load_library", load)
+    verify_once.register(kind, lambda d, c, s: verify_once.Verdict(False, "3e-1"))
+    verify_once.forget(kind)
     try:
         facts = prefill.prefill_facts(4, 8, 1, torch.device("cpu"))
     finally:
-        verify_once.forget(prefill_verify.KIND)
-        verify_once.register(prefill_verify.KIND, prefill_verify._check)
+        verify_once.forget(kind)
+        verify_once.register(kind, native_prefill._check)
     rows = facts["native_prefill"]["value"]
-    assert rows["wmma"] == {"builds": True, "library": "cached build", "verified": False,
-                            "detail": "3e-1"}  # fmt: skip
+    assert rows["wmma"] == {"builds": True, "library": "cached build: /fake/libattn_prefill_wmma.so",
+                            "verified": False, "detail": "3e-1"}  # fmt: skip
     assert rows["corex_wmma"] == {"builds": False, "library": "no CoreX toolkit"}
     assert rows["fma"] == {"builds": False, "library": "raised OSError: bad ELF"}
-    assert "verify_native_prefill" in facts["native_prefill"]["method"]
+    assert "verify against the float64 reference" in facts["native_prefill"]["method"]
 
 
 def test_tiers_section_records_the_native_kernels_beside_their_facts(monkeypatch):
@@ -429,7 +433,7 @@ def test_tiers_section_records_the_native_kernels_beside_their_facts(monkeypatch
     import attn_core
     from attn_core.device.spec import get_device_spec
     from attn_core.native import facts
-    from attn_core.native.library import KernelFacts
+    from attn_core.native.decode import KernelFacts
 
     bi = get_device_spec("bi-v100")
 

@@ -1,9 +1,11 @@
-"""Build hook: compile the native decode kernel when a CUDA or CoreX compiler is present.
+"""Build hook: compile every native kernel family when a CUDA or CoreX compiler is present.
 
 The metadata is in pyproject.toml; this file only adds a step to ``build_py``. It needs no
-torch: attn_core/native/toolchain.py and build.py are standard-library modules, loaded here by
-path. A missing compiler or a failed build never fails the install (the torch path runs and
-``engine-patch status`` says why); the HIL image (hil/docker/Dockerfile) builds with
+torch: attn_core/native/toolchain.py, family.py and build.py are standard-library modules,
+loaded here by path. Every family's libraries (attn_core/native/family.py: decode, prefill)
+land in ``attn_core/native/_prebuilt``, so an installed package serves them without a build
+in the serving process. A missing compiler or a failed build never fails the install (the torch
+path runs and ``engine-patch status`` says why); the HIL image (hil/docker/Dockerfile) builds with
 ``python -m attn_core.native build || [ $? -eq 3 ]`` instead, where a failed build fails it.
 
 Targets: ``ATTN_CORE_NATIVE_ARCH`` (comma-separated, e.g. ``sm_90`` or ``ivcore10``), else the
@@ -54,7 +56,7 @@ class BuildPyWithNative(build_py):
     def run(self) -> None:
         super().run()
         if getattr(self, "editable_mode", False):
-            return  # a source checkout builds on first use (attn_core.native.library)
+            return  # a source checkout builds on first use (attn_core.native.loader)
         settings = _load("core/settings.py")
         env = os.environ
         wanted = env.get("ATTN_CORE_NATIVE_BUILD")
@@ -62,6 +64,7 @@ class BuildPyWithNative(build_py):
             print("attn-core: native kernel not built (ATTN_CORE_NATIVE_BUILD is off)")
             return
         toolchain_mod = _load("native/toolchain.py")
+        family_mod = _load("native/family.py")
         build_mod = _load("native/build.py")
         arch_text = env.get("ATTN_CORE_NATIVE_ARCH", "")
         # the one validator of targets (a bad one fails the install, naming the variable)
@@ -74,8 +77,16 @@ class BuildPyWithNative(build_py):
             print(f"attn-core: native kernel not built: {why} (the torch path will run)")
             return
         out_dir = Path(self.build_lib) / "attn_core" / "native" / "_prebuilt"
+        print(
+            f"attn-core: building the native kernels for {','.join(toolchain.archs)}: minutes per "
+            "library (ATTN_CORE_NATIVE_BUILD=0 skips it; the torch path then runs)",
+            flush=True,
+        )
         try:
-            seconds = build_mod.build_all(toolchain, out_dir)  # one library per GQA head count
+            seconds = build_mod.build_all(
+                toolchain, family_mod.FAMILIES.values(), out_dir=out_dir,
+                progress=lambda line: print(f"attn-core: {line}", flush=True),
+            )  # fmt: skip
         except build_mod.BuildError as exc:
             print(f"attn-core: WARNING: native kernel build failed, the torch path runs.\n{exc}")
             return

@@ -14,13 +14,15 @@ from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close
 
 from attn_core.core import settings, verify_once
 from attn_core.core.shapes import AttentionShape, dtype_from_name
-from attn_core.native.prefill_verify import KIND as NATIVE_PREFILL
+from attn_core.native.prefill import PrefillLibrary
 from attn_core.reference import (
     make_paged_case,
     make_prefill_case,
     reference_decode,
     reference_prefix_prefill,
 )
+
+NATIVE_PREFILL = PrefillLibrary.VERIFY_KIND
 from engine_patch import cli, ops, register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.selftest import run_self_test

@@ -16,9 +16,10 @@ import torch
 from attn_core.core.settings import current_overrides
 from attn_core.core.shapes import AttentionShape
 from attn_core.native import abi
-from attn_core.native.library import load_native
+from attn_core.native.decode import DecodeLibrary, group_slots, variant_for
+from attn_core.native.loader import load_library
+from attn_core.native.loader import verify as verify_library
 from attn_core.native.toolchain import find_toolchain
-from attn_core.native.verify import verify_native
 
 
 def native_decode_report(
@@ -29,13 +30,13 @@ def native_decode_report(
     toolchain, why = find_toolchain(settings.cuda_home, (settings.arch,) if settings.arch else None)
     report: dict[str, Any] = {
         "group": shape.group,
-        "head_slots": abi.group_slots(shape.group),
+        "head_slots": group_slots(shape.group),
         "compiler": f"{toolchain.kind} {toolchain.version}" if toolchain else why,
         "available": False,
         "detail": None,
         "verified": None,
     }
-    lib, status = load_native(settings, device, shape.group)
+    lib, status = load_library(DecodeLibrary, variant_for(shape.group), settings, device)
     report.update(
         available=lib is not None,
         detail=status.detail,
@@ -58,9 +59,6 @@ def native_decode_report(
         blocks_per_sm=facts.blocks_per_sm,
     )
     if verify:
-        verdict = verify_native(
-            lib, device, shape.dtype, shape.kv_cache_dtype, shape.head_size, shape.block_size,
-            shape.group,
-        )  # fmt: skip
+        verdict = verify_library(lib, device, shape)
         report.update(verified=verdict.ok, verification=verdict.detail)
     return report

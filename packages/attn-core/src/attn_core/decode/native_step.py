@@ -4,7 +4,7 @@
 :class:`~attn_core.decode.plan_native.NativeDecodePlan` (which carries the loaded, verified library)
 with the partials taken from the caller's :class:`~attn_core.core.workspace.Workspace`, so a steady
 step looks nothing up, allocates nothing and can be captured in a CUDA graph. It returns the
-:class:`~attn_core.native.launch.PreparedDecode` it launched from, which a steady-state caller
+:class:`~attn_core.native.decode.PreparedDecode` it launched from, which a steady-state caller
 (:mod:`attn_core.runtime.decode_steady`) keeps and launches from directly.
 """
 
@@ -18,7 +18,7 @@ import torch
 from attn_core.core.workspace import Workspace
 from attn_core.decode.inputs import DecodeInputs
 from attn_core.decode.plan_native import NativeDecodePlan
-from attn_core.native.launch import PreparedDecode, layout_supported
+from attn_core.native.decode import PreparedDecode, layout_supported
 
 
 def run_native_decode(

@@ -42,7 +42,8 @@ class Capabilities:
             then runs its matmuls in fp32).
         fused_prefill: fused prefill backends available here, in order of preference.
         native_decode: the native decode kernel is built and verified here (set by the
-            resolver, :mod:`attn_core.runtime.resolve`, from :mod:`attn_core.native.readiness`).
+            resolver, :mod:`attn_core.runtime.resolve`, from
+            :func:`attn_core.native.loader.native_ready`).
         native_decode_why: why not, in words ("needs a CUDA device, got cpu", "not built:
             ..."); empty when ``native_decode``.
         native_prefill: the native prefill kernel's MMA variants that loaded and matched the

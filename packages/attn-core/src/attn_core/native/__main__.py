@@ -1,4 +1,4 @@
-"""``python -m attn_core.native {status,build,facts}``: the native kernel on this machine.
+"""``python -m attn_core.native {status,build,facts}``: the native kernels on this machine.
 
 - ``status``: where the library comes from (prebuilt, cached build, built now) or why there is
   none, each kernel's registers, shared memory and occupancy as the driver reports them beside
@@ -7,9 +7,10 @@
   the verify-once registry's verdicts (fp16, head 256, block 16 checked for each group); the
   native prefill's MMA variants (library, tile resources, verdict for Qwen3.6's shape) and the
   prefill plan of an 8192-token chunk over 100K of context with its reason.
-- ``build [--arch sm_90,...]``: build every head-slot library now, in parallel, without a GPU
-  (the lab image's build step); without ``--arch``, ``ATTN_CORE_NATIVE_ARCH`` or every target
-  the compiler supports.
+- ``build [--arch sm_90,...]``: build every kernel family's libraries now (decode: one per head
+  slot count; prefill: one per matrix-tile layer the compiler has), in parallel, without a GPU
+  (the lab image's build step), one line per library as it is done; without ``--arch``,
+  ``ATTN_CORE_NATIVE_ARCH`` or every target the compiler supports.
 - ``facts [--write]``: build as ``build`` does, then each kernel's registers, shared memory and
   spills from that build's logs; ``--write`` records them in ``kernel_facts.json``.
 
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Optional
 
 from attn_core.core.settings import current_overrides, parse_archs, reload
-from attn_core.native.build import BuildError, build_all, build_key, default_cache_dir
+from attn_core.native.build import BuildError, build_all, default_cache_dir, family_key
+from attn_core.native.family import DECODE, FAMILIES
 from attn_core.native.toolchain import Toolchain, find_toolchain
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
@@ -56,8 +58,8 @@ def _status(groups: tuple[int, ...]) -> int:
     from tabulate import tabulate
 
     from attn_core import detect_device_spec
-    from attn_core.native.kernel_table import COLUMNS, DIFFERS, kernel_rows
-    from attn_core.native.library import load_native
+    from attn_core.native.decode import COLUMNS, DIFFERS, DecodeLibrary, kernel_rows, variant_for
+    from attn_core.native.loader import load_library
     from attn_core.native.split import record_toolchain
 
     settings = current_overrides().native
@@ -71,7 +73,9 @@ def _status(groups: tuple[int, ...]) -> int:
     spec = detect_device_spec(torch.device("cuda"))
     rows: list[tuple] = []
     for group in groups:
-        lib, status = load_native(settings, torch.device("cuda"), group)
+        lib, status = load_library(
+            DecodeLibrary, variant_for(group), settings, torch.device("cuda")
+        )
         state = "available" if lib else "unavailable"
         print(f"native decode, GQA group {group}: {state}: {status.detail}")
         for key in ("path", "toolchain", "platform"):
@@ -91,12 +95,14 @@ def _status(groups: tuple[int, ...]) -> int:
         print(f"all {len(rows)} kernels match the kernel_facts.json records this device's plans "
               f"are sized from ({record_toolchain(spec)})")  # fmt: skip
     from attn_core.core import verify_once
-    from attn_core.native.verify import verify_native
+    from attn_core.core.shapes import AttentionShape
+    from attn_core.native.loader import verify
 
     for group in groups:  # Qwen3.6's head size in fp16: the configuration decode would check
-        lib, _ = load_native(settings, torch.device("cuda"), group)
+        lib, _ = load_library(DecodeLibrary, variant_for(group), settings, torch.device("cuda"))
         if lib is not None:
-            verify_native(lib, torch.device("cuda"), torch.float16, "auto", 256, 16, group)
+            shape = AttentionShape(2 * group, 2, 256, 16, torch.float16)
+            verify(lib, torch.device("cuda"), shape)
     print("checked against the float64 reference (verify-once registry):")
     print("\n".join(verify_once.status_lines()) or "  none")
     return OK
@@ -134,15 +140,20 @@ def _build(archs: Optional[str]) -> tuple:
     if toolchain is None:
         print(f"native kernel not built: {why}")
         return UNAVAILABLE, None, None
-    out_dir = cache / build_key(toolchain)
+    print(f"building the native kernels ({toolchain.kind} {','.join(toolchain.archs)}) into "
+          f"{cache}: each library takes minutes of CPU (ATTN_CORE_NATIVE_BUILD=0 skips it at "
+          "install)", flush=True)  # fmt: skip
     try:
-        seconds = build_all(toolchain, out_dir)
+        seconds = build_all(
+            toolchain, FAMILIES.values(), cache=cache, progress=lambda line: print(line, flush=True)
+        )
     except (BuildError, OSError) as exc:
         print(f"native kernel build FAILED: {exc}", file=sys.stderr)
-        return FAILED, toolchain, out_dir
-    print(f"native kernels: {out_dir} ({toolchain.kind} {','.join(toolchain.archs)}, "
-          f"{seconds:.1f} s)")  # fmt: skip
-    return OK, toolchain, out_dir
+        return FAILED, toolchain, cache / family_key(toolchain, DECODE)
+    for family in FAMILIES.values():
+        print(f"native {family.name} kernels: {cache / family_key(toolchain, family)}")
+    print(f"built in {seconds:.1f} s")
+    return OK, toolchain, cache / family_key(toolchain, DECODE)
 
 
 def _build_variant(
@@ -151,7 +162,7 @@ def _build_variant(
     """Build every library with ``defines`` beside ``out_dir``; the directory, or None (said)."""
     variant_dir = out_dir.with_name(out_dir.name + suffix)
     try:
-        build_all(toolchain, variant_dir, defines=defines)
+        build_all(toolchain, [DECODE], out_dir=variant_dir, defines=defines)
     except (BuildError, OSError) as exc:
         print(f"native kernel build ({suffix[1:]}) FAILED: {exc}", file=sys.stderr)
         return None
@@ -162,7 +173,7 @@ def _facts(write: bool) -> int:
     from tabulate import tabulate
 
     from attn_core.native import facts
-    from attn_core.native.build import SLOTS, library_name, log_path, source_digest
+    from attn_core.native.build import log_path, source_digest
 
     code, toolchain, out_dir = _build(None)
     if code != OK:
@@ -175,7 +186,8 @@ def _facts(write: bool) -> int:
     if portable_dir is None or corex_dir is None:
         return FAILED
     logs, portable, corex = (
-        [log_path(d / library_name(n)) for n in SLOTS] for d in (out_dir, portable_dir, corex_dir)
+        [log_path(d / DECODE.library_name(v)) for v in DECODE.variants]
+        for d in (out_dir, portable_dir, corex_dir)
     )
     builds = [(logs, True, facts.NVCC), (portable, False, facts.NVCC), (corex, False, facts.COREX)]
     try:  # the logs of the builds just made, under their own keys
@@ -203,7 +215,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", help="where the libraries come from, and their kernels")
     status.add_argument("--groups", default="6", help="GQA groups to load (default 6: Qwen3.6)")
-    build = sub.add_parser("build", help="build the library now (no GPU needed)")
+    build = sub.add_parser("build", help="build every family's libraries now (no GPU needed)")
     build.add_argument("--arch", help="targets, comma-separated (sm_90, ivcore10, ...)")
     facts = sub.add_parser("facts", help="registers and shared memory per kernel (build logs)")
     facts.add_argument("--write", action="store_true", help="record them in kernel_facts.json")

@@ -1,11 +1,11 @@
 """Compiling the native libraries, once per source and toolchain (standard library only).
 
-``setup.py`` calls :func:`build_library` at ``pip install`` time (the library then ships inside
-the package); a source checkout builds on first use into a cache directory keyed by a hash of
-the sources, the compiler version and the targets, so an edited kernel never loads stale.
-Concurrent builds (pytest-xdist workers, several vLLM ranks) serialise on a lock file and the
-library appears by an atomic rename: :func:`compile_library`, which the prefill libraries
-(``prefill_library.py``) use too.
+Every kernel family (:mod:`.family`) is built here, variant by variant: ``setup.py`` calls
+:func:`build_all` at ``pip install`` time (the libraries then ship inside the package), and a
+source checkout builds on first use into a cache directory keyed by a hash of the family's
+sources, the compiler version and the targets (:func:`family_key`), so an edited kernel never
+loads stale. Concurrent builds (pytest-xdist workers, several vLLM ranks) serialise on a lock
+file and a library appears by an atomic rename (:func:`compile_library`).
 """
 
 from __future__ import annotations
@@ -18,25 +18,20 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # setup.py loads this file alone, without the attn_core package (or torch)
+    from attn_core.native.family import Family
     from attn_core.native.toolchain import Toolchain
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCE = CSRC / "paged_decode.cu"
-SLOTS = tuple(range(1, 9))  # one library per head-slot count (csrc/paged_decode.cu, GROUP)
-
-
-def library_name(slots: int) -> str:
-    """File name of the library whose kernels serve ``slots`` query heads per block."""
-    return f"libattn_native_g{slots}.so"
-
 
 # One library (30 kernels, fully unrolled loops) takes ~2 min of CPU with nvcc 13.0 for sm_90
 # (group 6: 125 s user) and took up to ~14 min of wall time on a 2-core machine shared by
-# several builds (2026-12-01); the limit only catches a hung compiler.
+# several builds; the limit only catches a hung compiler.
 BUILD_TIMEOUT_S = 1800
 
 
@@ -82,32 +77,14 @@ def log_path(library: Path) -> Path:
     return library.with_suffix(".log")
 
 
-def build_all(
-    toolchain: Toolchain, out_dir: Path, *, defines: tuple[str, ...] = (), jobs: int = 0
-) -> float:
-    """Every slot count's library, compiled in parallel (``jobs``: 0 means one per CPU);
-    seconds of wall time. Raises :class:`BuildError` for the first that failed."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    start = time.monotonic()
-    workers = jobs or min(len(SLOTS), os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [
-            pool.submit(build_library, toolchain, out_dir, n, defines=defines) for n in SLOTS
-        ]
-        for future in futures:
-            future.result()
-    return time.monotonic() - start
-
-
 def build_key(toolchain: Toolchain, *, source: Path = SOURCE, flush_denormals: bool = False) -> str:
     """Cache key: ``source``'s files (:func:`source_digest`), compiler kind and version,
     targets and command lines (those with ``flush_denormals`` for a library built so)."""
     h = hashlib.sha256(source_digest(source).encode())
     h.update("|".join((toolchain.kind, toolchain.version, *toolchain.archs)).encode())
     # Where the compiler is installed is not part of what it builds: the same nvcc under
-    # /usr/local/bin here and /usr/local/cuda/bin on the lab image must share a cache (the
-    # first device run of 2026-12-01 missed a carried build over exactly this).
+    # /usr/local/bin here and /usr/local/cuda/bin on the lab image must share a cache (a
+    # build carried to a device machine was once missed over exactly this).
     located = dataclasses.replace(toolchain, compiler=Path(toolchain.compiler).name, home="HOME")
     commands = located.commands(
         Path("SOURCE"), Path("INCLUDE"), Path("OUT"), flush_denormals=flush_denormals
@@ -122,25 +99,91 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "attn_core"
 
 
-def build_library(
+def family_key(toolchain: Toolchain, family: Family) -> str:
+    """The build-cache folder of ``family``'s libraries for ``toolchain``."""
+    source = CSRC / family.source
+    key = build_key(toolchain, source=source, flush_denormals=family.flush_denormals)
+    return family.cache_prefix + key
+
+
+def build_variant(
     toolchain: Toolchain,
     out_dir: Path,
-    slots: int,
+    family: Family,
+    variant: str,
     *,
     defines: tuple[str, ...] = (),
 ) -> tuple[Path, float]:
-    """Build the ``slots`` library into ``out_dir`` unless it is there; ``(path, seconds)``.
-    The compiler's output goes to ``<library>.log`` beside it.
+    """Build ``family``'s ``variant`` into ``out_dir`` unless it is there; ``(path, seconds)``.
+    ``defines`` come before the variant's own (tuning and facts builds).
 
     Raises:
         BuildError: every command line failed (the last one's output is in the message).
     """
-    if slots not in SLOTS:
-        raise ValueError(f"slots must be one of {SLOTS}, got {slots}")
-    defines = (*defines, f"ATTN_GROUP_SLOTS={slots}")
+    target = out_dir / family.library_name(variant)
     archs = " ".join(toolchain.archs)
-    failed = f"building the native decode kernel failed ({toolchain.kind}, {archs})"
-    return compile_library(toolchain, SOURCE, out_dir / library_name(slots), defines, failed)
+    failed = (
+        f"building the native {family.name} kernel ({variant}) failed ({toolchain.kind}, {archs})"
+    )
+    return compile_library(
+        toolchain, CSRC / family.source, target, (*defines, *family.variants[variant]), failed,
+        flush_denormals=family.flush_denormals,
+    )  # fmt: skip
+
+
+def build_all(
+    toolchain: Toolchain,
+    families: Iterable[Family],
+    *,
+    out_dir: Optional[Path] = None,
+    cache: Optional[Path] = None,
+    defines: tuple[str, ...] = (),
+    jobs: int = 0,
+    progress: Optional[Callable[[str], None]] = None,
+) -> float:
+    """Every variant ``toolchain`` builds of each family, compiled in parallel (``jobs``: 0
+    means one per CPU); seconds of wall time.
+
+    Args:
+        out_dir: one folder for every library (``setup.py``'s ``_prebuilt``); else each family
+            goes to ``cache / family_key(...)``.
+        progress: called with one line per library as it is done (its time, or that it was
+            already built).
+
+    Raises:
+        BuildError: naming every library that failed, after the others were built.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = []
+    for family in families:
+        if out_dir is not None and cache is None:
+            folder = out_dir
+        elif cache is not None and out_dir is None:
+            folder = cache / family_key(toolchain, family)
+        else:
+            raise ValueError("build_all needs exactly one of out_dir and cache")
+        work += [(family, variant, folder) for variant in family.variants_for(toolchain.kind)]
+    start = time.monotonic()
+    workers = jobs or min(len(work), os.cpu_count() or 1) or 1
+    failures = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [
+            (family.library_name(variant), pool.submit(
+                build_variant, toolchain, folder, family, variant, defines=defines))
+            for family, variant, folder in work
+        ]  # fmt: skip
+        for name, future in futures:
+            try:
+                _, seconds = future.result()
+            except BuildError as exc:
+                failures.append(str(exc))
+                continue
+            if progress is not None:
+                progress(f"  {name}: " + (f"built in {seconds:.0f} s" if seconds else "cached"))
+    if failures:
+        raise BuildError("\n".join(failures))
+    return time.monotonic() - start
 
 
 def compile_library(

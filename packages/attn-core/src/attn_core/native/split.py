@@ -1,13 +1,14 @@
-"""How the native decode kernel splits one step: a pure function of the shape, the lengths, the
-device profile and the kernel's recorded resource use. The planner, the executor and the
-simulator all read this one answer.
+"""How each native kernel family splits its work: pure functions of the shape, the lengths, the
+device profile and the kernels' recorded resource use. The planners, the launches and the
+simulator all read these answers.
 
-Grid (``csrc/paged_decode.cu``): ``(num_kv_heads * head_groups, num_partitions, num_seqs)``
-blocks of :func:`~attn_core.native.facts.partition_threads` threads (128; 256 on the
+Decode. Grid (``csrc/paged_decode.cu``): ``(num_kv_heads * head_groups, num_partitions,
+num_seqs)`` blocks of :func:`~attn_core.native.facts.partition_threads` threads (128; 256 on the
 matrix-unit body at head bucket 256, eight warp streams); each block serves ``slots`` query
 heads of one KV head over one partition of the context. With one partition the kernel writes
-the output directly; with more, each block writes fp32 partials and a merge kernel weighs them
-by their log-sum-exp: grid :func:`merge_grid`, one block per query head, sequence and
+the output directly; with more, each block writes fp32 partials
+(:func:`attn_core.native.abi.partials_shapes`) and a merge kernel weighs them by their
+log-sum-exp: grid :func:`merge_grid`, one block per query head, sequence and
 :func:`merge_dims` head dimensions.
 
 Partition rule. A step reads every token once however it is split, so the split only has to
@@ -19,21 +20,22 @@ it (:func:`rule_partitions`): no more than ``MMA_MAX_PARTITIONS`` partitions per
 fewer would leave an SM without a block, none shorter than ``MMA_MIN_PARTITION_TOKENS`` (128
 tokens where 256 would leave over half the SMs idle: :func:`min_partition_tokens`), and
 rows that fit one wave but leave more than a tenth of its slots empty take more partitions over
-several waves. Swept on the H200 (2026-12-03 07:3x UTC, the specialised warp-stream body, two
-blocks per SM at head 256; fifteen shapes from 1 x 8K to 8 x 100K, the tensor-parallel head
-slices and fp8; ``.dev``-built library, docs/benchmarks.md issue 17 round 7): the rule picks
-the fastest split or one within 1.5 % of it at every shape; plain fill-once was up to 15 % (6 /
-1 heads, 1 x 100K: 256 x 400, 0.0545 ms, against 131 x 784, 0.0475) and 12 % (1 x 8K) slower.
+several waves. Swept on the H200 (the specialised warp-stream body, two blocks per SM at head
+256; fifteen shapes from 1 x 8K to 8 x 100K, the tensor-parallel head slices and fp8;
+docs/benchmarks.md#decode-split): the rule picks the fastest split or one within 1.5 % of it at
+every shape; plain fill-once was up to 15 % (6 / 1 heads, 1 x 100K: 256 x 400, 0.0545 ms,
+against 131 x 784, 0.0475) and 12 % (1 x 8K) slower.
 
-For the CUDA-core body: on the H200 (2026-12-01, ``bench/native_decode_bench.py --sweep``,
-Qwen3.6 fp16) this rule picked the fastest of the
-swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and 64x8K; filling the device
-twice over was 3-9 % slower (more partials to merge, no more bandwidth). On 2026-12-02 (the
-same sweep with partitions in 16-token cache blocks beside the 128-token tiles, nine rows) it
+For the CUDA-core body (H200, ``bench/native_decode_bench.py --sweep``, Qwen3.6 fp16) the rule
+picked the fastest of the swept partition sizes at 1x8K, 1x32K, 1x100K, 1x256K, 8x100K and
+64x8K; filling the device twice over was 3-9 % slower (more partials to merge, no more
+bandwidth). With partitions in 16-token cache blocks beside the 128-token tiles (nine rows) it
 was within 0-4.5 % of the fastest candidate at every row and fastest at six: a partial tile
 costs a whole one (each thread walks its key in one latency chain), so block-grain partitions
 that fill every resident slot gained nothing (1x102400: 131 x 784 0.181 ms, the rule's
 115 x 896 0.178).
+
+Prefill: the second half of this module (tile configurations, :func:`prefill_split`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,18 @@ from attn_core.native.facts import (
     mma_body,
 )
 
+GROUP_MAX = 8  # query heads one block serves at most (csrc/paged_decode.cu kGroupMax)
+
+
+def group_slots(group: int) -> int:
+    """Head slots of the kernel serving a GQA group, as ``csrc/paged_decode.cu`` computes them:
+    the group itself up to 8, else the group spread evenly over ``ceil(group / 8)`` blocks."""
+    if group < 1:
+        raise ValueError(f"group must be >= 1, got {group}")
+    blocks = -(-group // GROUP_MAX)
+    return -(-group // blocks)
+
+
 TOKEN_TILE = THREADS  # the CUDA-core body's tile (one token per thread in the score phase)
 
 
@@ -65,8 +79,6 @@ def partition_grain(body: str, block_size: int) -> int:
     and whole cache blocks."""
     return max(MMA_TILE_TOKENS if body == MMA else TOKEN_TILE, block_size)
 
-
-PARTIAL_BYTES = 4  # part_out / part_lse are fp32
 
 # kernel_facts.json's element kinds: the query dtype's torch name; fp8 caches by format
 # (AttentionShape has already refused any dtype, head size or block size the kernel lacks)
@@ -107,21 +119,11 @@ class NativeSplit:
         self, num_seqs: int, num_heads: int, head_size: int
     ) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(part_out, part_lse)`` shapes: ``[S, H, P, D]`` and ``[S, H, P]``, fp32."""
-        return partials_shapes(num_seqs, num_heads, self.num_partitions, head_size)
+        return abi.partials_shapes(num_seqs, num_heads, self.num_partitions, head_size)
 
     def workspace_bytes(self, num_seqs: int, num_heads: int, head_size: int) -> int:
         """Bytes of the fp32 partials (0 with one partition)."""
-        if not self.merged:
-            return 0
-        return num_seqs * num_heads * self.num_partitions * (head_size + 1) * PARTIAL_BYTES
-
-
-def partials_shapes(
-    num_seqs: int, num_heads: int, num_partitions: int, head_size: int
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(part_out, part_lse)`` shapes of ``num_partitions`` partitions, fp32."""
-    p = num_partitions
-    return (num_seqs, num_heads, p, head_size), (num_seqs, num_heads, p)
+        return abi.partials_bytes(num_seqs, num_heads, self.num_partitions, head_size)
 
 
 # csrc/paged_decode.cu merge_dims(): head dimensions one merge block serves, 16 (eight streams
@@ -159,8 +161,8 @@ def merge_is_dependent(spec: DeviceSpec, merge_blocks: int) -> bool:
     )
 
 
-# The matrix-unit body's refinements of fill-once (H200, 2026-12-03, the sweep of fifteen shapes
-# in docs/benchmarks.md, issue 17 round 7):
+# The matrix-unit body's refinements of fill-once (H200, the sweep of fifteen shapes,
+# docs/benchmarks.md#decode-split):
 # - at most this many partitions per row, unless fewer would leave SMs without a block: the
 #   merge walks every partition of a (sequence, head) (ncu: 13 us for 66 partitions, 36 us for
 #   256), while one block per SM already streams 16-bit pages at the DRAM rate (6 / 1 heads, 1 x
@@ -172,7 +174,7 @@ MMA_MAX_PARTITIONS = 64
 MMA_MIN_PARTITION_TOKENS = 256
 # - ... unless partitions of that floor leave more than half the SMs without a block (short
 #   contexts, and the tensor-parallel slices' one or two KV heads): then partitions of this
-#   many tokens, twice the blocks. H200, 2026-12-03, issue 17 round 9, best of three rounds
+#   many tokens, twice the blocks. H200, best of three rounds
 #   interleaved, ms: 256 -> 128 tokens at 24 / 4 heads 1 x 2K 0.0171 -> 0.0145, 1 x 4K 0.0178 ->
 #   0.0161; 12 / 2 1 x 4K 0.0169 -> 0.0146, 1 x 8K 0.0180 -> 0.0167; 6 / 1 1 x 4K 0.0167 ->
 #   0.0140, 1 x 8K 0.0171 -> 0.0151, 1 x 16K 0.0185 -> 0.0176, 2 x 8K 0.0180 -> 0.0168. Where
@@ -253,7 +255,7 @@ def native_split(
     if body not in (None, CUDA_CORE, MMA):
         raise ValueError(f"body must be {CUDA_CORE!r} or {MMA!r} (or None), got {body!r}")
     group = shape.num_heads // shape.num_kv_heads
-    slots = abi.group_slots(group)
+    slots = group_slots(group)
     head_groups = -(-group // slots)
     query = str(shape.dtype).replace("torch.", "")
     cache = query if shape.kv_cache_dtype == "auto" else _FP8_NAMES[shape.kv_cache_dtype]
@@ -294,4 +296,128 @@ def native_split(
         partition_size=size,
         partition=partition,
         merge=merge,
+    )
+
+
+# ==================================================================================== prefill
+# How the native prefill kernel tiles and splits one call. Grid (``csrc/paged_prefill.cu``):
+# ``(query_tiles, num_seqs * num_kv_heads, num_splits)``; a query tile holds ``rows // group``
+# tokens of one sequence for every head of one KV head. Splits divide a tile's key range; each
+# split writes fp32 partials that a merge kernel weighs by log-sum-exp, so splits cost
+# workspace and a second launch and are used only where the grid leaves SMs idle (a short chunk
+# over a long context).
+
+WORKSPACE_CAP_BYTES = 64 << 20  # the transient-memory bound of one prefill call
+MAX_SPLITS = 64
+# Extra cost per additional split relative to the work it divides (prologue, partial writes,
+# merge): an assumption until the H200 sweep measures it (bench/native_prefill_bench.py).
+SPLIT_OVERHEAD = 0.02
+MIN_TILES_PER_SPLIT = 4  # a split shorter than this is mostly prologue (assumption)
+
+# Tile configurations (csrc/paged_prefill.cu): the large tile (opt-in shared memory), and the
+# tile that fits BI-V100's 32 KiB per block; rows x keys per tile (LargeCfg / SmallCfg).
+CONFIG_LARGE, CONFIG_32K = 0, 1
+CONFIG_TILES = {CONFIG_LARGE: (128, 64), CONFIG_32K: (16, 32)}
+
+
+def choose_config(smem_per_block_optin: int, large_smem_bytes: int) -> int:
+    """The large tile where the device lets a block opt in to its shared memory, else the
+    32 KiB tile (BI-V100's vLLM budget)."""
+    return CONFIG_LARGE if smem_per_block_optin >= large_smem_bytes else CONFIG_32K
+
+
+def tokens_per_tile(config: int, group: int) -> int:
+    """Query tokens one block serves: ``rows // group`` (the group's heads share the tile)."""
+    rows = CONFIG_TILES[config][0]
+    if not 1 <= group <= rows:
+        raise ValueError(
+            f"num_heads // num_kv_heads (the GQA group) must be in 1..{rows} for tile config "
+            f"{config}, got {group}"
+        )
+    return rows // group
+
+
+def query_tiles(config: int, group: int, max_query_len: int) -> int:
+    """Grid x: query tiles of the longest sequence."""
+    return -(-max_query_len // tokens_per_tile(config, group))
+
+
+def key_tiles(config: int, context_len: int, query_len: int) -> int:
+    """Key tiles the last query tile of a sequence reads (context, then its own chunk)."""
+    keys = CONFIG_TILES[config][1]
+    return -(-context_len // keys) + -(-query_len // keys)
+
+
+def prefill_split(
+    sm_count: int,
+    blocks_per_sm: int,
+    grid_blocks: int,
+    tiles: int,
+    *,
+    workspace_per_split: int = 0,
+) -> int:
+    """Splits per query tile: the count that minimises the waves each split's share takes,
+    ``ceil(grid_blocks * s / slots) / s``, with a ``SPLIT_OVERHEAD`` penalty per extra split,
+    at most ``tiles // MIN_TILES_PER_SPLIT`` and ``WORKSPACE_CAP_BYTES / workspace_per_split``.
+
+    Args:
+        sm_count / blocks_per_sm: the device profile and the kernel's occupancy there.
+        grid_blocks: query tiles x sequences x KV heads.
+        tiles: key tiles of the longest (query tile, sequence).
+        workspace_per_split: partial bytes one split adds (0: unbounded).
+    """
+    for name, value in (
+        ("sm_count", sm_count),
+        ("blocks_per_sm", blocks_per_sm),
+        ("grid_blocks", grid_blocks),
+        ("tiles", tiles),
+    ):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    slots = sm_count * blocks_per_sm
+    cap = min(MAX_SPLITS, max(1, tiles // MIN_TILES_PER_SPLIT))
+    if workspace_per_split > 0:
+        cap = min(cap, max(1, WORKSPACE_CAP_BYTES // workspace_per_split))
+    best, best_cost = 1, float("inf")
+    for s in range(1, cap + 1):
+        cost = -(-grid_blocks * s // slots) / s * (1.0 + SPLIT_OVERHEAD * (s - 1))
+        if cost < best_cost - 1e-12:
+            best, best_cost = s, cost
+    return best
+
+
+def workspace_bytes(num_splits: int, num_tokens: int, num_heads: int, head_size: int) -> int:
+    """Bytes of the fp32 partials (0 with one split)."""
+    return abi.partials_bytes(num_tokens, num_heads, num_splits, head_size)
+
+
+@dataclass(frozen=True)
+class PrefillLaunch:
+    """One call's launch decisions: what a native prefill plan carries and the launch reads."""
+
+    config: int
+    tokens_per_tile: int
+    query_tiles: int
+    num_splits: int
+    workspace_bytes: int
+
+
+def prefill_launch(
+    config: int,
+    group: int,
+    num_tokens: int,
+    num_heads: int,
+    head_size: int,
+    max_query_len: int,
+    num_splits: int,
+) -> PrefillLaunch:
+    """The launch of ``config`` split ``num_splits`` ways for these sizes."""
+    if num_splits < 1:
+        raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+    return PrefillLaunch(
+        config=config,
+        tokens_per_tile=tokens_per_tile(config, group),
+        query_tiles=query_tiles(config, group, max_query_len),
+        num_splits=num_splits,
+        workspace_bytes=workspace_bytes(num_splits, num_tokens, num_heads, head_size),
     )

@@ -63,7 +63,7 @@ class Toolchain:
         ``flush_denormals``: fp32 subnormals flush to zero, so ``exp2f`` is the bare hardware
         instruction (without it nvcc wraps each one in a compare and two multiplies for
         subnormal results). The prefill kernel asks for it: 88.4 -> 84.2 ms at 100K / 8192 on
-        the H200 (2026-12-02); its scores' exponentials below 2^-126 are zeros either way.
+        the H200; its scores' exponentials below 2^-126 are zeros either way.
         CoreX's clang may not know the flag: its command lines are then tried without it."""
         macros = [f"-D{d}" for d in defines]
         common = ["-std=c++17", "-O3", *macros, "-I", str(include), "-o", str(output), str(source)]

@@ -1,9 +1,11 @@
 """Running a native prefill plan: the plan's launch, its partials from the workspace.
 
 The plan (:class:`attn_core.prefill.plan_native.NativePrefillPlan`) carries the verified library,
-the tile configuration and the split; this module only checks the call fits the plan, takes the
-fp32 partials of a split call from the workspace (at most ``plan.workspace_bytes``) and
-launches. No host read: the lengths stay on the device (the kernel derives each sequence's from
+the tile configuration and the split; the entry point (:func:`attn_core.paged_prefix_prefill`)
+validated the call. This module only checks the call fits the plan and the kernel can read the
+tensors' strides, takes the fp32 partials of a split call from the workspace (at most
+``plan.workspace_bytes``) and launches (:func:`attn_core.native.prefill.launch_prefill`). No
+host read: the lengths stay on the device (the kernel derives each sequence's from
 ``query_start_loc`` and ``context_lens``).
 """
 
@@ -12,8 +14,8 @@ from __future__ import annotations
 import torch
 
 from attn_core.core.workspace import Workspace
-from attn_core.native import prefill_split as ps
-from attn_core.native.prefill_launch import native_prefix_prefill
+from attn_core.native import abi
+from attn_core.native.prefill import launch_prefill, layout_supported
 from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.prefill.problem import Problem
 
@@ -51,17 +53,24 @@ def run_native_prefill(
             f"max_context_len) = {(num_tokens, num_seqs, max_query_len, max_context_len)}, got "
             f"{(plan.num_tokens, plan.num_seqs, plan.max_query_len, plan.max_context_len)}"
         )
+    why = layout_supported(
+        query, problem.key, problem.value, problem.key_cache, problem.value_cache,
+        problem.block_tables,
+    )  # fmt: skip
+    if why:
+        raise ValueError(f"native prefill: {why}")
     part_out = part_lse = None
     if plan.num_splits > 1:
-        o_shape, l_shape = ps.partials_shapes(plan.num_splits, num_tokens, num_heads, head_size)
+        o_shape, l_shape = abi.partials_shapes(num_tokens, num_heads, plan.num_splits, head_size)
         part_out = workspace.take("native_prefill_part_out", o_shape, torch.float32, query.device)
         part_lse = workspace.take("native_prefill_part_lse", l_shape, torch.float32, query.device)
-    query_start_loc, seq_lens, context_lens = lengths
-    native_prefix_prefill(
-        plan.library, query, problem.key, problem.value, problem.key_cache, problem.value_cache,
-        problem.block_tables, query_start_loc, seq_lens, context_lens, max_query_len,
-        problem.scale, max_context_len=max_context_len, alibi_slopes=problem.alibi_slopes,
+    query_start_loc, _, context_lens = lengths
+    alibi = problem.alibi_slopes
+    launch_prefill(
+        plan.library, plan.launch, query, problem.key, problem.value, problem.key_cache,
+        problem.value_cache, problem.block_tables, query_start_loc.to(torch.int32).contiguous(),
+        context_lens.to(torch.int32).contiguous(), out, max_query_len=max_query_len,
+        scale=problem.scale, alibi_slopes=alibi.contiguous() if alibi is not None else None,
         sliding_window=problem.window, kv_cache_dtype=problem.layout.kv_cache_dtype,
-        k_scale=problem.k_scale, v_scale=problem.v_scale, out=out, config=plan.config,
-        num_splits=plan.num_splits, part_out=part_out, part_lse=part_lse,
+        k_scale=problem.k_scale, v_scale=problem.v_scale, part_out=part_out, part_lse=part_lse,
     )  # fmt: skip

@@ -2,8 +2,8 @@
 
 :func:`plan_native_prefill` is pure (a profile, a shape, lengths, a variant): the tile
 configuration from the profile's shared memory, the split from
-:func:`attn_core.native.prefill_split.prefill_split` (the launcher's own rule, so the plan and a
-direct launch agree), the fp32 partials it needs, and the price
+:func:`attn_core.native.split.prefill_split` (the rule the family's reference check uses too,
+so a plan and that check agree), the fp32 partials it needs, and the price
 (:mod:`attn_core.prefill.cost`). The resolver (:mod:`attn_core.runtime.resolve`) attaches the
 loaded, verified library, so running the plan looks nothing up.
 
@@ -22,8 +22,8 @@ import torch
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.spec import DeviceSpec, opted_in, shared_mem_allocation
-from attn_core.native import prefill_abi as pabi
-from attn_core.native import prefill_split as ps
+from attn_core.native import abi
+from attn_core.native import split as ps
 from attn_core.prefill.cost import PrefillCost, prefill_work, price
 
 # Matrix variants first: where several verify, the price decides, and equal prices keep this order.
@@ -34,13 +34,13 @@ MERGE_THREADS = 256  # csrc/paged_prefill.cu kMergeThreads
 # Threads per block of each configuration (csrc/paged_prefill.cu; a 64-wide warp halves the
 # warp count, the threads stay): the large tile runs 8 warps on the matrix layers (RowsCfg, a
 # warp owning 16 rows) and 16 on the FMA layer (LargeCfg); the 32 KiB tile one warp.
-CONFIG_THREADS = {pabi.CONFIG_LARGE: 16 * 32, pabi.CONFIG_32K: 32}
+CONFIG_THREADS = {ps.CONFIG_LARGE: 16 * 32, ps.CONFIG_32K: 32}
 MATRIX_LARGE_THREADS = 8 * 32
 
 
 def config_threads(config: int, variant: str) -> int:
     """Threads per block of ``config`` on ``variant``'s matrix layer."""
-    if config == pabi.CONFIG_LARGE and variant != "fma":
+    if config == ps.CONFIG_LARGE and variant != "fma":
         return MATRIX_LARGE_THREADS
     return CONFIG_THREADS[config]
 
@@ -51,7 +51,7 @@ class NativePrefillPlan:
 
     Attributes:
         variant: the MMA implementation (``"wmma"``, ``"corex_wmma"``, ``"fma"``).
-        config: tile configuration (``prefill_abi.CONFIG_LARGE`` / ``CONFIG_32K``).
+        config: tile configuration (``native.split.CONFIG_LARGE`` / ``CONFIG_32K``).
         tokens_per_tile / query_tiles: query tokens per block (``rows // group``), grid x.
         num_splits: key-range splits per query tile (1: no merge).
         workspace_bytes: the fp32 partials of a split call (0 with one split).
@@ -92,6 +92,14 @@ class NativePrefillPlan:
     def group_size(self) -> int:
         return self.num_heads // self.num_kv_heads
 
+    @property
+    def launch(self) -> ps.PrefillLaunch:
+        """What the kernel's launch reads of this plan."""
+        return ps.PrefillLaunch(
+            self.config, self.tokens_per_tile, self.query_tiles, self.num_splits,
+            self.workspace_bytes,
+        )  # fmt: skip
+
 
 def unsupported(shape: AttentionShape, spec: DeviceSpec) -> str:
     """Why the kernel cannot take ``shape`` on ``spec`` ("" when it can): fp16/bf16 queries,
@@ -105,8 +113,8 @@ def unsupported(shape: AttentionShape, spec: DeviceSpec) -> str:
         return f"the native prefill takes block sizes {BLOCK_SIZES}, got {shape.block_size}"
     # a group past the 32 KiB tile's rows needs the large tile on every variant (the most
     # shared memory of them decides), so whichever variant the price picks can take it
-    every_large = all(choose_config(spec, shape, v) == pabi.CONFIG_LARGE for v in VARIANTS)
-    rows = ps.CONFIG_TILES[pabi.CONFIG_LARGE if every_large else pabi.CONFIG_32K][0]
+    every_large = all(choose_config(spec, shape, v) == ps.CONFIG_LARGE for v in VARIANTS)
+    rows = ps.CONFIG_TILES[ps.CONFIG_LARGE if every_large else ps.CONFIG_32K][0]
     if shape.group > rows:
         return f"the native prefill's tile on {spec.name} takes groups <= {rows}, got {shape.group}"
     return ""
@@ -130,8 +138,8 @@ def large_tile_smem(head_size: int, variant: str) -> int:
     (146 KiB at head 256), and on the others fp32 scores and 16-bit probabilities (an estimate
     of csrc's SmemPlan, ~190 KiB at head 256). The launcher reads the real figure from the
     library; this is the pure planner's and the simulator's."""
-    rows, keys = ps.CONFIG_TILES[pabi.CONFIG_LARGE]
-    d = ps.head_bucket(head_size)
+    rows, keys = ps.CONFIG_TILES[ps.CONFIG_LARGE]
+    d = abi.head_bucket(head_size)
     q_k_v = _up128(2 * rows * (d + 8)) + _up128(2 * keys * (d + 8)) + _up128(2 * d * (keys + 8))
     if variant == "wmma":
         per_warp = _up128(_REGS_TILE_WARPS * 16 * 16 * 4)
@@ -143,19 +151,19 @@ def large_tile_smem(head_size: int, variant: str) -> int:
 def choose_config(spec: DeviceSpec, shape: AttentionShape, variant: str) -> int:
     """The large tile where a block may opt in to ``variant``'s shared memory for it and the
     group fits its rows, else the 32 KiB tile (what
-    :func:`attn_core.native.prefill_split.choose_config` decides from the driver's figure)."""
+    :func:`attn_core.native.split.choose_config` decides from the driver's figure)."""
     optin = opted_in(spec).shared_mem_per_block
-    rows = ps.CONFIG_TILES[pabi.CONFIG_LARGE][0]
+    rows = ps.CONFIG_TILES[ps.CONFIG_LARGE][0]
     if optin >= large_tile_smem(shape.head_size, variant) and shape.group <= rows:
-        return pabi.CONFIG_LARGE
-    return pabi.CONFIG_32K
+        return ps.CONFIG_LARGE
+    return ps.CONFIG_32K
 
 
 def blocks_per_sm(spec: DeviceSpec, config: int, head_size: int, variant: str) -> int:
     """Resident blocks per SM by threads and shared memory (registers are the launcher's
     driver-reported occupancy; the large tile is one block per SM on the H200 either way)."""
     threads = config_threads(config, variant)
-    smem = large_tile_smem(head_size, variant) if config == pabi.CONFIG_LARGE else 32 * 1024
+    smem = large_tile_smem(head_size, variant) if config == ps.CONFIG_LARGE else 32 * 1024
     by_smem = spec.shared_mem_per_sm // max(shared_mem_allocation(spec, smem), 1)
     by_threads = spec.max_threads_per_sm // threads
     return max(1, min(by_smem, by_threads, spec.max_blocks_per_sm))
@@ -187,7 +195,7 @@ def plan_native_prefill(
         workspace_per_split=per_split,
     )
     threads = config_threads(config, variant)
-    smem = large_tile_smem(shape.head_size, variant) if config == pabi.CONFIG_LARGE else 32 * 1024
+    smem = large_tile_smem(shape.head_size, variant) if config == ps.CONFIG_LARGE else 32 * 1024
     steps: tuple[KernelStep, ...] = (
         KernelStep(
             "native_prefill", (tiles_q, num_seqs * shape.num_kv_heads, splits), threads, smem

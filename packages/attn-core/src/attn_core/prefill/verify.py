@@ -6,16 +6,16 @@ the reference on this device, dtype and head size (:func:`verified_capabilities`
 process. :mod:`attn_core.runtime.prefill` calls it lazily on the first prefill; a caller that
 forces a fused backend goes through :func:`ensure_verified`, which raises instead of falling back.
 
-The check runs the backend through the caller's ``run(case, plan)`` (the prefill entry point
-without verification), so this module imports no entry point and the import graph stays
-acyclic. Verdicts live in the verify-once registry (:mod:`attn_core.core.verify_once`, kind
-``fused_prefill``, config ``(backend, dtype, head_size)``), with every other kernel's.
+The check validates its case as the entry point does (:func:`attn_core.prefill.inputs.
+validate_prefill`) and runs the backend's executor (:func:`attn_core.prefill.fused.
+run_fused_prefill`) itself: nothing is passed down from the entry point. Verdicts live in the
+verify-once registry (:mod:`attn_core.core.verify_once`, kind ``fused_prefill``, config
+``(backend, dtype, head_size)``), with every other kernel's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import torch
 
@@ -24,10 +24,10 @@ from attn_core.core.settings import PrefillOverrides
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.capabilities import Capabilities, fused_unavailable_reason
 from attn_core.device.spec import DEFAULT_DEVICE, get_device_spec
+from attn_core.prefill.fused import run_fused_prefill
+from attn_core.prefill.inputs import validate_prefill
 from attn_core.prefill.plan import PrefillLengths, PrefillPlan, plan_prefill
 from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
-
-Runner = Callable[[PrefillCase, PrefillPlan], torch.Tensor]
 
 KIND = "fused_prefill"
 # Max |error| against the float64 reference a fused kernel may show on the check case: a few
@@ -36,21 +36,19 @@ _CHECK_ATOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
 
 def verified_capabilities(
-    caps: Capabilities, device: torch.device, dtype: torch.dtype, head_size: int, run: Runner
+    caps: Capabilities, device: torch.device, dtype: torch.dtype, head_size: int
 ) -> Capabilities:
     """``caps`` with ``fused_prefill`` narrowed to the backends that matched the reference."""
-    ok = tuple(n for n in caps.fused_prefill if _verify(n, device, dtype, head_size, run)[0])
+    ok = tuple(n for n in caps.fused_prefill if _verify(n, device, dtype, head_size)[0])
     return caps if ok == caps.fused_prefill else dataclasses.replace(caps, fused_prefill=ok)
 
 
-def ensure_verified(
-    name: str, device: torch.device, dtype: torch.dtype, head_size: int, run: Runner
-) -> None:
+def ensure_verified(name: str, device: torch.device, dtype: torch.dtype, head_size: int) -> None:
     """Raise ``RuntimeError`` unless backend ``name`` is available and matched the reference."""
     why = fused_unavailable_reason(name, device, dtype)
     if why is not None:
         raise RuntimeError(f"prefill backend {name!r} is not available: {why}")
-    ok, detail = _verify(name, device, dtype, head_size, run)
+    ok, detail = _verify(name, device, dtype, head_size)
     if not ok:
         raise RuntimeError(
             f"prefill backend {name!r} did not match the reference on {device} for {dtype}, "
@@ -59,19 +57,31 @@ def ensure_verified(
 
 
 def _verify(
-    name: str, device: torch.device, dtype: torch.dtype, head_size: int, run: Runner
+    name: str, device: torch.device, dtype: torch.dtype, head_size: int
 ) -> tuple[bool, str]:
-    verdict = verify_once.verdict(KIND, device, (name, dtype, head_size), run)
+    verdict = verify_once.verdict(KIND, device, (name, dtype, head_size))
     return verdict.ok, verdict.detail
 
 
-def _check(device: torch.device, config: tuple, run: Runner) -> verify_once.Verdict:
+def _check(device: torch.device, config: tuple, subject: object = None) -> verify_once.Verdict:
     name, dtype, head_size = config
-    return verify_once.Verdict(*_run_check(name, device, dtype, head_size, run))
+    return verify_once.Verdict(*_run_check(name, device, dtype, head_size))
+
+
+def run_case(case: PrefillCase, plan: PrefillPlan) -> torch.Tensor:
+    """``case`` through a fused ``plan``, validated as the entry point validates a call."""
+    kw = case.kwargs()
+    problem, spans = validate_prefill(
+        *case.args(), None, kw["alibi_slopes"], kw["sliding_window"], kw["kv_cache_dtype"],
+        kw["k_scale"], kw["v_scale"],
+    )  # fmt: skip
+    out = torch.empty_like(case.query)
+    run_fused_prefill(plan, problem, spans, out)
+    return out
 
 
 def _run_check(
-    name: str, device: torch.device, dtype: torch.dtype, head_size: int, run: Runner
+    name: str, device: torch.device, dtype: torch.dtype, head_size: int
 ) -> tuple[bool, str]:
     """Run the backend on a small GQA case (context + chunk, streaming split) vs the reference."""
     # Three sequences, one of them a single token; the query tile of 8 and 32-token streamed
@@ -90,7 +100,7 @@ def _run_check(
     assert isinstance(plan, PrefillPlan)  # a forced fused backend's plan
     plan = dataclasses.replace(plan, stream_chunk=32)
     try:
-        got = run(case, plan)
+        got = run_case(case, plan)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as exc:  # any failure of an optional kernel means "not usable here"

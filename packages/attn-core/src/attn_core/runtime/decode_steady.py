@@ -36,7 +36,7 @@ from attn_core.decode.bounds import max_seq_len_bucket
 from attn_core.decode.native_step import native_partials
 from attn_core.decode.plan import AnyDecodePlan
 from attn_core.device.spec import DeviceSpec
-from attn_core.native.launch import PreparedDecode
+from attn_core.native.decode import PreparedDecode
 
 _TENSOR = torch.Tensor
 _NUMBERS = (float, int)  # type() checks: bool, numpy scalars and tensors take the full path
@@ -70,8 +70,8 @@ def partial_addresses(
     """:func:`attn_core.decode.native_step.native_partials` for ``step``, remembered while
     ``workspace`` keeps its buffers (its ``generation`` unchanged): the workspace lookup, two
     ``str(device)`` keys and two ``data_ptr`` calls cost 2.9 us of a ~29 us eager call on one
-    H200 host; remembered, 0.3 us, and the call 1.5 us faster on another (2026-12-03,
-    docs/benchmarks.md issue 17 round 11)."""
+    H200 host; remembered, 0.3 us, and the call 1.5 us faster on another
+    (docs/benchmarks.md#decode-graphs-and-eager)."""
     known = step.addresses[0]
     if known is not None and known[0]() is workspace and known[1] == workspace.generation:
         return known[2], known[3]

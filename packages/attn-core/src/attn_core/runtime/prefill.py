@@ -15,23 +15,13 @@ from typing import Optional
 
 import torch
 
-from attn_core.core.cache_layout import COMPUTE_DTYPES, check_block_tables, validate_caches
-from attn_core.core.checks import (
-    check_backend,
-    check_heads,
-    check_out,
-    check_positive,
-    check_positive_finite,
-    check_tensor,
-    check_type,
-    check_window,
-    resolve_scale,
-)
+from attn_core.core.checks import check_backend, check_out, check_type
 from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace
 from attn_core.device.spec import DeviceSpec
 from attn_core.prefill.fused import run_fused_prefill
+from attn_core.prefill.inputs import validate_prefill
 from attn_core.prefill.native_path import run_native_prefill
 from attn_core.prefill.plan import (
     AnyPrefillPlan,
@@ -43,10 +33,7 @@ from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.prefill.problem import Problem, SeqSpan
 from attn_core.prefill.torch_path import run_torch_prefill
 from attn_core.prefill.verify import ensure_verified
-from attn_core.reference import PrefillCase
 from attn_core.runtime import resolve
-
-_LEN_DTYPES = (torch.int32, torch.int64)
 
 
 def paged_prefix_prefill(
@@ -118,7 +105,7 @@ def paged_prefix_prefill(
     if plan is not None:
         expected = "None or an attn_core PrefillPlan or NativePrefillPlan"
         check_type("plan", plan, (PrefillPlan, NativePrefillPlan), expected)
-    problem, spans = _validate(
+    problem, spans = validate_prefill(
         query,
         key,
         value,
@@ -155,7 +142,7 @@ def paged_prefix_prefill(
 
 # ---------------------------------------------------------------------------------------- plan
 _PLANS: dict[tuple, AnyPrefillPlan] = {}
-# Resolving one prefill plan took 65-70 us on the CPU (2026-12-02, bench/prefill_resolve.py:
+# Resolving one prefill plan took 65-70 us on the CPU (bench/prefill_resolve.py:
 # prefill_plan_for alone, torch path; a small call ~0.6-1 ms, of which 100-150 us went to the
 # plan), ~180 function calls; vLLM calls once per layer per chunk, 64 layers, so ~4.5 ms per
 # chunk resolved the same plan again. A key per (chunk sizes, features), each a hit in the
@@ -192,8 +179,7 @@ def _resolved_plan(
         max_query_len, max_context, len(spans), query.shape[0], max_blocks * layout.block_size
     )
     plan = resolve.cached_prefill_plan(
-        shape, lengths, query.device, alibi, problem.window, large_scale, backend, None,
-        key[-1], _run_unverified,
+        shape, lengths, query.device, alibi, problem.window, large_scale, backend, None, key[-1]
     )  # fmt: skip
     _ensure_fused_verified(plan, query)
     if len(_PLANS) >= _MAX_PLANS:
@@ -206,7 +192,7 @@ def _ensure_fused_verified(plan: AnyPrefillPlan, query: torch.Tensor) -> None:
     """A fused backend's reference check (once per process; a failed check raises here).
     Meta tensors (the simulator's traces) run no kernel, so there is nothing to verify."""
     if plan.backend not in ("torch", "native") and query.device.type != "meta":
-        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2], _run_unverified)
+        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2])
 
 
 def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
@@ -231,14 +217,13 @@ def prefill_plan_for(
     large_scale: bool = False,
     backend: Optional[str] = None,
 ) -> AnyPrefillPlan:
-    """:func:`attn_core.runtime.resolve.prefill_plan_for` with this module's check runner: the
-    profile, the probed capabilities with fused backends narrowed to those that matched the
-    reference (once per process), and ``overrides`` (default: the settings'), ``backend``
-    winning. ``large_scale``: the calls it serves have a softmax scale > 1 (fp32 scores)."""
+    """:func:`attn_core.runtime.resolve.prefill_plan_for`: the profile, the probed capabilities
+    with fused backends narrowed to those that matched the reference (once per process), and
+    ``overrides`` (default: the settings'), ``backend`` winning. ``large_scale``: the calls it
+    serves have a softmax scale > 1 (fp32 scores)."""
     return resolve.prefill_plan_for(
         shape, lengths, device, device_spec, overrides, alibi=alibi,
         sliding_window=sliding_window, large_scale=large_scale, backend=backend,
-        run=_run_unverified,
     )  # fmt: skip
 
 
@@ -248,7 +233,7 @@ def verify_prefill_backend(
     """Check fused backend ``name`` against the float64 reference here (once per process);
     ``RuntimeError`` if it is unavailable or does not match. For registration-time checks and
     benchmarks; :func:`paged_prefix_prefill` does the same lazily."""
-    ensure_verified(name, torch.device(device), dtype, head_size, _run_unverified)
+    ensure_verified(name, torch.device(device), dtype, head_size)
 
 
 def _max_context(spans: list[SeqSpan]) -> int:
@@ -283,151 +268,6 @@ def _execute(
         run_torch_prefill(plan, problem, spans, out, workspace)
     else:
         run_fused_prefill(plan, problem, spans, out)
-
-
-def _run_unverified(case: PrefillCase, plan: PrefillPlan) -> torch.Tensor:
-    """The verification step's runner: ``case`` through ``plan`` with no check of its own."""
-    kw = case.kwargs()
-    problem, spans = _validate(
-        *case.args(),
-        None,
-        kw["alibi_slopes"],
-        kw["sliding_window"],
-        kw["kv_cache_dtype"],
-        kw["k_scale"],
-        kw["v_scale"],
-    )
-    out = torch.empty_like(case.query)
-    _execute(plan, problem, spans, out, None)
-    return out
-
-
-def _validate(
-    query,
-    key,
-    value,
-    key_cache,
-    value_cache,
-    block_tables,
-    query_start_loc,
-    seq_lens,
-    context_lens,
-    max_query_len,
-    scale,
-    alibi_slopes,
-    sliding_window,
-    kv_cache_dtype,
-    k_scale,
-    v_scale,
-) -> tuple:
-    check_tensor("query", query, ndim=3, dtype=COMPUTE_DTYPES)
-    device = query.device
-    num_tokens, heads, head_size = query.shape
-    layout = validate_caches(
-        key_cache, value_cache, kv_cache_dtype, compute_dtype=query.dtype, device=device
-    )
-    check_heads(query)
-    if head_size != layout.head_size:
-        raise ValueError(
-            f"query's head_size (dimension 2) must match the caches' head_size "
-            f"{layout.head_size}, got {head_size}"
-        )
-    kvh = layout.num_kv_heads
-    if heads % kvh:
-        raise ValueError(f"query's num_heads must be a multiple of num_kv_heads {kvh}, got {heads}")
-    for name, t in (("key", key), ("value", value)):
-        check_tensor(name, t, shape=(num_tokens, kvh, head_size), dtype=query.dtype, device=device)
-    num_seqs = check_tensor("seq_lens", seq_lens, ndim=1, dtype=_LEN_DTYPES, device=device).shape[0]
-    check_tensor("context_lens", context_lens, shape=(num_seqs,), dtype=_LEN_DTYPES, device=device)
-    check_tensor(
-        "query_start_loc", query_start_loc, shape=(num_seqs + 1,), dtype=_LEN_DTYPES, device=device
-    )
-    max_blocks = check_block_tables(block_tables, num_seqs, device)
-    check_positive("max_query_len", max_query_len)
-    if alibi_slopes is not None:
-        check_tensor(
-            "alibi_slopes", alibi_slopes, shape=(heads,), dtype=torch.float32, device=device
-        )
-    window = check_window(sliding_window)
-    check_positive_finite("k_scale", k_scale)
-    check_positive_finite("v_scale", v_scale)
-    spans = _spans(
-        query_start_loc,
-        seq_lens,
-        context_lens,
-        num_tokens,
-        max_query_len,
-        max_blocks * layout.block_size,
-        layout.num_blocks,
-    )
-    problem = Problem(
-        query=query,
-        key=key,
-        value=value,
-        key_cache=key_cache,
-        value_cache=value_cache,
-        block_tables=block_tables,
-        layout=layout,
-        scale=resolve_scale(scale, head_size),
-        alibi_slopes=alibi_slopes,
-        window=window,
-        k_scale=float(k_scale),
-        v_scale=float(v_scale),
-    )
-    return problem, spans
-
-
-def _spans(
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    context_lens: torch.Tensor,
-    num_tokens: int,
-    max_query_len: int,
-    capacity: int,
-    num_blocks: int,
-) -> list[SeqSpan]:
-    """Per-sequence token ranges; the call's one host read of device values."""
-    n = seq_lens.shape[0]
-    host = torch.cat([query_start_loc.long(), seq_lens.long(), context_lens.long()]).tolist()
-    starts, lens, ctxs = host[: n + 1], host[n + 1 : 2 * n + 1], host[2 * n + 1 :]
-    if starts[0] != 0 or starts[-1] != num_tokens:
-        raise ValueError(
-            f"query_start_loc must run from 0 to num_tokens={num_tokens}, "
-            f"got {starts[0]} .. {starts[-1]}"
-        )
-    for i in range(n):
-        if starts[i + 1] < starts[i]:
-            raise ValueError(
-                f"query_start_loc must be non-decreasing, got {starts[i]} then {starts[i + 1]} "
-                f"at index {i}"
-            )
-    spans = []
-    for i in range(n):
-        qlen = starts[i + 1] - starts[i]
-        if qlen > max_query_len:
-            raise ValueError(
-                f"max_query_len must be >= every query length, got {max_query_len} but "
-                f"sequence {i} has {qlen}"
-            )
-        if ctxs[i] < 0:
-            raise ValueError(f"context_lens must be >= 0, got {ctxs[i]} for sequence {i}")
-        if lens[i] != ctxs[i] + qlen:
-            raise ValueError(
-                f"seq_lens must equal context_lens + query lengths, got seq_lens[{i}]={lens[i]}, "
-                f"expected {ctxs[i]} + {qlen} = {ctxs[i] + qlen}"
-            )
-        if ctxs[i] > 0 and num_blocks == 0:
-            raise ValueError(
-                f"key_cache must hold at least one block when a sequence has context, got 0 "
-                f"blocks and context_lens[{i}]={ctxs[i]}"
-            )
-        if ctxs[i] > capacity:
-            raise ValueError(
-                f"context_lens[{i}] must fit the block table's capacity of {capacity} tokens, "
-                f"got {ctxs[i]}"
-            )
-        spans.append(SeqSpan(index=i, q0=starts[i], q1=starts[i + 1], ctx=ctxs[i]))
-    return spans
 
 
 def _check_out(out: Optional[torch.Tensor], query: torch.Tensor) -> torch.Tensor:

@@ -13,14 +13,16 @@ import torch
 
 from attn_core.core.settings import current_overrides
 from attn_core.core.shapes import AttentionShape
-from attn_core.native import prefill_split as ps
-from attn_core.native.prefill_library import load_prefill
-from attn_core.native.prefill_verify import verify_native_prefill
+from attn_core.native import abi
+from attn_core.native import split as ps
+from attn_core.native.loader import load_library
+from attn_core.native.loader import verify as verify_library
+from attn_core.native.prefill import PrefillLibrary
 from attn_core.prefill.plan import PrefillLengths
 from attn_core.prefill.plan_native import VARIANTS, NativePrefillPlan
 from attn_core.runtime.prefill import prefill_plan_for
 
-DTYPE_KINDS = {torch.float16: 1, torch.bfloat16: 2}
+DTYPE_KINDS = {torch.float16: abi.FLOAT16, torch.bfloat16: abi.BFLOAT16}
 
 
 def native_prefill_report(
@@ -33,18 +35,16 @@ def native_prefill_report(
     device = torch.device(device)
     rows = []
     for variant in VARIANTS:
-        lib, how = load_prefill(
-            variant, device, cuda_home=settings.cuda_home, cache_dir=settings.cache_dir,
-            build=settings.build, arch=settings.arch,
-        )  # fmt: skip
+        lib, status = load_library(PrefillLibrary, variant, settings, device)
+        how = f"{status.detail}: {status.path}" if lib is not None else status.detail
         row: dict[str, Any] = {"variant": variant, "library": how, "verified": None, "detail": ""}
         if lib is not None and verify and shape.dtype in DTYPE_KINDS:
-            verdict = verify_native_prefill(lib, device, shape)
+            verdict = verify_library(lib, device, shape)
             row["verified"], row["detail"] = verdict.ok, verdict.detail
         if lib is not None and shape.dtype in DTYPE_KINDS:
             kind = DTYPE_KINDS[shape.dtype]
-            for config, name in ((0, "large"), (1, "32k")):
-                f = lib.config_facts(config, kind, kind, ps.head_bucket(shape.head_size))
+            for config, name in ((ps.CONFIG_LARGE, "large"), (ps.CONFIG_32K, "32k")):
+                f = lib.config_facts(config, kind, kind, abi.head_bucket(shape.head_size))
                 row[f"{name}_tile"] = (
                     f"{f.rows}x{f.keys}, {f.threads} threads, {f.smem_bytes} B smem, "
                     f"{f.num_regs} regs, {f.local_bytes} B spill, {f.blocks_per_sm}/SM"

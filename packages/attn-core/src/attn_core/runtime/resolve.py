@@ -4,7 +4,7 @@ A decode or prefill call is *resolved* here and then only *run*. Resolving reads
 snapshot (:mod:`attn_core.core.settings`: the environment as of the last ``reload()``), picks
 the device profile (``device_spec``, else ``ATTN_CORE_DEVICE``, else detected), probes the
 device's torch (:func:`~attn_core.device.capabilities.probe_capabilities`), asks whether the
-native kernel is built and verified here (:func:`attn_core.native.readiness.native_ready`) and
+native kernel is built and verified here (:func:`attn_core.native.loader.native_ready`) and
 whether fused prefill backends matched the reference (:mod:`attn_core.prefill.verify`), then
 calls the pure planners. A native plan leaves with its loaded library attached, so running it
 looks nothing up.
@@ -40,6 +40,7 @@ from attn_core.core.settings import (
     DECODE_BACKENDS,
     PREFILL_BACKENDS,
     DecodeOverrides,
+    NativeSettings,
     PrefillOverrides,
     current_overrides,
 )
@@ -50,8 +51,9 @@ from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.device.capabilities import Capabilities, probe_capabilities
 from attn_core.device.detect import detect_device_spec
 from attn_core.device.spec import DeviceSpec
-from attn_core.native.prefill_readiness import prefill_variant_ready
-from attn_core.native.readiness import native_ready
+from attn_core.native.decode import DecodeLibrary, variant_for
+from attn_core.native.loader import native_ready
+from attn_core.native.prefill import PrefillLibrary
 from attn_core.prefill.plan import (
     AnyPrefillPlan,
     PrefillLengths,
@@ -63,7 +65,7 @@ from attn_core.prefill.plan_native import (
     plan_native_prefill,
     unsupported,
 )
-from attn_core.prefill.verify import Runner, verified_capabilities
+from attn_core.prefill.verify import verified_capabilities
 
 
 def decode_plan_for(
@@ -90,7 +92,7 @@ def decode_plan_for(
     caps = probe_capabilities(device, shape.dtype)
     lib = None
     if decode.backend != "torch":
-        lib, why = native_ready(settings.native, device, shape)
+        lib, why = _decode_ready(settings.native, device, shape)
         caps = dataclasses.replace(caps, native_decode=lib is not None, native_decode_why=why)
     plan = plan_decode(shape, lengths, spec, caps, decode)
     if isinstance(plan, NativeDecodePlan):
@@ -120,10 +122,16 @@ def cached_decode_plan(
 def with_library(plan: NativeDecodePlan, device: torch.device) -> NativeDecodePlan:
     """A caller's native plan (made by the pure planner) with the verified library attached;
     kept per (plan, device), so a caller passing the same plan each step resolves it once."""
-    lib, why = native_ready(current_overrides().native, device, _shape_of(plan))
+    lib, why = _decode_ready(current_overrides().native, device, _shape_of(plan))
     if lib is None:
         raise ValueError(f"plan.backend is 'native' but the native kernel is {why}")
     return dataclasses.replace(plan, library=lib)
+
+
+def _decode_ready(
+    settings: NativeSettings, device: torch.device, shape: AttentionShape
+) -> tuple[Optional[DecodeLibrary], str]:
+    return native_ready(DecodeLibrary, variant_for(shape.group), settings, device, shape)
 
 
 def _shape_of(plan: NativeDecodePlan) -> AttentionShape:
@@ -144,11 +152,10 @@ def prefill_plan_for(
     sliding_window: int = 0,
     large_scale: bool = False,
     backend: Optional[str] = None,
-    run: Runner,
 ) -> AnyPrefillPlan:
     """The prefill plan for ``device``, resolved: the profile, the probed capabilities with
-    fused backends narrowed to those that matched the reference (``run`` runs the check case;
-    checked once per process, :mod:`attn_core.prefill.verify`), the native kernel's variants
+    fused backends narrowed to those that matched the reference (checked once per process,
+    :mod:`attn_core.prefill.verify`), the native kernel's variants
     that loaded and verified (:func:`native_prefill_caps`), and ``overrides`` (default: the
     settings'), ``backend`` winning over both. A native plan carries its verified library.
     ``alibi`` / ``sliding_window`` / ``large_scale`` (a softmax scale > 1): the call's features,
@@ -166,7 +173,7 @@ def prefill_plan_for(
     spec = device_spec if device_spec is not None else detect_device_spec(device, settings.device)
     caps: Capabilities = probe_capabilities(device, shape.dtype)
     if caps.fused_prefill and chosen.backend is None and not alibi and not sliding_window:
-        caps = verified_capabilities(caps, device, shape.dtype, shape.head_size, run)
+        caps = verified_capabilities(caps, device, shape.dtype, shape.head_size)
     caps, libs = native_prefill_caps(
         caps, shape, lengths, spec, chosen, device, alibi=alibi, sliding_window=sliding_window,
         large_scale=large_scale,
@@ -220,7 +227,6 @@ def cached_prefill_plan(
     backend: Optional[str],
     device_spec: Optional[DeviceSpec],
     settings_generation: int,
-    run: Runner,
 ) -> AnyPrefillPlan:
     """:func:`prefill_plan_for`, kept per key (``lengths`` from :func:`prefill_lengths_bucket`;
     ``settings_generation`` is :func:`attn_core.core.settings.generation`: a reload resolves
@@ -228,7 +234,7 @@ def cached_prefill_plan(
     del settings_generation  # part of the key only
     return prefill_plan_for(
         shape, lengths, device, device_spec, alibi=alibi, sliding_window=sliding_window,
-        large_scale=large_scale, backend=backend, run=run,
+        large_scale=large_scale, backend=backend,
     )  # fmt: skip
 
 
@@ -279,9 +285,9 @@ def native_prefill_caps(
             why.append(f"{native.variant} priced above {rival}, not loaded")
             continue
         settings = current_overrides().native
-        lib, not_ready = prefill_variant_ready(settings, device, shape, native.variant)
+        lib, not_ready = native_ready(PrefillLibrary, native.variant, settings, device, shape)
         if lib is None:
-            why.append(not_ready)
+            why.append(f"{native.variant} {not_ready}")
             continue
         libs[native.variant] = lib
         break  # the cheapest verified variant is the one a plan would take
@@ -297,7 +303,8 @@ def with_prefill_library(plan: NativePrefillPlan, device: torch.device) -> Nativ
         plan.num_heads, plan.num_kv_heads, plan.head_size, plan.block_size, plan.dtype,
         plan.kv_cache_dtype,
     )  # fmt: skip
-    lib, why = prefill_variant_ready(current_overrides().native, device, shape, plan.variant)
+    settings = current_overrides().native
+    lib, why = native_ready(PrefillLibrary, plan.variant, settings, device, shape)
     if lib is None:
         raise ValueError(f"plan.backend is 'native' ({plan.variant}) but it cannot run here: {why}")
     return dataclasses.replace(plan, library=lib)

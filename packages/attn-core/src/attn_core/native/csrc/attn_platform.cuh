@@ -54,6 +54,9 @@ struct alignas(8) Vec8 {
   uint32_t w[2];
 };
 
+// The kernels' shared-memory width holding head_size: 64, 128 or 256 (attn_core.native.abi).
+inline int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256; }
+
 template <typename V>
 ATTN_DEVICE V load_vec(const void* p) {
   return *reinterpret_cast<const V*>(p);

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#define ATTN_PREFILL_ABI_VERSION 1
+#define ATTN_PREFILL_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,8 +22,9 @@ extern "C" {
 //   block_tables   [num_seqs, table_width] int32
 //   query_start_loc [num_seqs + 1] int32;  context_lens [num_seqs] int32
 //   alibi_slopes   [num_heads] float32 or NULL
-//   part_out       [num_splits, num_tokens, num_heads, head_size] float32 (NULL if 1 split)
-//   part_lse       [num_splits, num_tokens, num_heads] float32 (base-2 log-sum-exp)
+//   part_out       [num_tokens, num_heads, num_splits, head_size] float32 (NULL if 1 split)
+//   part_lse       [num_tokens, num_heads, num_splits] float32 (base-2 log-sum-exp); the
+//                  decode kernel's partials layout, with tokens for sequences
 typedef struct AttnPrefillArgs {
   void* out;
   const void* query;

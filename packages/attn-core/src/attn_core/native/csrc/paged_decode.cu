@@ -877,8 +877,6 @@ KernelPtr merge_for(int query_kind) {
 
 }  // namespace
 
-int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256; }
-
 }  // namespace attn
 
 extern "C" {

@@ -128,6 +128,12 @@ ATTN_DEVICE void store8(uint16_t* dst, const float* v) {  // 8 elements, 16 byte
 
 ATTN_DEVICE void zero16(void* dst) { *reinterpret_cast<Vec16*>(dst) = Vec16{{0u, 0u, 0u, 0u}}; }
 
+// Where (token, head)'s partials start: [num_tokens, num_heads, num_splits] (lse; x head_size
+// for outputs), the decode kernel's layout with tokens for sequences (attn_core.native.abi).
+ATTN_DEVICE int64_t partial_row(const AttnPrefillArgs& a, int tok, int head) {
+  return (static_cast<int64_t>(tok) * a.num_heads + head) * a.num_splits;
+}
+
 // Where one block's tiles come from.
 struct TileSrc {
   bool context;  // from the cache pages, else from the chunk's key / value
@@ -391,8 +397,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   if (b >= e) {  // an empty split: nothing to merge from it
     if (part == 0 && row < nrows) {
       const int tok = q0 + t0 + row / G, head = kvh * G + row % G;
-      a.part_lse[(static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head] =
-          -INFINITY;
+      a.part_lse[partial_row(a, tok, head) + split] = -INFINITY;
     }
     return;
   }
@@ -798,8 +803,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   const bool single = a.num_splits == 1;
   for (int r = tid; !single && r < nrows; r += C::T) {
     const int tok = q0 + t0 + r / G, head = kvh * G + r % G;
-    a.part_lse[(static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head] =
-        rowv[C::M + r];
+    a.part_lse[partial_row(a, tok, head) + split] = rowv[C::M + r];
   }
   L::for_each(acc, tid, S, [&](int r, int col, float value) {
     if (r >= nrows || col >= D) return;
@@ -808,8 +812,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
     if (single) {
       store_elem<QKIND>(a.out, tok * a.out_tok_stride + head * a.out_head_stride + col, o);
     } else {
-      const int64_t at = (static_cast<int64_t>(split) * a.num_tokens + tok) * a.num_heads + head;
-      a.part_out[at * D + col] = o;
+      a.part_out[(partial_row(a, tok, head) + split) * D + col] = o;
     }
   });
 }
@@ -819,20 +822,19 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
 template <int QKIND>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const AttnPrefillArgs a) {
   const int tok = blockIdx.x, D = a.head_size;
-  const int64_t plane = static_cast<int64_t>(a.num_tokens) * a.num_heads;
   for (int i = threadIdx.x; i < a.num_heads * D; i += kMergeThreads) {
     const int head = i / D, d = i % D;
-    const int64_t at = static_cast<int64_t>(tok) * a.num_heads + head;
+    const int64_t at = partial_row(a, tok, head);
     float m = -INFINITY;
-    for (int s = 0; s < a.num_splits; ++s) m = fmaxf(m, a.part_lse[s * plane + at]);
+    for (int s = 0; s < a.num_splits; ++s) m = fmaxf(m, a.part_lse[at + s]);
     float num = 0.0f, den = 0.0f;
     if (m != -INFINITY) {
       for (int s = 0; s < a.num_splits; ++s) {
-        const float lse = a.part_lse[s * plane + at];
+        const float lse = a.part_lse[at + s];
         if (lse == -INFINITY) continue;  // an empty split wrote no output
         const float w = exp2f(lse - m);
         den += w;
-        num = fmaf(w, a.part_out[(s * plane + at) * D + d], num);
+        num = fmaf(w, a.part_out[(at + s) * D + d], num);
       }
     }
     store_elem<QKIND>(a.out, tok * a.out_tok_stride + head * a.out_head_stride + d,
@@ -932,8 +934,6 @@ Kernel kernel_for(int config, int query_kind, int cache_kind, int head_bucket) {
   }
 #endif
 }
-
-int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256; }
 
 int config_rows(int config) {
   return config == 0 ? LargeFor<ATTN_PREFILL_MMA, 64>::M : SmallCfg<64>::M;
