@@ -50,6 +50,22 @@ def partials_bytes(rows: int, num_heads: int, parts: int, head_size: int) -> int
     return 0 if parts <= 1 else rows * num_heads * parts * (head_size + 1) * PARTIAL_BYTES
 
 
+_C_TYPES = {
+    "pointer": ctypes.c_void_p,
+    "int64": ctypes.c_int64,
+    "int32": ctypes.c_int32,
+    "float32": ctypes.c_float,
+}
+
+
+def c_struct(name: str, *groups: tuple[str, str]) -> type[ctypes.Structure]:
+    """The ctypes mirror of a C struct of a family's ABI header: ``groups`` are ``(type,
+    "field field ...")`` in the header's order, ``type`` one of ``pointer``, ``int64``,
+    ``int32``, ``float32``."""
+    fields = [(field, _C_TYPES[kind]) for kind, names in groups for field in names.split()]
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
 # ``<prefix>_abi_version``, ``<prefix>_platform`` and ``<prefix>_error_string``: every library
 COMMON_FUNCTIONS = {
     "abi_version": (ctypes.c_int, []),

@@ -33,52 +33,34 @@ def variant_for(group: int) -> str:
     return f"g{group_slots(group)}"
 
 
-class DecodeArgs(ctypes.Structure):
-    _fields_ = [
-        ("out", ctypes.c_void_p),
-        ("query", ctypes.c_void_p),
-        ("key_cache", ctypes.c_void_p),
-        ("value_cache", ctypes.c_void_p),
-        ("block_tables", ctypes.c_void_p),
-        ("seq_lens", ctypes.c_void_p),
-        ("alibi_slopes", ctypes.c_void_p),
-        ("part_out", ctypes.c_void_p),
-        ("part_lse", ctypes.c_void_p),
-        ("out_seq_stride", ctypes.c_int64),
-        ("out_head_stride", ctypes.c_int64),
-        ("q_seq_stride", ctypes.c_int64),
-        ("q_head_stride", ctypes.c_int64),
-        ("k_block_stride", ctypes.c_int64),
-        ("k_head_stride", ctypes.c_int64),
-        ("v_block_stride", ctypes.c_int64),
-        ("v_head_stride", ctypes.c_int64),
-        ("table_stride", ctypes.c_int64),
-        ("num_seqs", ctypes.c_int32),
-        ("num_heads", ctypes.c_int32),
-        ("num_kv_heads", ctypes.c_int32),
-        ("head_size", ctypes.c_int32),
-        ("block_size", ctypes.c_int32),
-        ("table_width", ctypes.c_int32),
-        ("num_partitions", ctypes.c_int32),
-        ("partition_size", ctypes.c_int32),
-        ("query_kind", ctypes.c_int32),
-        ("cache_kind", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-        ("v_scale", ctypes.c_float),
-    ]
+DecodeArgs = abi.c_struct(
+    "DecodeArgs",
+    (
+        "pointer",
+        "out query key_cache value_cache block_tables seq_lens alibi_slopes part_out part_lse",
+    ),
+    (
+        "int64",
+        "out_seq_stride out_head_stride q_seq_stride q_head_stride k_block_stride "
+        "k_head_stride v_block_stride v_head_stride table_stride",
+    ),
+    (
+        "int32",
+        "num_seqs num_heads num_kv_heads head_size block_size table_width num_partitions "
+        "partition_size query_kind cache_kind",
+    ),
+    ("float32", "scale v_scale"),
+)
 
 
-class KernelInfo(ctypes.Structure):
-    _fields_ = [
-        ("num_regs", ctypes.c_int32),
-        ("smem_bytes", ctypes.c_int32),
-        ("local_bytes", ctypes.c_int32),
-        ("max_threads_per_block", ctypes.c_int32),
-        ("threads_per_block", ctypes.c_int32),
-        ("blocks_per_sm", ctypes.c_int32),
-        ("binary_version", ctypes.c_int32),
-        ("ptx_version", ctypes.c_int32),
-    ]
+KernelInfo = abi.c_struct(
+    "KernelInfo",
+    (
+        "int32",
+        "num_regs smem_bytes local_bytes max_threads_per_block threads_per_block "
+        "blocks_per_sm binary_version ptx_version",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -109,7 +91,7 @@ class DecodeLibrary(NativeLibrary):
         super().__init__(path)
         self.slots = self._lib.attn_native_group_slots()
 
-    def decode(self, args: DecodeArgs, stream: int) -> None:
+    def decode(self, args: ctypes.Structure, stream: int) -> None:
         """Launch one decode step on ``stream`` (a ``cudaStream_t`` as an int)."""
         rc = self._lib.attn_native_decode(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native decode launch")

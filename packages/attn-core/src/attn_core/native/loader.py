@@ -148,24 +148,20 @@ def load_library(
     index, why = cuda_index(torch.device(device))
     if index is None:
         return None, NativeStatus(False, why)
+    key = (cls, variant, settings, device_arch(index, settings.arch), library_dir)
     with _LOCK:
-        found = _load(cls, variant, settings, device_arch(index, settings.arch), library_dir)  # type: ignore[arg-type]
-    return found  # type: ignore[return-value]
+        return _load(key)  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=64)
-def _load(
-    cls: type[Library],
-    variant: str,
-    settings: NativeSettings,
-    arch: str,
-    library_dir: Optional[str],
-) -> tuple[Optional[Library], NativeStatus]:
-    lib, status = _locate(cls, variant, settings, arch, library_dir)
+def _load(key: tuple) -> tuple[Optional[NativeLibrary], NativeStatus]:
+    """:func:`_locate` once per ``(class, variant, settings, arch, library_dir)``; a library
+    that is not there is said once, in the log."""
+    lib, status = _locate(*key)
     if lib is None:
         log.warning(
             "attn-core native %s (%s) unavailable, the torch path runs: %s",
-            cls.FAMILY.name, variant, status.detail,
+            key[0].FAMILY.name, key[1], status.detail,
         )  # fmt: skip
     return lib, status
 

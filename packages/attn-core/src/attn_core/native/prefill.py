@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -27,64 +27,32 @@ from attn_core.native.family import PREFILL, PREFILL_MMA_KINDS
 from attn_core.native.loader import NativeLibrary
 from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 
-
-class PrefillArgs(ctypes.Structure):
-    _fields_ = [
-        ("out", ctypes.c_void_p),
-        ("query", ctypes.c_void_p),
-        ("key", ctypes.c_void_p),
-        ("value", ctypes.c_void_p),
-        ("key_cache", ctypes.c_void_p),
-        ("value_cache", ctypes.c_void_p),
-        ("block_tables", ctypes.c_void_p),
-        ("query_start_loc", ctypes.c_void_p),
-        ("context_lens", ctypes.c_void_p),
-        ("alibi_slopes", ctypes.c_void_p),
-        ("part_out", ctypes.c_void_p),
-        ("part_lse", ctypes.c_void_p),
-        ("out_tok_stride", ctypes.c_int64),
-        ("out_head_stride", ctypes.c_int64),
-        ("q_tok_stride", ctypes.c_int64),
-        ("q_head_stride", ctypes.c_int64),
-        ("k_tok_stride", ctypes.c_int64),
-        ("k_head_stride", ctypes.c_int64),
-        ("v_tok_stride", ctypes.c_int64),
-        ("v_head_stride", ctypes.c_int64),
-        ("kc_block_stride", ctypes.c_int64),
-        ("kc_head_stride", ctypes.c_int64),
-        ("vc_block_stride", ctypes.c_int64),
-        ("vc_head_stride", ctypes.c_int64),
-        ("table_stride", ctypes.c_int64),
-        ("num_seqs", ctypes.c_int32),
-        ("num_tokens", ctypes.c_int32),
-        ("num_heads", ctypes.c_int32),
-        ("num_kv_heads", ctypes.c_int32),
-        ("head_size", ctypes.c_int32),
-        ("block_size", ctypes.c_int32),
-        ("table_width", ctypes.c_int32),
-        ("max_query_len", ctypes.c_int32),
-        ("num_splits", ctypes.c_int32),
-        ("sliding_window", ctypes.c_int32),
-        ("query_kind", ctypes.c_int32),
-        ("cache_kind", ctypes.c_int32),
-        ("config", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-        ("k_scale", ctypes.c_float),
-        ("v_scale", ctypes.c_float),
-    ]
+PrefillArgs = abi.c_struct(
+    "PrefillArgs",
+    (
+        "pointer",
+        "out query key value key_cache value_cache block_tables query_start_loc context_lens "
+        "alibi_slopes part_out part_lse",
+    ),
+    (
+        "int64",
+        "out_tok_stride out_head_stride q_tok_stride q_head_stride k_tok_stride k_head_stride "
+        "v_tok_stride v_head_stride kc_block_stride kc_head_stride vc_block_stride "
+        "vc_head_stride table_stride",
+    ),
+    (
+        "int32",
+        "num_seqs num_tokens num_heads num_kv_heads head_size block_size table_width "
+        "max_query_len num_splits sliding_window query_kind cache_kind config",
+    ),
+    ("float32", "scale k_scale v_scale"),
+)
 
 
-class PrefillConfigInfo(ctypes.Structure):
-    _fields_ = [
-        ("rows", ctypes.c_int32),
-        ("keys", ctypes.c_int32),
-        ("threads", ctypes.c_int32),
-        ("smem_bytes", ctypes.c_int32),
-        ("num_regs", ctypes.c_int32),
-        ("local_bytes", ctypes.c_int32),
-        ("blocks_per_sm", ctypes.c_int32),
-        ("available", ctypes.c_int32),
-    ]
+PrefillConfigInfo = abi.c_struct(
+    "PrefillConfigInfo",
+    ("int32", "rows keys threads smem_bytes num_regs local_bytes blocks_per_sm available"),
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +87,7 @@ class PrefillLibrary(NativeLibrary):
         kinds = {v: k for k, v in PREFILL_MMA_KINDS.items()}
         self.mma = kinds[self._lib.attn_prefill_mma()]
 
-    def launch(self, args: PrefillArgs, stream: int) -> None:
+    def launch(self, args: ctypes.Structure, stream: int) -> None:
         """Launch one call on ``stream`` (a ``cudaStream_t`` as an int)."""
         rc = self._lib.attn_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native prefill launch")
@@ -199,25 +167,17 @@ def device_launch(
     )
 
 
-def layout_supported(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    block_tables: torch.Tensor,
-) -> Optional[str]:
-    """None if the kernel can read these tensors' strides as they are, else why not (the
-    entry point has validated shapes, dtypes and devices; the torch path takes any strides)."""
-    for name, t in (
-        ("query", query),
-        ("key", key),
-        ("value", value),
-        ("block_tables", block_tables),
-    ):
-        if t.stride(-1) != 1:
-            return f"{name} needs a contiguous last dimension, got strides {t.stride()}"
-    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
+def layout_supported(call: Any) -> Optional[str]:
+    """None if the kernel can read the strides of ``call``'s tensors (an object with
+    ``query``, ``key``, ``value``, ``key_cache``, ``value_cache`` and ``block_tables``, e.g.
+    :class:`attn_core.prefill.problem.Problem`) as they are, else why not. The entry point has
+    validated shapes, dtypes and devices; the torch path takes any strides."""
+    for name in ("query", "key", "value", "block_tables"):
+        strides = getattr(call, name).stride()
+        if strides[-1] != 1:
+            return f"{name} needs a contiguous last dimension, got strides {strides}"
+    for name in ("key_cache", "value_cache"):
+        cache = getattr(call, name)
         if cache.shape[0] and not cache[0, 0].is_contiguous():
             return f"{name} must be contiguous below the head axis (vLLM's layout)"
     return None

@@ -53,10 +53,7 @@ def run_native_prefill(
             f"max_context_len) = {(num_tokens, num_seqs, max_query_len, max_context_len)}, got "
             f"{(plan.num_tokens, plan.num_seqs, plan.max_query_len, plan.max_context_len)}"
         )
-    why = layout_supported(
-        query, problem.key, problem.value, problem.key_cache, problem.value_cache,
-        problem.block_tables,
-    )  # fmt: skip
+    why = layout_supported(problem)
     if why:
         raise ValueError(f"native prefill: {why}")
     part_out = part_lse = None

@@ -63,18 +63,18 @@ from attn_core.core.checks import (
     resolve_scale,
     value_checks_enabled,
 )
-from attn_core.core.settings import DECODE_BACKENDS, generation
+from attn_core.core.settings import DECODE_BACKENDS
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace, is_capturing
 from attn_core.decode.bounds import check_decode_bounds, max_seq_len_bucket
 from attn_core.decode.inputs import DecodeInputs
 from attn_core.decode.native_step import partial_sizes, run_native_decode
-from attn_core.decode.plan import AnyDecodePlan, DecodePlan
+from attn_core.decode.plan import AnyDecodePlan, DecodeLengths, DecodePlan
 from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.decode.torch_path import run_torch_decode
 from attn_core.device.spec import DeviceSpec
 from attn_core.runtime import decode_steady as steady
-from attn_core.runtime.resolve import cached_decode_plan, with_library
+from attn_core.runtime.resolve import decode_plan_for, with_library
 
 
 def paged_decode(
@@ -166,17 +166,8 @@ def paged_decode(
     if query.shape[0] == 0:  # an empty batch is a no-op, not an error
         return out
     if plan is None:
-        # a new signature or bucket: one dict lookup on values the call already has (no
-        # environment, no resolution); a new key goes through the resolver's cache of
-        # bucketed plans
-        key = (query.shape, query.dtype, query.device, key_cache.shape, kv_cache_dtype,
-               block_tables.shape[1], max_seq_len, backend, device_spec, generation())  # fmt: skip
-        plan = _PLANS.get(key)
-        if plan is None:
-            plan = plan_for(query, layout, key[5], max_seq_len, device_spec, backend)
-            if len(_PLANS) >= _MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
+        # a new signature or bucket (the steady state's one cache missed): resolve now
+        plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec, backend)
     else:
         _check_plan(plan, query, layout, block_tables.shape[1], max_seq_len)
         if isinstance(plan, NativeDecodePlan) and plan.library is None:
@@ -334,12 +325,6 @@ def _check_plan(
 
 
 # -------------------------------------------------------------------------------------- plan
-_PLANS: dict[tuple, AnyDecodePlan] = {}
-# vLLM's max_seq_len grows by one per step: a key per length, bounded, each a cheap hit into
-# the resolver's bucketed cache when it is first seen
-_MAX_PLANS = 4096
-
-
 def plan_for(
     query: torch.Tensor,
     layout: CacheLayout,
@@ -348,7 +333,10 @@ def plan_for(
     device_spec: Optional[DeviceSpec] = None,
     backend: Optional[str] = None,
 ) -> AnyDecodePlan:
-    """The resolved plan :func:`paged_decode` runs for these arguments (one cache lookup)."""
+    """The resolved plan :func:`paged_decode` runs for these arguments: made for the
+    ``max_seq_len`` bucket (:func:`attn_core.decode.bounds.max_seq_len_bucket`), so the steady
+    state (:mod:`attn_core.runtime.decode_steady`, the one place plans are kept) keeps one
+    plan per bucket, however ``max_seq_len`` grows inside it."""
     shape = AttentionShape(
         query.shape[1],
         layout.num_kv_heads,
@@ -358,7 +346,5 @@ def plan_for(
         layout.kv_cache_dtype,
     )
     bucket = max_seq_len_bucket(max_seq_len, max_blocks * layout.block_size)
-    return cached_decode_plan(
-        shape, query.shape[0], bucket, max_blocks, query.device, backend, device_spec,
-        generation(),
-    )  # fmt: skip
+    lengths = DecodeLengths(query.shape[0], bucket, max_blocks)
+    return decode_plan_for(shape, lengths, query.device, device_spec, backend=backend)

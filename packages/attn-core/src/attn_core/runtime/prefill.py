@@ -3,7 +3,7 @@
 validate -> plan -> execute (torch, fused or native backend). The plan is resolved once
 (:func:`prefill_plan_for`: profile, capabilities narrowed to verified fused backends and
 native variants, overrides; then the pure :func:`attn_core.plan_prefill`) per shape, bucketed
-lengths (:func:`attn_core.runtime.resolve.prefill_lengths_bucket`), features, ``backend`` and
+lengths (:func:`attn_core.prefill.plan.lengths_bucket`), features, ``backend`` and
 settings generation, then reused: vLLM calls once per layer per chunk, and a steady-state call
 reads no environment and enters no resolver code (``tests/test_prefill_steady_state.py``).
 """
@@ -145,9 +145,9 @@ _PLANS: dict[tuple, AnyPrefillPlan] = {}
 # Resolving one prefill plan took 65-70 us on the CPU (bench/prefill_resolve.py:
 # prefill_plan_for alone, torch path; a small call ~0.6-1 ms, of which 100-150 us went to the
 # plan), ~180 function calls; vLLM calls once per layer per chunk, 64 layers, so ~4.5 ms per
-# chunk resolved the same plan again. A key per (chunk sizes, features), each a hit in the
-# resolver's bucketed cache when first seen; cleared when full (a growing context adds a key
-# per chunk; 4096 keys are a 100K-token context in 25-token chunks).
+# chunk resolved the same plan again. One plan per (shapes, bucketed lengths, features), the
+# only place prefill keeps plans; cleared when full (4096 keys are far more buckets than one
+# model's chunks reach).
 _MAX_PLANS = 4096
 
 
@@ -158,34 +158,46 @@ def _resolved_plan(
     max_query_len: int,
     backend: Optional[str],
 ) -> AnyPrefillPlan:
-    """The plan :func:`paged_prefix_prefill` runs when the caller passes none: one dict lookup
-    on values the call already has (no environment, no resolution); a new key goes through
-    :func:`attn_core.runtime.resolve.cached_prefill_plan` (lengths bucketed up) and, for a
-    fused backend, its once-per-process reference check."""
+    """The plan :func:`paged_prefix_prefill` runs when the caller passes none, from the one
+    plan cache: one dict lookup on values the call already has (no environment, no
+    resolution). A new call key looks the same dict up under its lengths bucketed up
+    (:func:`attn_core.runtime.resolve.prefill_lengths_bucket`, so the chunks of a growing
+    context share a plan) and only a new bucket is resolved and, for a fused backend, checked
+    against the reference once per process."""
     query, layout = problem.query, problem.layout
     max_context = _max_context(spans)
     alibi, large_scale = problem.alibi_slopes is not None, problem.scale > 1.0
-    key = (query.shape, query.dtype, query.device, layout.num_kv_heads, layout.block_size,
-           layout.kv_cache_dtype, max_blocks, max_query_len, max_context, len(spans), alibi,
-           problem.window, large_scale, backend, generation())  # fmt: skip
+    features = (query.dtype, query.device, layout.num_kv_heads, layout.block_size,
+                layout.kv_cache_dtype, alibi, problem.window, large_scale, backend,
+                generation())  # fmt: skip
+    key = (query.shape, max_blocks, max_query_len, max_context, len(spans), *features)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
-    shape = AttentionShape(
-        query.shape[1], layout.num_kv_heads, query.shape[2], layout.block_size, query.dtype,
-        layout.kv_cache_dtype,
-    )  # fmt: skip
     lengths = resolve.prefill_lengths_bucket(
         max_query_len, max_context, len(spans), query.shape[0], max_blocks * layout.block_size
     )
-    plan = resolve.cached_prefill_plan(
-        shape, lengths, query.device, alibi, problem.window, large_scale, backend, None, key[-1]
-    )  # fmt: skip
-    _ensure_fused_verified(plan, query)
+    bucket_key = (query.shape[1:], lengths, *features)
+    plan = _PLANS.get(bucket_key)
+    if plan is None:
+        shape = AttentionShape(
+            query.shape[1], layout.num_kv_heads, query.shape[2], layout.block_size, query.dtype,
+            layout.kv_cache_dtype,
+        )  # fmt: skip
+        plan = resolve.prefill_plan_for(
+            shape, lengths, query.device, alibi=alibi, sliding_window=problem.window,
+            large_scale=large_scale, backend=backend,
+        )  # fmt: skip
+        _ensure_fused_verified(plan, query)
+        _keep(bucket_key, plan)
+    _keep(key, plan)
+    return plan
+
+
+def _keep(key: tuple, plan: AnyPrefillPlan) -> None:
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan
-    return plan
 
 
 def _ensure_fused_verified(plan: AnyPrefillPlan, query: torch.Tensor) -> None:

@@ -12,13 +12,11 @@ looks nothing up.
 Precedence of every decision: an explicit argument (``backend=``, ``overrides=``,
 ``device_spec=``), then the settings snapshot, then the planner's default.
 
-:func:`cached_decode_plan` keeps resolved decode plans per shape, ``max_seq_len`` bucket,
-table width, ``backend`` argument, profile and settings generation; :func:`attn_core.
-paged_decode` asks it only for a call key it has not seen (its own steady state is one dict
-lookup), so a steady-state call reads no environment and resolves nothing.
-:func:`cached_prefill_plan` does the same for prefill, keyed on the bucketed lengths
-(:func:`prefill_lengths_bucket`) and the call's features (ALiBi, window, a scale > 1);
-:func:`attn_core.paged_prefix_prefill` keeps its own dict in front of it.
+Nothing here keeps plans: each entry point keeps its own, in one place (decode: its steady
+state, :mod:`attn_core.runtime.decode_steady`, per call signature and ``max_seq_len`` bucket;
+prefill: :mod:`attn_core.runtime.prefill`, per shapes, bucketed lengths
+(:func:`prefill_lengths_bucket`) and features), and comes here only for a key it has not seen,
+so a steady-state call reads no environment and resolves nothing.
 """
 
 from __future__ import annotations
@@ -98,24 +96,6 @@ def decode_plan_for(
     if isinstance(plan, NativeDecodePlan):
         plan = dataclasses.replace(plan, library=lib)
     return plan
-
-
-@functools.lru_cache(maxsize=512)
-def cached_decode_plan(
-    shape: AttentionShape,
-    num_seqs: int,
-    bucket: int,
-    max_blocks: int,
-    device: torch.device,
-    backend: Optional[str],
-    device_spec: Optional[DeviceSpec],
-    settings_generation: int,
-) -> AnyDecodePlan:
-    """:func:`decode_plan_for`, kept per key (``settings_generation`` is
-    :func:`attn_core.core.settings.generation`: a reload resolves again)."""
-    del settings_generation  # part of the key only
-    lengths = DecodeLengths(num_seqs, bucket, max_blocks)
-    return decode_plan_for(shape, lengths, device, device_spec, backend=backend)
 
 
 @functools.lru_cache(maxsize=64)
@@ -214,28 +194,6 @@ def prefill_lengths_bucket(
 def _sixteenth_up(n: int) -> int:
     step = 1 << max(0, n.bit_length() - 5)
     return -(-n // step) * step
-
-
-@functools.lru_cache(maxsize=256)
-def cached_prefill_plan(
-    shape: AttentionShape,
-    lengths: PrefillLengths,
-    device: torch.device,
-    alibi: bool,
-    sliding_window: int,
-    large_scale: bool,
-    backend: Optional[str],
-    device_spec: Optional[DeviceSpec],
-    settings_generation: int,
-) -> AnyPrefillPlan:
-    """:func:`prefill_plan_for`, kept per key (``lengths`` from :func:`prefill_lengths_bucket`;
-    ``settings_generation`` is :func:`attn_core.core.settings.generation`: a reload resolves
-    again). Bounded: 256 keys hold, e.g., 4 shapes x 64 length buckets of one process."""
-    del settings_generation  # part of the key only
-    return prefill_plan_for(
-        shape, lengths, device, device_spec, alibi=alibi, sliding_window=sliding_window,
-        large_scale=large_scale, backend=backend,
-    )  # fmt: skip
 
 
 def native_prefill_caps(

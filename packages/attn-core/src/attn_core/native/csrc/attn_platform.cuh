@@ -31,6 +31,15 @@
 // inlined them either way. GNU syntax, which both compilers take.
 #define ATTN_INLINE_LAMBDA __attribute__((always_inline))
 
+// The exports every kernel family's library has (attn_core.native.abi.COMMON_FUNCTIONS), inside
+// its `extern "C"` block: <prefix>_abi_version, <prefix>_platform, <prefix>_error_string.
+#define ATTN_COMMON_EXPORTS(prefix, version)                      \
+  int prefix##_abi_version(void) { return version; }              \
+  const char* prefix##_platform(void) { return ATTN_PLATFORM; }   \
+  const char* prefix##_error_string(int code) {                   \
+    return cudaGetErrorString(static_cast<cudaError_t>(code));    \
+  }
+
 namespace attn {
 
 // Element kinds, shared with the Python side (attn_core/native/abi.py).

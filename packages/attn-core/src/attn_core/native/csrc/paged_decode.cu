@@ -881,15 +881,9 @@ KernelPtr merge_for(int query_kind) {
 
 extern "C" {
 
-int attn_native_abi_version(void) { return ATTN_NATIVE_ABI_VERSION; }
+ATTN_COMMON_EXPORTS(attn_native, ATTN_NATIVE_ABI_VERSION)
 
 int attn_native_group_slots(void) { return ATTN_GROUP_SLOTS; }
-
-const char* attn_native_platform(void) { return ATTN_PLATFORM; }
-
-const char* attn_native_error_string(int code) {
-  return cudaGetErrorString(static_cast<cudaError_t>(code));
-}
 
 int attn_native_decode(const AttnDecodeArgs* args, void* stream) {
   using namespace attn;

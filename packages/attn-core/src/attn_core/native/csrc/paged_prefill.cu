@@ -955,15 +955,9 @@ cudaError_t prepare(const Kernel& k) {
 
 extern "C" {
 
-int attn_prefill_abi_version(void) { return ATTN_PREFILL_ABI_VERSION; }
+ATTN_COMMON_EXPORTS(attn_prefill, ATTN_PREFILL_ABI_VERSION)
 
 int attn_prefill_mma(void) { return ATTN_PREFILL_MMA; }
-
-const char* attn_prefill_platform(void) { return ATTN_PLATFORM; }
-
-const char* attn_prefill_error_string(int code) {
-  return cudaGetErrorString(static_cast<cudaError_t>(code));
-}
 
 int attn_prefill(const AttnPrefillArgs* args, void* stream) {
   using namespace attn;
