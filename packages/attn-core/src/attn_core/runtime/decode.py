@@ -36,8 +36,9 @@ Nothing reads device values on the host, so a step can be captured in a CUDA gra
 machinery per chunk and merges chunks by log-sum-exp.
 
 This module is the entry point: validate, fetch the resolved plan (:mod:`attn_core.runtime.resolve`,
-one cache lookup in the steady state), run it: :mod:`attn_core.decode.torch_path` for a
-:class:`DecodePlan`, :mod:`attn_core.decode.native_step` for a ``NativeDecodePlan``.
+one cache lookup in the steady state), run it with its backend (:mod:`attn_core.decode.backends`:
+the torch path, :mod:`attn_core.decode.torch_path`, or the native kernel,
+:mod:`attn_core.decode.native_step`).
 """
 
 from __future__ import annotations
@@ -66,12 +67,10 @@ from attn_core.core.checks import (
 from attn_core.core.settings import DECODE_BACKENDS
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace, default_workspace, is_capturing
+from attn_core.decode.backends import backend_of
 from attn_core.decode.bounds import check_decode_bounds, max_seq_len_bucket
 from attn_core.decode.inputs import DecodeInputs
-from attn_core.decode.native_step import partial_sizes, run_native_decode
-from attn_core.decode.plan import AnyDecodePlan, DecodeLengths, DecodePlan
-from attn_core.decode.plan_native import NativeDecodePlan
-from attn_core.decode.torch_path import run_torch_decode
+from attn_core.decode.plan import AnyDecodePlan, DecodeLengths
 from attn_core.device.spec import DeviceSpec
 from attn_core.runtime import decode_steady as steady
 from attn_core.runtime.resolve import decode_plan_for, with_library
@@ -170,8 +169,7 @@ def paged_decode(
         plan = plan_for(query, layout, block_tables.shape[1], max_seq_len, device_spec, backend)
     else:
         _check_plan(plan, query, layout, block_tables.shape[1], max_seq_len)
-        if isinstance(plan, NativeDecodePlan) and plan.library is None:
-            plan = with_library(plan, query.device)
+        plan = with_library(plan, query.device)
     checks = value_checks_enabled()
     if checks and not is_capturing(query.device):
         # reading values syncs, which a CUDA-graph capture forbids: capture checks nothing
@@ -180,16 +178,13 @@ def paged_decode(
         query, key_cache, value_cache, block_tables, seq_lens, layout, scale, float(k_scale),
         float(v_scale), alibi_slopes,
     )  # fmt: skip
-    prepared = None
-    if isinstance(plan, DecodePlan):
-        run_torch_decode(plan, inputs, out, ws)
-    else:
-        prepared = run_native_decode(plan, inputs, out, ws)
+    runner = backend_of(plan)
+    prepared = runner.run(plan, inputs, out, ws)
     if sig is not None:  # validated and run: later calls of this signature and bucket skip both
         capacity = block_tables.shape[1] * layout.block_size
         entry = steady.SteadyEntry(layout, capacity, scale, checks)
         bucket = max_seq_len_bucket(max_seq_len, capacity)
-        sizes = partial_sizes(plan, query) if isinstance(plan, NativeDecodePlan) else (0, 0)
+        sizes = runner.partials(plan, query)
         steady.record(sig, entry, bucket, steady.SteadyStep(plan, prepared, sizes))
     return out
 
@@ -223,12 +218,11 @@ def _run_steady(
             part_lse,
         )  # fmt: skip
         return out
-    assert isinstance(plan, DecodePlan)
     inputs = DecodeInputs(
         query, key_cache, value_cache, block_tables, seq_lens, entry.layout, entry.scale,
         k_scale, v_scale, alibi_slopes,
     )  # fmt: skip
-    run_torch_decode(plan, inputs, out, ws)
+    backend_of(plan).run(plan, inputs, out, ws)
     return out
 
 
@@ -302,10 +296,7 @@ def _check_plan(
     plan: AnyDecodePlan, query: torch.Tensor, layout: CacheLayout, max_blocks: int, max_seq_len: int
 ) -> None:
     """A caller's plan must be for this call: same sizes and dtypes, covering its context."""
-    if not isinstance(plan, (DecodePlan, NativeDecodePlan)):
-        raise ValueError(
-            f"plan must be an attn_core DecodePlan or NativeDecodePlan, got {type(plan).__name__}"
-        )
+    backend_of(plan)  # a plan of a registered backend
     cache_elem = 1 if layout.is_fp8 else query.element_size()
     want = (query.shape[0], query.shape[1], layout.num_kv_heads, layout.head_size,
             layout.block_size, query.dtype, cache_elem)  # fmt: skip

@@ -18,20 +18,17 @@ import torch
 from attn_core.core.checks import check_backend, check_out, check_type
 from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides, generation
 from attn_core.core.shapes import AttentionShape
-from attn_core.core.workspace import Workspace, check_workspace, default_workspace
+from attn_core.core.workspace import Workspace, check_workspace
 from attn_core.device.spec import DeviceSpec
-from attn_core.prefill.fused import run_fused_prefill
 from attn_core.prefill.inputs import validate_prefill
-from attn_core.prefill.native_path import run_native_prefill
 from attn_core.prefill.plan import (
     AnyPrefillPlan,
     PrefillLengths,
     PrefillPlan,
     large_scale_dtypes,
 )
-from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.prefill.problem import Problem, SeqSpan
-from attn_core.prefill.torch_path import run_torch_prefill
+from attn_core.prefill.runners import RUNNERS, PrefillCall, runner_of
 from attn_core.prefill.verify import ensure_verified
 from attn_core.runtime import resolve
 
@@ -104,7 +101,7 @@ def paged_prefix_prefill(
     check_backend(backend, PREFILL_BACKENDS)
     if plan is not None:
         expected = "None or an attn_core PrefillPlan or NativePrefillPlan"
-        check_type("plan", plan, (PrefillPlan, NativePrefillPlan), expected)
+        check_type("plan", plan, tuple({r.plan_type for r in RUNNERS.values()}), expected)
     problem, spans = validate_prefill(
         query,
         key,
@@ -128,15 +125,12 @@ def paged_prefix_prefill(
     if plan is None:
         plan = _resolved_plan(problem, spans, block_tables.shape[1], max_query_len, backend)
     else:
-        _check_plan(plan, query, problem, max_query_len)
-        _ensure_fused_verified(plan, query)
-        if isinstance(plan, PrefillPlan):
-            plan = _fit_scale(plan, problem.scale)
-    if isinstance(plan, NativePrefillPlan):
-        lengths_on_device = (query_start_loc, seq_lens, context_lens)
-        _run_native(plan, problem, spans, lengths_on_device, max_query_len, out, workspace)
-        return out
-    _execute(plan, problem, spans, out, workspace)
+        plan = _caller_plan(plan, query, problem, max_query_len)
+    lengths = (query_start_loc, seq_lens, context_lens)
+    call = PrefillCall(
+        problem, spans, lengths, max_query_len, _max_context(spans), out, workspace
+    )  # fmt: skip
+    runner_of(plan).run(plan, call)
     return out
 
 
@@ -203,8 +197,9 @@ def _keep(key: tuple, plan: AnyPrefillPlan) -> None:
 def _ensure_fused_verified(plan: AnyPrefillPlan, query: torch.Tensor) -> None:
     """A fused backend's reference check (once per process; a failed check raises here).
     Meta tensors (the simulator's traces) run no kernel, so there is nothing to verify."""
-    if plan.backend not in ("torch", "native") and query.device.type != "meta":
-        ensure_verified(plan.backend, query.device, query.dtype, query.shape[2])
+    verify = runner_of(plan).verify
+    if verify is not None and query.device.type != "meta":
+        verify(plan.backend, query.device, query.dtype, query.shape[2])
 
 
 def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
@@ -252,34 +247,17 @@ def _max_context(spans: list[SeqSpan]) -> int:
     return max((s.ctx for s in spans), default=0)
 
 
-def _run_native(
-    plan: NativePrefillPlan,
-    problem: Problem,
-    spans: list[SeqSpan],
-    lengths: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
-    max_query_len: int,
-    out: torch.Tensor,
-    workspace: Optional[Workspace],
-) -> None:
-    """The native kernel (a caller's plan gets its verified library once per plan and
-    device); partials from ``workspace`` or this thread's default one."""
-    if plan.library is None:
-        plan = resolve.with_prefill_library(plan, problem.query.device)
-    ws = workspace if workspace is not None else default_workspace()
-    run_native_prefill(plan, problem, lengths, max_query_len, _max_context(spans), out, ws)
-
-
-def _execute(
-    plan: PrefillPlan,
-    problem: Problem,
-    spans: list[SeqSpan],
-    out: torch.Tensor,
-    workspace: Optional[Workspace],
-) -> None:
-    if plan.backend == "torch":
-        run_torch_prefill(plan, problem, spans, out, workspace)
-    else:
-        run_fused_prefill(plan, problem, spans, out)
+def _caller_plan(
+    plan: AnyPrefillPlan, query: torch.Tensor, problem: Problem, max_query_len: int
+) -> AnyPrefillPlan:
+    """A caller's plan checked against the call and made ready to run: a fused backend checked
+    against the reference (once per process), a native plan given its verified library (once
+    per plan and device), a torch plan's score dtypes fitted to a scale > 1."""
+    _check_plan(plan, query, problem, max_query_len)
+    _ensure_fused_verified(plan, query)
+    if runner_of(plan).needs_library and getattr(plan, "library", None) is None:
+        return resolve.with_prefill_library(plan, query.device)  # type: ignore[arg-type]
+    return _fit_scale(plan, problem.scale)  # type: ignore[arg-type]
 
 
 def _check_out(out: Optional[torch.Tensor], query: torch.Tensor) -> torch.Tensor:
@@ -298,14 +276,15 @@ def _check_plan(
         raise ValueError(
             f"plan must be for (num_heads, num_kv_heads, head_size, dtype) = {want}, got {got}"
         )
-    if isinstance(plan, NativePrefillPlan):
+    runner = runner_of(plan)
+    if runner.cache_bound:
         cache = (problem.layout.block_size, problem.layout.kv_cache_dtype)
-        if cache != (plan.block_size, plan.kv_cache_dtype):
+        planned = (getattr(plan, "block_size", None), getattr(plan, "kv_cache_dtype", None))
+        if cache != planned:
             raise ValueError(
-                f"plan must be for (block_size, kv_cache_dtype) = {cache}, "
-                f"got {(plan.block_size, plan.kv_cache_dtype)}"
+                f"plan must be for (block_size, kv_cache_dtype) = {cache}, got {planned}"
             )
-    if plan.backend not in ("torch", "native"):
+    if not runner.features:
         if problem.alibi_slopes is not None or problem.window > 0:
             raise ValueError(
                 f"plan.backend {plan.backend!r} supports neither alibi_slopes nor sliding_window; "

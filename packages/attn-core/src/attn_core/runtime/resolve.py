@@ -38,18 +38,17 @@ from attn_core.core.settings import (
     DECODE_BACKENDS,
     PREFILL_BACKENDS,
     DecodeOverrides,
-    NativeSettings,
     PrefillOverrides,
     current_overrides,
 )
 from attn_core.core.shapes import AttentionShape
+from attn_core.decode.backends import BACKENDS as DECODE_BACKEND_REGISTRY
+from attn_core.decode.backends import backend_of as decode_backend_of
 from attn_core.decode.bounds import max_seq_len_bucket
 from attn_core.decode.plan import AnyDecodePlan, DecodeLengths, plan_decode
-from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.device.capabilities import Capabilities, probe_capabilities
 from attn_core.device.detect import detect_device_spec
 from attn_core.device.spec import DeviceSpec
-from attn_core.native.decode import DecodeLibrary, variant_for
 from attn_core.native.loader import native_ready
 from attn_core.native.prefill import PrefillLibrary
 from attn_core.prefill.plan import (
@@ -89,35 +88,34 @@ def decode_plan_for(
     spec = device_spec if device_spec is not None else detect_device_spec(device, settings.device)
     caps = probe_capabilities(device, shape.dtype)
     lib = None
-    if decode.backend != "torch":
-        lib, why = _decode_ready(settings.native, device, shape)
+    native = DECODE_BACKEND_REGISTRY["native"]
+    if decode.backend != "torch" and native.ready is not None:
+        lib, why = native.ready(settings.native, device, shape)
         caps = dataclasses.replace(caps, native_decode=lib is not None, native_decode_why=why)
     plan = plan_decode(shape, lengths, spec, caps, decode)
-    if isinstance(plan, NativeDecodePlan):
-        plan = dataclasses.replace(plan, library=lib)
+    if decode_backend_of(plan).ready is not None:
+        plan = dataclasses.replace(plan, library=lib)  # type: ignore[arg-type]
     return plan
 
 
 @functools.lru_cache(maxsize=64)
-def with_library(plan: NativeDecodePlan, device: torch.device) -> NativeDecodePlan:
-    """A caller's native plan (made by the pure planner) with the verified library attached;
-    kept per (plan, device), so a caller passing the same plan each step resolves it once."""
-    lib, why = _decode_ready(current_overrides().native, device, _shape_of(plan))
+def with_library(plan: AnyDecodePlan, device: torch.device) -> AnyDecodePlan:
+    """A caller's plan (made by the pure planner) ready to run: for a backend that needs a
+    verified library, with it attached; kept per (plan, device), so a caller passing the same
+    plan each step resolves it once."""
+    backend = decode_backend_of(plan)
+    if backend.ready is None or getattr(plan, "library", None) is not None:
+        return plan
+    lib, why = backend.ready(current_overrides().native, device, _shape_of(plan))
     if lib is None:
-        raise ValueError(f"plan.backend is 'native' but the native kernel is {why}")
-    return dataclasses.replace(plan, library=lib)
+        raise ValueError(f"plan.backend is {backend.name!r} but the native kernel is {why}")
+    return dataclasses.replace(plan, library=lib)  # type: ignore[arg-type]
 
 
-def _decode_ready(
-    settings: NativeSettings, device: torch.device, shape: AttentionShape
-) -> tuple[Optional[DecodeLibrary], str]:
-    return native_ready(DecodeLibrary, variant_for(shape.group), settings, device, shape)
-
-
-def _shape_of(plan: NativeDecodePlan) -> AttentionShape:
+def _shape_of(plan: AnyDecodePlan) -> AttentionShape:
     return AttentionShape(
         plan.num_heads, plan.num_kv_heads, plan.head_size, plan.block_size, plan.compute_dtype,
-        plan.kv_cache_dtype,
+        getattr(plan, "kv_cache_dtype", "auto"),
     )  # fmt: skip
 
 
