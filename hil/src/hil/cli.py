@@ -215,20 +215,47 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def prepare_out(out_root: Path, run_id: str) -> Path:
-    """``OUT/RUN_ID``, created and writable, checked before any target is touched: a summary
-    that cannot be written would lose the run's results."""
+class RunFolderExists(UsageError):
+    """``OUT/RUN_ID`` is there already: another run (or an earlier one) owns it."""
+
+
+def prepare_out(out_root: Path, run_id: str, default_id: bool = False) -> tuple:
+    """(``OUT/RUN_ID``, the run id), created by this run alone and writable, checked before any
+    target is touched: a summary that cannot be written would lose the run's results.
+
+    The folder is created exclusively, so two runs with one --out and --run-id cannot
+    interleave one log or keep one summary: the second is refused (RunFolderExists). A default
+    (time) run id that is taken gets ``-2``, ``-3``, ... instead.
+    """
     if out_root.exists() and not out_root.is_dir():
         raise UsageError(f"--out {out_root} is a file, expected a directory (or a new path)")
-    out = out_root / run_id
+    base, n = run_id, 1
+    while True:
+        out = out_root / run_id
+        try:
+            out_root.mkdir(parents=True, exist_ok=True)
+            out.mkdir()
+            break
+        except FileExistsError:
+            if not default_id:
+                raise RunFolderExists(
+                    f"--out {out_root} --run-id {run_id}: the run folder {out} already exists "
+                    "(RunFolderExists: another run, or an earlier one, uses it); pass another "
+                    "--run-id or remove that folder"
+                ) from None
+            n += 1
+            run_id = f"{base}-{n}"
+        except OSError as exc:
+            raise UsageError(
+                f"--out {out_root}: cannot write {out} ({exc.strerror or exc})"
+            ) from None
     try:
-        out.mkdir(parents=True, exist_ok=True)
         probe = out / ".hil-write-check"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"--out {out_root}: cannot write {out} ({exc.strerror or exc})") from None
-    return out
+    return out, run_id
 
 
 def list_targets(config: Config, store: QuarantineStore) -> str:
@@ -324,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError(f"--executor docker: {missing}")
         store.check_writable()
         store.all()  # a corrupt state file stops the run here, not in every worker
-        out = prepare_out(args.out, run_id)
+        out, run_id = prepare_out(args.out, run_id, default_id=not args.run_id)
     except (ValueError, OSError) as exc:
         print(f"hil: {exc}", file=sys.stderr)
         return EXIT_HANG_OR_INFRA
