@@ -251,7 +251,7 @@ def prepare_out(out_root: Path, run_id: str, default_id: bool = False) -> tuple:
             ) from None
     try:
         probe = out / ".hil-write-check"
-        probe.write_text("")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"--out {out_root}: cannot write {out} ({exc.strerror or exc})") from None
