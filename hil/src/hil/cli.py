@@ -79,7 +79,7 @@ class UsageError(ValueError):
 def repo_root() -> Path:
     """``$HIL_REPO``, else the checkout this module lives in (hil/src/hil/cli.py), else cwd."""
     if os.environ.get("HIL_REPO"):
-        return Path(os.environ["HIL_REPO"]).resolve()
+        return Path(os.environ["HIL_REPO"]).expanduser().resolve()
     here = Path(__file__).resolve().parents[3]
     if (here / "hil" / "suites").is_dir() and (here / "packages").is_dir():
         return here
@@ -167,6 +167,7 @@ def reset_target(argv: Sequence[str]) -> int:
 def load(args) -> Config:
     repo = repo_root()
     path = args.config or Path(os.environ.get("HIL_CONFIG") or repo / "hil" / "targets.toml")
+    path = path.expanduser()
     try:
         return load_config(path, repo / "hil" / "suites" / "suites.toml", repo=repo)
     except OSError as exc:  # missing, a directory, unreadable: name the file and the option
@@ -328,6 +329,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "reset-target":
         return reset_target(argv[1:])
     args = build_parser().parse_args(argv)
+    # paths a shell did not expand (quoted, --out=~/x, from the environment): ~ is the home
+    args.out = args.out.expanduser()
+    args.wheels = os.path.expanduser(args.wheels) if args.wheels else ""
     store = QuarantineStore(args.state or default_state_path())
     # ValueError: bad arguments, config (ConfigError names the file and key) or state file
     # (StateError names the file and the repair command); OSError: a file that cannot be read.

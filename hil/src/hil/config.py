@@ -203,7 +203,7 @@ def _packages(value: str, where: str) -> None:
 
 def _dockerfile(raw, where: str, environ, repo: Path) -> tuple:
     """(the dockerfile setting, the build arguments it declares); the file must exist."""
-    setting = _opt_str(raw, "dockerfile", where, environ) or ""
+    setting = os.path.expanduser(_opt_str(raw, "dockerfile", where, environ) or "")
     path = Path(setting or DEFAULT_DOCKERFILE)
     path = path if path.is_absolute() else repo / path
     try:
@@ -371,7 +371,7 @@ def parse_target(
     _reject_unknown_map_keys(build_args, build_arg_names, f"{where}.build_args", "build arguments")
     if "PACKAGES" in build_args:
         _packages(build_args["PACKAGES"], f"{where}.build_args.PACKAGES")
-    wheels = _opt_str(raw, "wheels", where, environ) or ""
+    wheels = os.path.expanduser(_opt_str(raw, "wheels", where, environ) or "")
     target = Target(
         name=name,
         endpoint=endpoint,
@@ -400,6 +400,11 @@ def parse_target(
     for m in target.mounts:
         if len(m.split(":")) not in (2, 3):
             raise ConfigError(f"{where}.mounts entries must be 'host:container[:ro]', got {m!r}")
+        if m.startswith("~"):  # a path on the Docker host (the lab over ssh): not our home
+            raise ConfigError(
+                f"{where}.mounts entries name paths on the Docker host, whose home this machine "
+                f"does not know: write the host path absolute, got {m!r}"
+            )
     return target
 
 
