@@ -138,8 +138,8 @@ class QuarantineStore:
             raise self._error(f"cannot be read ({exc})") from None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise self._error(f"is not valid JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # also 4300+ digit ints, nesting past limits
+            raise self._error(f"is not valid JSON ({type(exc).__name__}: {exc})") from None
         why = shape_error(data)
         if why:
             raise self._error(f"has the wrong shape: {why}")
