@@ -12,7 +12,7 @@ import pytest
 from hil import runner
 from hil.config import Step, Suite, Target
 from hil.runner import run_all, write_result
-from hil.status import Counts, RunOutcome, Status, SuiteResult
+from hil.status import Counts, RunOutcome, Status, SuiteResult, exit_code
 
 BROKEN_RECORDS = {
     "not-json": '{"steps": [',
@@ -68,12 +68,16 @@ def test_hang_with_a_broken_record_is_a_hang_with_result_and_quarantine(
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN_RECORDS))
-def test_broken_record_of_a_finished_suite_is_a_fail_that_says_so(monkeypatch, make_ctx, kind):
+def test_broken_record_of_a_finished_suite_is_an_error_that_says_so(monkeypatch, make_ctx, kind):
+    """Results that cannot be read are ERROR (status.py), exit 2: bad input, not test failures."""
     install(monkeypatch, BrokenRecordExecutor(BROKEN_RECORDS[kind], code=0))
     ctx = make_ctx()
     results = run_all([Target("t")], suites("a"), ctx)
-    assert results[0].status == Status.FAIL
+    assert results[0].status == Status.ERROR
+    assert "results could not be read" in results[0].detail
     assert "suite.json" in results[0].detail
+    assert exit_code(results) == 2
+    assert ctx.store.get("t") is None  # not the device's fault: no quarantine
     assert (ctx.out / "t" / "a" / "result.json").exists()
 
 

@@ -137,9 +137,11 @@ def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path
     reports = [p for p in art.glob("*.xml")]
     counts, unreadable = count_reports(reports)
     failed_steps, broken = read_steps(art / "suite.json")
-    if broken:  # a record the suite runner did not finish: a failure, unless the watchdog's
-        failed_steps.append("suite.json")  # HANG (which classify puts first) says more
     status, detail = classify(outcome, counts, failed_steps)
+    if broken and status in (Status.PASS, Status.FAIL):
+        # the watchdog's HANG (and an infrastructure ERROR) stand whatever the record says;
+        # otherwise results that cannot be read are ERROR (exit 2), not test failures
+        status, detail = Status.ERROR, f"results could not be read ({detail or 'no failures'})"
     notes = list(outcome.notes) + [f"unreadable report {n}" for n in unreadable]
     notes += [broken] if broken else []
     if notes:
