@@ -46,13 +46,16 @@ def linked(art: Path, name: str, outside: Path) -> Path:
     return art / name
 
 
-def test_log_through_a_link_is_refused(art, outside):
-    pump = LogPump(
-        iter([b"secret\n"]), linked(art, "log.txt", outside), Console(io.StringIO()), "p"
-    )
+def test_log_through_a_link_is_refused_and_the_output_still_drained(art, outside):
+    """The stream is still read to its end (a child blocked on a full pipe would turn into a
+    false HANG) and shown on the terminal; only the log file is refused."""
+    chunks = iter([b"secret\n"] * 10_000)
+    shown = io.StringIO()
+    pump = LogPump(chunks, linked(art, "log.txt", outside), Console(shown), "p")
     pump.run()
     assert outside.read_text() == KEPT
     assert "symlink" in str(pump.error)
+    assert next(chunks, None) is None and shown.getvalue().count("secret") == 10_000
 
 
 @pytest.mark.parametrize(

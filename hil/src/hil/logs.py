@@ -51,19 +51,26 @@ class LogPump(threading.Thread):
     def run(self) -> None:
         line = _Line()
         try:
-            with open_append(self.path) as f:
-                for chunk in self.source:
+            f = open_append(self.path)
+        except OSError as exc:  # a link at log.txt: refused, but the stream is still drained
+            f, self.error = None, exc  # (a child blocked on a full pipe would look hung)
+        try:
+            for chunk in self.source:
+                if f is not None:
                     f.write(chunk)
                     f.flush()
-                    *ends, rest = chunk.split(b"\n")
-                    for end in ends:
-                        line.add(end)
-                        self.console.line(self.prefix, line.take())
-                    line.add(rest)
-                if line.size:
+                *ends, rest = chunk.split(b"\n")
+                for end in ends:
+                    line.add(end)
                     self.console.line(self.prefix, line.take())
+                line.add(rest)
+            if line.size:
+                self.console.line(self.prefix, line.take())
         except Exception as exc:  # the daemon went away mid-stream: the run's status says so
             self.error = exc
+        finally:
+            if f is not None:
+                f.close()
 
 
 class _Line:
