@@ -12,6 +12,8 @@ set -u
 OUT="${1:-results}"
 shift || true
 mkdir -p "$OUT"
+# absolute before the cd below: a relative OUT_DIR is the caller's, not the repository's
+OUT="$(cd "$OUT" && pwd)" || { echo "cannot enter OUT_DIR $OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 export PYTHONPATH="packages/attn-core/src:packages/engine-patch/src:packages/sim/src:hil/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1

@@ -41,6 +41,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 import torch
 from device_facts_record import absent, document, is_absent, measured
+from suite_files import write_atomic
 
 # v1 last: its probes are the only step that may wedge the device (a HANG)
 SECTIONS = ("driver", "rates", "tiers", "prefill", "v1")
@@ -232,9 +233,7 @@ def write_facts(args, device, cuda, sizes, facts, notes, results, t_start) -> di
         },  # fmt: skip
         suite_seconds=round(time.monotonic() - t_start, 2),
     )
-    tmp = args.out / (FACTS_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    tmp.replace(args.out / FACTS_FILE)  # never a half-written file
+    write_atomic(args.out / FACTS_FILE, json.dumps(doc, indent=1) + "\n")  # never half a file
     return doc
 
 
@@ -301,9 +300,9 @@ def main(argv=None) -> int:
     doc = write_facts(args, device, cuda, sizes, facts, notes, results, t_start)
     text = table(facts)
     print(text, flush=True)
-    (args.out / "device_facts_table.md").write_text(text + "\n")
+    write_atomic(args.out / "device_facts_table.md", text + "\n")
     if args.junit:
-        args.junit.write_text(junit_xml(results))
+        write_atomic(args.junit, junit_xml(results))
     print(f"[device-facts] wrote {args.out / FACTS_FILE} in {doc['suite_seconds']} s", flush=True)
     return 1 if any(r["status"] == "error" for r in results.values()) else 0
 

@@ -111,24 +111,27 @@ def run_probe(args: list, timeout_s: float, python: str = sys.executable) -> dic
     t0 = time.monotonic()
     argv = [python, os.path.abspath(__file__), *map(str, args)]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         return {"outcome": "hang", "detail": f"no answer in {timeout_s:g} s (HANG; killed)",
                 "seconds": round(time.monotonic() - t0, 2)}  # fmt: skip
+    # a child's output is anything a crashing driver prints: bytes that are not UTF-8, or
+    # JSON nested past the parser's recursion limit are this probe's crash, nothing more
+    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-    answer = None
+    answer, unreadable = None, ""
     if proc.returncode == 0 and lines:
         try:
             answer = json.loads(lines[-1])
-        except ValueError:
-            pass
-    if not isinstance(answer, dict) or "outcome" not in answer:
-        tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
+        except (ValueError, RecursionError) as exc:
+            unreadable = f"answer unreadable ({type(exc).__name__}: {str(exc)[:100]})"
+    if not isinstance(answer, dict) or not isinstance(answer.get("outcome"), str):
+        tail = unreadable or (stderr.strip().splitlines() or ["no output"])[-1][:300]
         answer = {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}"}
     answer["seconds"] = round(time.monotonic() - t0, 2)
     return answer
@@ -143,7 +146,11 @@ def v1_reach(guess: int, cap: int, timeout_s: float, probe=None) -> dict:
     probes: list = []
 
     def ok(n: int) -> Optional[bool]:
-        answer = dict(probe(n), context=n)
+        try:
+            answer = dict(probe(n), context=n)
+        except Exception as exc:  # a bug in reading one probe is that probe's record only
+            detail = f"the probe raised {type(exc).__name__}: {str(exc)[:200]}"
+            answer = {"outcome": "crash", "detail": detail, "context": n}
         probes.append(answer)
         if answer["outcome"] in ("hang", "absent"):
             return None

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from suite_files import write_atomic
+
 
 def status_argv() -> list:
     found = shutil.which("engine-patch")
@@ -31,7 +33,7 @@ def main() -> int:
         proc = subprocess.run(argv, capture_output=True, text=True)
         text = proc.stdout + proc.stderr
     print(text, end="", flush=True)
-    (args.out / "engine-patch-status.txt").write_text(f"$ {' '.join(argv)}\n{text}")
+    write_atomic(args.out / "engine-patch-status.txt", f"$ {' '.join(argv)}\n{text}")
     print(f"engine-patch status exited {proc.returncode}", flush=True)
     return proc.returncode
 

@@ -35,6 +35,7 @@ from typing import Optional
 from xml.sax.saxutils import escape, quoteattr
 
 import torch
+from suite_files import write_atomic
 from suite_vars import (
     DTYPES,
     KINDS,
@@ -484,11 +485,12 @@ def config_error(args, message: str) -> int:
     print(f"long-context: config error: {message}", file=sys.stderr, flush=True)
     if args.junit:
         args.junit.parent.mkdir(parents=True, exist_ok=True)
-        args.junit.write_text(
+        write_atomic(
+            args.junit,
             '<?xml version="1.0" encoding="utf-8"?>\n<testsuites><testsuite name="long-context">'
             '<testcase classname="long-context" name="config">'
             f"<error message={quoteattr('config error: ' + message)}/></testcase>"
-            "</testsuite></testsuites>\n"
+            "</testsuite></testsuites>\n",
         )
     return 2
 
@@ -560,17 +562,18 @@ def main(argv=None) -> int:
             if device == "cuda":
                 torch.cuda.empty_cache()
             measured = [r for r in records if "median_s" in r]
-            (args.out / "long_context_metrics.json").write_text(json.dumps(measured, indent=1))
+            write_atomic(args.out / "long_context_metrics.json", json.dumps(measured, indent=1))
     if "prefill" in args.kinds:
         records.append(prompt_case(shape, dtype, device, args))
     text = table(records)
     print(text, flush=True)
-    (args.out / "long_context_table.md").write_text(text + "\n")
-    (args.out / "long_context_all.json").write_text(
-        json.dumps({"shape": shape_json(shape), "records": records}, indent=1)
+    write_atomic(args.out / "long_context_table.md", text + "\n")
+    write_atomic(
+        args.out / "long_context_all.json",
+        json.dumps({"shape": shape_json(shape), "records": records}, indent=1),
     )
     if args.junit:
-        args.junit.write_text(junit_xml(records))
+        write_atomic(args.junit, junit_xml(records))
     bad = [
         r
         for r in records

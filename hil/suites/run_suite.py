@@ -18,12 +18,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
+
+from suite_files import write_atomic
 
 SKIP_EXIT = 77  # a command step exiting 77 is skipped (automake's convention)
 PYTEST_NO_TESTS = 5
@@ -34,11 +37,20 @@ def write_junit(path: Path, suite: str, case: str, outcome: str, message: str = 
     body = ""
     if outcome != "passed":
         body = f"<{outcome} message={quoteattr(message)}>{escape(message)}</{outcome}>"
-    path.write_text(
+    write_atomic(
+        path,
         f'<?xml version="1.0" encoding="utf-8"?>\n<testsuites><testsuite name={quoteattr(suite)}>'
         f"<testcase classname={quoteattr(suite)} name={quoteattr(case)}>{body}</testcase>"
-        "</testsuite></testsuites>\n"
+        "</testsuite></testsuites>\n",
     )
+
+
+def remove(path: Path) -> None:
+    """Delete ``path`` if anything (a file, a link) is there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def reports_problems(junit: Path) -> bool:
@@ -89,6 +101,7 @@ def run_pytest_step(step: dict, spec: dict, out: Path, payload: Path, env: dict)
     if missing:
         write_junit(junit, step["name"], "collect", "skipped", f"not in the payload: {missing}")
         return "skipped", None, f"not in the payload: {missing}"
+    remove(junit)  # pytest opens its report for writing: a link there would be written through
     rc, _ = run_with_timeout(
         pytest_argv(step, junit, spec["test_timeout_s"]),
         payload / step.get("cwd", ""),
@@ -109,10 +122,20 @@ def run_pytest_step(step: dict, spec: dict, out: Path, payload: Path, env: dict)
     return ("passed" if rc == 0 else "failed"), rc, "" if rc == 0 else f"pytest {describe_rc(rc)}"
 
 
+PLACEHOLDER = re.compile(r"\{(python|payload|out|junit)\}")
+
+
+def substitute(arg: str, fields: dict) -> str:
+    """``arg`` with each known ``{name}`` replaced by ``fields[name]``; every other brace (a
+    dict literal in ``python -c``, an unknown ``{name}``, ``{{``) is kept as written: commands
+    are argv, not format strings, so nothing needs escaping."""
+    return PLACEHOLDER.sub(lambda m: str(fields[m.group(1)]), arg)
+
+
 def run_command_step(step: dict, out: Path, payload: Path, env: dict) -> tuple:
     junit = out / f"{step['name']}.xml"
     fields = {"python": sys.executable, "payload": str(payload), "out": str(out), "junit": junit}
-    argv = [str(a).format(**fields) for a in step["command"]]
+    argv = [substitute(str(a), fields) for a in step["command"]]
     try:
         rc, timed_out = run_with_timeout(
             argv, payload / step.get("cwd", ""), env, step.get("timeout_s")
@@ -142,7 +165,7 @@ def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     out, payload = Path(spec["out"]), Path(spec["payload"])
     out.mkdir(parents=True, exist_ok=True)
-    (out / "started").write_text(f"{time.time()}\n")
+    write_atomic(out / "started", f"{time.time()}\n")
     env = dict(os.environ)
     # the suite directory holds the fallback per-test timeout plugin (hil_test_timeout)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -162,7 +185,7 @@ def main(spec_path: str) -> int:
             {"name": step["name"], "status": status, "rc": rc, "why": why, "duration_s": took}
         )
         print(f"=== hil step {step['name']}: {status} ({took} s) ===", flush=True)
-        (out / "suite.json").write_text(json.dumps({"suite": spec["suite"], "steps": steps}))
+        write_atomic(out / "suite.json", json.dumps({"suite": spec["suite"], "steps": steps}))
     return 0 if all(s["status"] != "failed" for s in steps) else 1
 
 

@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from xml.sax.saxutils import quoteattr
 
+from suite_files import write_atomic
+
 SKIP_EXIT = 77
 PROMPT_LEN = 600
 NEW_TOKENS = 16
@@ -104,7 +106,7 @@ def main() -> int:
         write_tiny_model(model)
         for label, plugins in (("with-plugin", None), ("without-plugin", NO_PLUGIN)):
             tokens, log = generate(model, plugins)
-            (args.out / f"vllm-{label}.log").write_text(log)
+            write_atomic(args.out / f"vllm-{label}.log", log)
             print(f"{label}: {tokens}", flush=True)
             runs[label] = tokens
     cases = []
@@ -113,10 +115,11 @@ def main() -> int:
         cases.append((label, ok, f"no {NEW_TOKENS} tokens; see vllm-{label}.log"))
     a, b = runs["with-plugin"], runs["without-plugin"]
     agree = sum(x == y for x, y in zip(a, b, strict=False)) if a and b else 0
-    (args.out / "vllm_generate.json").write_text(
-        json.dumps({"runs": runs, "agreeing_tokens": agree, "of": NEW_TOKENS}, indent=1)
+    write_atomic(
+        args.out / "vllm_generate.json",
+        json.dumps({"runs": runs, "agreeing_tokens": agree, "of": NEW_TOKENS}, indent=1),
     )
-    (args.out / "vllm-generate.xml").write_text(junit(cases))
+    write_atomic(args.out / "vllm-generate.xml", junit(cases))
     return 0 if all(ok for _, ok, _ in cases) else 1
 
 

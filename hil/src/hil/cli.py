@@ -79,7 +79,7 @@ class UsageError(ValueError):
 def repo_root() -> Path:
     """``$HIL_REPO``, else the checkout this module lives in (hil/src/hil/cli.py), else cwd."""
     if os.environ.get("HIL_REPO"):
-        return Path(os.environ["HIL_REPO"]).resolve()
+        return Path(os.environ["HIL_REPO"]).expanduser().resolve()
     here = Path(__file__).resolve().parents[3]
     if (here / "hil" / "suites").is_dir() and (here / "packages").is_dir():
         return here
@@ -167,6 +167,7 @@ def reset_target(argv: Sequence[str]) -> int:
 def load(args) -> Config:
     repo = repo_root()
     path = args.config or Path(os.environ.get("HIL_CONFIG") or repo / "hil" / "targets.toml")
+    path = path.expanduser()
     try:
         return load_config(path, repo / "hil" / "suites" / "suites.toml", repo=repo)
     except OSError as exc:  # missing, a directory, unreadable: name the file and the option
@@ -215,20 +216,47 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def prepare_out(out_root: Path, run_id: str) -> Path:
-    """``OUT/RUN_ID``, created and writable, checked before any target is touched: a summary
-    that cannot be written would lose the run's results."""
+class RunFolderExists(UsageError):
+    """``OUT/RUN_ID`` is there already: another run (or an earlier one) owns it."""
+
+
+def prepare_out(out_root: Path, run_id: str, default_id: bool = False) -> tuple:
+    """(``OUT/RUN_ID``, the run id), created by this run alone and writable, checked before any
+    target is touched: a summary that cannot be written would lose the run's results.
+
+    The folder is created exclusively, so two runs with one --out and --run-id cannot
+    interleave one log or keep one summary: the second is refused (RunFolderExists). A default
+    (time) run id that is taken gets ``-2``, ``-3``, ... instead.
+    """
     if out_root.exists() and not out_root.is_dir():
         raise UsageError(f"--out {out_root} is a file, expected a directory (or a new path)")
-    out = out_root / run_id
+    base, n = run_id, 1
+    while True:
+        out = out_root / run_id
+        try:
+            out_root.mkdir(parents=True, exist_ok=True)
+            out.mkdir()
+            break
+        except FileExistsError:
+            if not default_id:
+                raise RunFolderExists(
+                    f"--out {out_root} --run-id {run_id}: the run folder {out} already exists "
+                    "(RunFolderExists: another run, or an earlier one, uses it); pass another "
+                    "--run-id or remove that folder"
+                ) from None
+            n += 1
+            run_id = f"{base}-{n}"
+        except OSError as exc:
+            raise UsageError(
+                f"--out {out_root}: cannot write {out} ({exc.strerror or exc})"
+            ) from None
     try:
-        out.mkdir(parents=True, exist_ok=True)
         probe = out / ".hil-write-check"
-        probe.write_text("")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"--out {out_root}: cannot write {out} ({exc.strerror or exc})") from None
-    return out
+    return out, run_id
 
 
 def list_targets(config: Config, store: QuarantineStore) -> str:
@@ -301,6 +329,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and argv[0] == "reset-target":
         return reset_target(argv[1:])
     args = build_parser().parse_args(argv)
+    # paths a shell did not expand (quoted, --out=~/x, from the environment): ~ is the home
+    args.out = args.out.expanduser()
+    args.wheels = os.path.expanduser(args.wheels) if args.wheels else ""
     store = QuarantineStore(args.state or default_state_path())
     # ValueError: bad arguments, config (ConfigError names the file and key) or state file
     # (StateError names the file and the repair command); OSError: a file that cannot be read.
@@ -324,7 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise UsageError(f"--executor docker: {missing}")
         store.check_writable()
         store.all()  # a corrupt state file stops the run here, not in every worker
-        out = prepare_out(args.out, run_id)
+        out, run_id = prepare_out(args.out, run_id, default_id=not args.run_id)
     except (ValueError, OSError) as exc:
         print(f"hil: {exc}", file=sys.stderr)
         return EXIT_HANG_OR_INFRA

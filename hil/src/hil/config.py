@@ -45,6 +45,12 @@ IMAGE_PACKAGES = ("attn-core", "engine-patch", "sim")
 DEFAULT_DOCKERFILE = "hil/docker/Dockerfile"
 # a subset of what docker-py's parse_bytes accepts: bytes, or a number with b, k, m, g (kb...)
 MEMORY_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?([kmgKMG][bB]?|[bB])?")
+MEMORY_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+# bounds on numbers from a config: a timeout past a week is a typo (the longest suite timeout
+# in use is 7200 s), and a 400-digit one overflowed float() with a traceback; memory sizes past
+# 1 PiB are no machine's
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_MEMORY_BYTES = 1 << 50
 
 
 class ConfigError(ValueError):
@@ -143,7 +149,13 @@ def _typed(table: Mapping[str, Any], key: str, kind: type, where: str, default: 
         return default
     value = table[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ConfigError(
+                f"{where}.{key} must be at most {MAX_SECONDS:g} seconds, got an integer of "
+                f"{len(str(abs(value)))} digits"
+            ) from None
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigError(
             f"{where}.{key} must be {kind.__name__}, got {type(value).__name__} ({value!r})"
@@ -159,6 +171,10 @@ def _seconds(table: Mapping[str, Any], key: str, where: str, default: Any, zero_
     if value is not None and (value < 0 or (value == 0 and not zero_ok)):
         bound = ">= 0" if zero_ok else "> 0"
         raise ConfigError(f"{where}.{key} must be {bound} seconds, got {value!r}")
+    if value is not None and value > MAX_SECONDS:
+        raise ConfigError(
+            f"{where}.{key} must be at most {MAX_SECONDS:g} seconds (a week), got {value!r}"
+        )
     return value
 
 
@@ -203,7 +219,7 @@ def _packages(value: str, where: str) -> None:
 
 def _dockerfile(raw, where: str, environ, repo: Path) -> tuple:
     """(the dockerfile setting, the build arguments it declares); the file must exist."""
-    setting = _opt_str(raw, "dockerfile", where, environ) or ""
+    setting = os.path.expanduser(_opt_str(raw, "dockerfile", where, environ) or "")
     path = Path(setting or DEFAULT_DOCKERFILE)
     path = path if path.is_absolute() else repo / path
     try:
@@ -232,6 +248,13 @@ def _memory(table: Mapping[str, Any], key: str, where: str, environ) -> Optional
             f"{where}.{key} must be a Docker memory size such as '512m', '4g' or '4gb' "
             f"(a number with an optional b, k, m or g suffix), got {value!r}"
         )
+    if value is not None:
+        number = value.rstrip("bBkKmMgG")
+        unit = MEMORY_UNITS[value[len(number) :].lower()[:1]]
+        if len(number) > 20 or float(number) * unit > MAX_MEMORY_BYTES:
+            raise ConfigError(
+                f"{where}.{key} must be at most {MAX_MEMORY_BYTES} bytes (1 PiB), got {value!r}"
+            )
     return value
 
 
@@ -371,7 +394,7 @@ def parse_target(
     _reject_unknown_map_keys(build_args, build_arg_names, f"{where}.build_args", "build arguments")
     if "PACKAGES" in build_args:
         _packages(build_args["PACKAGES"], f"{where}.build_args.PACKAGES")
-    wheels = _opt_str(raw, "wheels", where, environ) or ""
+    wheels = os.path.expanduser(_opt_str(raw, "wheels", where, environ) or "")
     target = Target(
         name=name,
         endpoint=endpoint,
@@ -400,6 +423,11 @@ def parse_target(
     for m in target.mounts:
         if len(m.split(":")) not in (2, 3):
             raise ConfigError(f"{where}.mounts entries must be 'host:container[:ro]', got {m!r}")
+        if m.startswith("~"):  # a path on the Docker host (the lab over ssh): not our home
+            raise ConfigError(
+                f"{where}.mounts entries name paths on the Docker host, whose home this machine "
+                f"does not know: write the host path absolute, got {m!r}"
+            )
     return target
 
 
@@ -454,6 +482,11 @@ def load_toml(path: Path) -> dict:
             return tomllib.load(f)
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except RecursionError:  # arrays or tables nested thousands deep
+            raise ConfigError(
+                f"{path}: nested deeper than the TOML parser can read (RecursionError); "
+                "expected tables of targets and suites"
+            ) from None
 
 
 def load_config(

@@ -172,6 +172,8 @@ class DockerExecutor:
             outcome.duration_s = time.monotonic() - t0
             if pump is not None:
                 pump.join(LOG_JOIN_S)
+                if pump.error is not None:
+                    outcome.notes.append(f"live log not kept: {pump.error}")
             self._remove(container, outcome)
         outcome.started = (out / "started").exists()
         return outcome

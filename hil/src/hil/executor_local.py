@@ -84,6 +84,8 @@ class LocalExecutor:
                 kill_run(token)  # children a finished runner left behind
                 outcome.duration_s = time.monotonic() - t0
                 pump.join(LOG_JOIN_S)
+                if pump.error is not None:
+                    outcome.notes.append(f"live log not kept: {pump.error}")
         outcome.started = (out / "started").exists()
         return outcome
 

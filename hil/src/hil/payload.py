@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
 from hil.config import Suite
+from hil.files import write_atomic
 
 PACKAGES_WITH_TESTS = ("attn-core", "engine-patch")
 SKIP_NAMES = {"__pycache__", ".pytest_cache", ".hypothesis", ".ruff_cache"}
@@ -92,6 +93,17 @@ def build_payload(repo: Path, suite: Suite, spec: dict) -> bytes:
     return buf.getvalue()
 
 
+def _through_link(dest: Path, target: Path) -> bool:
+    """Whether a folder between ``dest`` and ``target`` is a symlink (a write would leave
+    ``dest``)."""
+    here = dest
+    for part in target.relative_to(dest).parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            return True
+    return False
+
+
 def extract_safely(tar_stream: io.BufferedIOBase, dest: Path, strip: str) -> list[Path]:
     """Extract regular files under ``strip/`` into ``dest``; refuses absolute or ``..`` paths."""
     written = []
@@ -104,9 +116,11 @@ def extract_safely(tar_stream: io.BufferedIOBase, dest: Path, strip: str) -> lis
             if not rel.parts:
                 continue
             target = dest / rel
+            if _through_link(dest, target):
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             src = tar.extractfile(member)
             if src is not None:
-                target.write_bytes(src.read())
+                write_atomic(target, src.read())  # replaces a link at the name, never follows it
                 written.append(target)
     return written

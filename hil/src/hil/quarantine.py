@@ -47,9 +47,9 @@ class StateError(ValueError):
 def default_state_path(environ=None) -> Path:
     environ = os.environ if environ is None else environ
     if environ.get("HIL_STATE"):
-        return Path(environ["HIL_STATE"])
+        return Path(environ["HIL_STATE"]).expanduser()
     base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "bi100-hil" / "state.json"
+    return Path(base).expanduser() / "bi100-hil" / "state.json"
 
 
 def shape_error(data: object) -> str:
@@ -68,7 +68,7 @@ def shape_error(data: object) -> str:
 
 class QuarantineStore:
     def __init__(self, path: Path):
-        self.path = Path(path)
+        self.path = Path(path).expanduser()  # --state '~/s.json' is the home's, not ./~
 
     def _error(self, what: str) -> StateError:
         return StateError(
@@ -138,8 +138,8 @@ class QuarantineStore:
             raise self._error(f"cannot be read ({exc})") from None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise self._error(f"is not valid JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # also 4300+ digit ints, nesting past limits
+            raise self._error(f"is not valid JSON ({type(exc).__name__}: {exc})") from None
         why = shape_error(data)
         if why:
             raise self._error(f"has the wrong shape: {why}")

@@ -20,6 +20,7 @@ from typing import Optional
 
 from hil.config import Step, Suite, Target
 from hil.config_values import is_safe_name
+from hil.files import open_append, write_atomic
 from hil.junit import count_reports
 from hil.logs import Console
 from hil.quarantine import QuarantineStore, refusal
@@ -97,8 +98,8 @@ def make_executor(target: Target, ctx: RunContext, suites: Sequence[Suite] = ())
 
     def say(text: str) -> None:
         ctx.console.line(f"{target.name}/image", text)
-        with open(build_log, "a") as f:
-            f.write(text + "\n")
+        with open_append(build_log) as f:
+            f.write((text + "\n").encode())
 
     try:
         client = connect(target)
@@ -135,17 +136,14 @@ def make_executor(target: Target, ctx: RunContext, suites: Sequence[Suite] = ())
 def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path) -> SuiteResult:
     reports = [p for p in art.glob("*.xml")]
     counts, unreadable = count_reports(reports)
-    failed_steps = []
-    summary = art / "suite.json"
-    if summary.exists():
-        steps = json.loads(summary.read_text()).get("steps", [])
-        failed_steps = [
-            f"{s['name']} ({s['why']})" if s.get("why") else s["name"]
-            for s in steps
-            if s["status"] == "failed"
-        ]
+    failed_steps, broken = read_steps(art / "suite.json")
     status, detail = classify(outcome, counts, failed_steps)
+    if broken and status in (Status.PASS, Status.FAIL):
+        # the watchdog's HANG (and an infrastructure ERROR) stand whatever the record says;
+        # otherwise results that cannot be read are ERROR (exit 2), not test failures
+        status, detail = Status.ERROR, f"results could not be read ({detail or 'no failures'})"
     notes = list(outcome.notes) + [f"unreadable report {n}" for n in unreadable]
+    notes += [broken] if broken else []
     if notes:
         detail = "; ".join([detail, *notes]) if detail else "; ".join(notes)
     return SuiteResult(
@@ -153,10 +151,39 @@ def result_from_run(target: Target, suite: Suite, outcome: RunOutcome, art: Path
     )
 
 
+def read_steps(path: Path) -> tuple[list, str]:
+    """(the failed steps of the suite record at ``path``, why the record is broken or "").
+
+    The record is whatever the suite left, possibly mid-write when it hung or was killed, so
+    every shape is survived: a broken record is reported, never raised.
+    """
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return [], ""
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: deep nesting
+        return [], f"suite record {path.name} unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        return [], f"suite record {path.name} has no list of steps"
+    failed, partial = [], 0
+    for s in steps:
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or "status" not in s:
+            partial += 1
+        elif s["status"] == "failed":
+            failed.append(f"{s['name']} ({s['why']})" if s.get("why") else s["name"])
+    why = (
+        f"suite record {path.name} has {partial} step(s) without a name or status"
+        if partial
+        else ""
+    )
+    return failed, why
+
+
 def write_result(result: SuiteResult) -> None:
     art = Path(result.artifacts)
     art.mkdir(parents=True, exist_ok=True)
-    (art / "result.json").write_text(json.dumps(result.to_json(), indent=1))
+    write_atomic(art / "result.json", json.dumps(result.to_json(), indent=1))
 
 
 def run_one(executor, target, suite, ctx, label) -> SuiteResult:

@@ -7,6 +7,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from hil.files import write_atomic
 from hil.status import SuiteResult, exit_code
 
 HEADERS = [
@@ -65,4 +66,4 @@ def write_summary(path: Path, results: Sequence[SuiteResult], run_id: str) -> No
         "results": [r.to_json() for r in results],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    write_atomic(path, json.dumps(data, indent=1))
