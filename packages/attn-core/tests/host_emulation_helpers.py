@@ -19,10 +19,10 @@ from native_helpers import run_native
 from native_prefill_helpers import poison_past_context
 from native_prefill_helpers import run_native as run_prefill
 
-from attn_core.native.abi import group_slots
-from attn_core.native.library import NativeLibrary
-from attn_core.native.loader import CLibrary
-from attn_core.native.prefill_library import PrefillLibrary
+from attn_core.native.decode import DecodeLibrary
+from attn_core.native.loader import NativeLibrary
+from attn_core.native.prefill import PrefillLibrary
+from attn_core.native.split import group_slots
 from attn_core.reference import PagedCase, make_paged_case, poison_tails
 from attn_core.testing import PrefillCase, make_prefill_case
 
@@ -44,7 +44,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ATTN_CORE_EMULATION_CACHE") or default)
 
 
-def set_reverse_order(lib: CLibrary, reverse: bool) -> None:
+def set_reverse_order(lib: NativeLibrary, reverse: bool) -> None:
     """Run each phase's threads of ``lib``'s emulated launches in reverse index order (True) or
     in order (the emulator's own entry point, ci/host_cuda/cuda_runtime.h)."""
     control = lib._lib.attn_host_emulation_set_order
@@ -53,7 +53,7 @@ def set_reverse_order(lib: CLibrary, reverse: bool) -> None:
     control(int(reverse))
 
 
-_LIBRARIES: dict[int, NativeLibrary] = {}
+_LIBRARIES: dict[int, DecodeLibrary] = {}
 
 
 def host_compiler() -> str:
@@ -68,12 +68,12 @@ def host_compiler() -> str:
     return found
 
 
-def emulated_decode(slots: int) -> NativeLibrary:
+def emulated_decode(slots: int) -> DecodeLibrary:
     """The host decode library for ``slots`` head slots (built on first use)."""
     if slots not in _LIBRARIES:
         module, compiler = builder(), host_compiler()
         path = module.build("decode", cache_dir(), slots=slots, compiler=compiler, asan=asan())
-        _LIBRARIES[slots] = NativeLibrary(path)
+        _LIBRARIES[slots] = DecodeLibrary(path)
     return _LIBRARIES[slots]
 
 
@@ -124,7 +124,7 @@ def run_emulated_prefill(
     scale: Optional[float] = None,
 ) -> torch.Tensor:
     """:func:`native_prefill_helpers.run_native` on the host library, at a forced tile
-    configuration and split (the launcher then asks no device anything)."""
+    configuration and split (then nothing asks a device anything)."""
     lib = emulated_prefill()
     set_reverse_order(lib, reverse)
     try:

@@ -1,6 +1,6 @@
 """The native kernel on a PagedCase, with NaN-poisoned outputs and cache tails, vs the reference.
 
-These helpers call :func:`attn_core.native.launch.launch_decode` with an explicit partitioning,
+These helpers call :func:`attn_core.native.decode.launch_decode` with an explicit partitioning,
 so every path of the kernel (one partition, many, partial tiles, empty partitions past a
 sequence's end) is exercised whatever the planner would choose.
 """
@@ -14,20 +14,21 @@ import pytest
 import torch
 
 from attn_core.core.settings import current_overrides
-from attn_core.native.launch import launch_decode
-from attn_core.native.library import NativeLibrary, load_native
-from attn_core.native.split import partials_shapes
+from attn_core.native.abi import partials_shapes
+from attn_core.native.decode import DecodeLibrary, launch_decode, variant_for
+from attn_core.native.loader import load_library
 from attn_core.reference import PagedCase, make_paged_case, poison_tails, reference_decode
 
 
-def native_library(group: int) -> NativeLibrary:
+def native_library(group: int) -> DecodeLibrary:
     """The library serving GQA ``group`` on this GPU (built on first use); skips with the reason
     where there is none."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run on the GPU machine)")
     # the settings snapshot, as the runtime reads it: ATTN_CORE_NATIVE_CACHE / _BUILD hold here too
     # (a default NativeSettings() ignored them and rebuilt every library on the device, 2026-12-02)
-    lib, status = load_native(current_overrides().native, torch.device("cuda"), group)
+    settings = current_overrides().native
+    lib, status = load_library(DecodeLibrary, variant_for(group), settings, torch.device("cuda"))
     if lib is None:
         pytest.skip(f"native kernel unavailable here: {status.detail}")
     return lib
@@ -41,7 +42,7 @@ def run_native(
     scale: Optional[float] = None,
     alibi_slopes: Optional[torch.Tensor] = None,
     out: Optional[torch.Tensor] = None,
-    lib: Optional[NativeLibrary] = None,
+    lib: Optional[DecodeLibrary] = None,
     stream: Optional[int] = None,
 ) -> torch.Tensor:
     """``out`` (NaN-poisoned, as are the partials) written by ``lib`` (default: the GPU library

@@ -14,8 +14,15 @@ import pytest
 import torch
 
 from attn_core.core.settings import current_overrides
-from attn_core.native.prefill_launch import native_prefix_prefill
-from attn_core.native.prefill_library import PrefillLibrary, load_prefill
+from attn_core.native import abi
+from attn_core.native import split as ps
+from attn_core.native.loader import load_library
+from attn_core.native.prefill import (
+    PrefillLibrary,
+    device_launch,
+    launch_prefill,
+    poison_past_context,
+)
 from attn_core.testing import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 MMAS = ("wmma", "fma")
@@ -25,36 +32,53 @@ def prefill_library(mma: str) -> PrefillLibrary:
     """The ``mma`` library on this GPU; skips with the reason where there is none."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device (run on the GPU machine)")
-    native = current_overrides().native  # the runtime's cache and build switch, not defaults
-    lib, why = load_prefill(
-        mma, torch.device("cuda"), library_dir=os.environ.get("ATTN_CORE_PREFILL_LIBS"),
-        cuda_home=native.cuda_home, cache_dir=native.cache_dir, build=native.build,
-        arch=native.arch,
+    settings = current_overrides().native  # the runtime's cache and build switch, not defaults
+    lib, status = load_library(
+        PrefillLibrary, mma, settings, torch.device("cuda"),
+        library_dir=os.environ.get("ATTN_CORE_PREFILL_LIBS"),
     )  # fmt: skip
     if lib is None:
-        pytest.skip(f"native prefill ({mma}) unavailable here: {why}")
+        pytest.skip(f"native prefill ({mma}) unavailable here: {status.detail}")
     return lib
 
 
-def poison_past_context(case: PrefillCase) -> None:
-    """NaN (fp8: the NaN byte 0x7F) in every cache slot at or past each sequence's context
-    length: vLLM has written the chunk's K/V there, and the kernel must take them from
-    ``key`` / ``value`` and never read past the context."""
-    bs = case.key_cache.shape[3]
-    nan = 0x7F if case.kv_cache_dtype != "auto" else math.nan
-    ctx = case.context_lens.tolist()
-    total = case.seq_lens.tolist()
-    for s, (c, n) in enumerate(zip(ctx, total, strict=True)):
-        for pos in range(c, -(-n // bs) * bs):
-            block = int(case.block_tables[s, pos // bs])
-            case.key_cache[block, :, :, pos % bs, :] = nan
-            case.value_cache[block, :, :, pos % bs] = nan
-
-
 def cuda_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, **kw) -> PrefillCase:
+    """A CUDA case with NaN in every cache slot at or past each sequence's context (vLLM has
+    written the chunk's K/V there; the kernel must take them from ``key`` / ``value``)."""
     case = make_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, "cuda", **kw)
     poison_past_context(case)
     return case
+
+
+def forced_launch(
+    lib: PrefillLibrary, case: PrefillCase, config: int, num_splits: Optional[int]
+) -> ps.PrefillLaunch:
+    """The launch of tile ``config`` for ``case``: ``num_splits`` splits, or (None) the split
+    the device's rule gives that configuration (:func:`attn_core.native.prefill.device_launch`'s
+    rule, which chooses its own configuration). With both forced nothing asks the device (a
+    host-emulated library has none)."""
+    num_tokens, num_heads, head_size = case.query.shape
+    num_seqs, num_kv_heads = case.context_lens.shape[0], case.key_cache.shape[1]
+    group = num_heads // num_kv_heads
+    tiles_q = ps.query_tiles(config, group, case.max_query_len)
+    if num_splits is None:
+        qk = abi.QUERY_KINDS[case.query.dtype]
+        facts = lib.config_facts(
+            config, qk, abi.cache_kind(case.query.dtype, case.kv_cache_dtype),
+            abi.head_bucket(head_size),
+        )  # fmt: skip
+        assert facts is not None, f"the {lib.mma} library has no kernel for config {config}"
+        props = torch.cuda.get_device_properties(case.query.device)
+        num_splits = ps.prefill_split(
+            props.multi_processor_count,
+            max(1, facts.blocks_per_sm),
+            tiles_q * num_seqs * num_kv_heads,
+            ps.key_tiles(config, int(case.context_lens.max()), case.max_query_len),
+            workspace_per_split=ps.workspace_bytes(2, num_tokens, num_heads, head_size) // 2,
+        )
+    return ps.prefill_launch(
+        config, group, num_tokens, num_heads, head_size, case.max_query_len, num_splits
+    )
 
 
 def run_native(
@@ -67,24 +91,40 @@ def run_native(
     lib: Optional[PrefillLibrary] = None,
     stream: Optional[int] = None,
 ) -> torch.Tensor:
-    """``out`` (NaN-poisoned) written by ``lib`` (default: this GPU's ``mma`` library) on
-    ``stream`` (default: the current one)."""
+    """``out`` written by ``lib`` (default: this GPU's ``mma`` library) on ``stream``
+    (default: the current one), at tile ``config`` (default: the device's) and ``num_splits``
+    (default: the device's rule). ``out`` and the partials start as NaN: the kernel must write
+    every output and the merge read only what the splits wrote."""
     lib = lib or prefill_library(mma)
-    out = torch.full_like(case.query, math.nan)
-    native_prefix_prefill(
-        lib,
-        *case.args(),  # paged_prefix_prefill's positional order
-        scale,
-        alibi_slopes=case.alibi_slopes,
-        sliding_window=case.sliding_window,
-        kv_cache_dtype=case.kv_cache_dtype,
-        k_scale=case.k_scale,
-        v_scale=case.v_scale,
-        out=out,
-        config=config,
-        num_splits=num_splits,
+    query = case.query
+    num_tokens, num_heads, head_size = query.shape
+    context_lens = case.context_lens.to(torch.int32).contiguous()
+    if config is None:
+        launch = device_launch(
+            lib, query.device, query_dtype=query.dtype, kv_cache_dtype=case.kv_cache_dtype,
+            num_seqs=context_lens.shape[0], num_tokens=num_tokens, num_heads=num_heads,
+            num_kv_heads=case.key_cache.shape[1], head_size=head_size,
+            max_query_len=case.max_query_len, max_context_len=int(context_lens.max()),
+            num_splits=num_splits,
+        )  # fmt: skip
+    else:
+        launch = forced_launch(lib, case, config, num_splits)
+    part_out = part_lse = None
+    if launch.num_splits > 1:
+        o_shape, l_shape = abi.partials_shapes(num_tokens, num_heads, launch.num_splits, head_size)
+        part_out = torch.full(o_shape, math.nan, dtype=torch.float32, device=query.device)
+        part_lse = torch.full(l_shape, math.nan, dtype=torch.float32, device=query.device)
+    out = torch.full_like(query, math.nan)
+    window = case.sliding_window if case.sliding_window and case.sliding_window > 0 else 0
+    alibi = case.alibi_slopes.contiguous() if case.alibi_slopes is not None else None
+    launch_prefill(
+        lib, launch, query, case.key, case.value, case.key_cache, case.value_cache,
+        case.block_tables, case.query_start_loc.to(torch.int32).contiguous(), context_lens, out,
+        max_query_len=case.max_query_len, scale=head_size**-0.5 if scale is None else scale,
+        alibi_slopes=alibi, sliding_window=window, kv_cache_dtype=case.kv_cache_dtype,
+        k_scale=case.k_scale, v_scale=case.v_scale, part_out=part_out, part_lse=part_lse,
         stream=stream,
-    )
+    )  # fmt: skip
     return out
 
 

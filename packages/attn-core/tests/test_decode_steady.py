@@ -22,7 +22,8 @@ from attn_core.core.workspace import Workspace
 from attn_core.decode.plan import DecodeLengths, plan_decode
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.spec import get_device_spec
-from attn_core.native import launch as native_launch
+from attn_core.native import abi
+from attn_core.native.decode import DecodeArgs
 from attn_core.reference import make_paged_case, reference_decode
 from attn_core.runtime import decode as runtime_decode
 from attn_core.runtime import decode_steady
@@ -136,7 +137,7 @@ def test_a_steady_native_launch_equals_the_full_paths(case, monkeypatch) -> None
     lib = RecordingLibrary()
     plan = native_plan(case, lib)
     monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(native_launch, "current_stream", lambda device: 0)
+    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
     ws = Workspace()
     out = torch.empty_like(case.query)
     for _ in range(3):  # full path, then two steady calls
@@ -146,7 +147,7 @@ def test_a_steady_native_launch_equals_the_full_paths(case, monkeypatch) -> None
     query = case.query.clone()
     paged_decode(query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens,
                  1000, out=out, workspace=ws)  # fmt: skip
-    offset = native_launch.abi.DecodeArgs.query.offset
+    offset = DecodeArgs.query.offset
     before, after = lib.launches[0], lib.launches[3]
     assert before[:offset] == after[:offset] and before[offset + 8 :] == after[offset + 8 :]
     assert int.from_bytes(after[offset : offset + 8], "little") == query.data_ptr()
@@ -158,8 +159,8 @@ def test_a_steady_call_follows_the_workspaces_buffers(case, monkeypatch) -> None
     lib = RecordingLibrary()
     plan = native_plan(case, lib)
     monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(native_launch, "current_stream", lambda device: 0)
-    args = native_launch.abi.DecodeArgs
+    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
+    args = DecodeArgs
 
     def launched(field) -> int:
         return int.from_bytes(lib.launches[-1][field.offset : field.offset + 8], "little")
@@ -198,7 +199,7 @@ def test_a_misaligned_cache_is_refused_on_both_paths(case, monkeypatch) -> None:
     lib = RecordingLibrary()
     plan = native_plan(case, lib)
     monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(native_launch, "current_stream", lambda device: 0)
+    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
     kc = case.key_cache
     shifted = torch.empty(kc.numel() + 1, dtype=kc.dtype)[1:].view(kc.shape)  # 4 bytes off
     shifted.copy_(kc)
@@ -219,12 +220,13 @@ def test_a_steady_native_call_enters_no_resolver_file(case, monkeypatch) -> None
     lib = RecordingLibrary()
     plan = native_plan(case, lib)
     monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(native_launch, "current_stream", lambda device: 0)
+    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
     ws, out = Workspace(), torch.empty_like(case.query)
     call(case, out=out, workspace=ws)  # the full path records the signature
     files, calls, _ = attn_core_files_entered(lambda: call(case, out=out, workspace=ws))
     assert not set(files) & RESOLVING, files
-    assert files == ["decode.py", "decode_steady.py", "settings.py", "bounds.py", "workspace.py",
-                     "native_step.py", "launch.py"], files  # fmt: skip
+    assert files == ["runtime/decode.py", "runtime/decode_steady.py", "core/settings.py",
+                     "decode/bounds.py", "core/workspace.py", "decode/native_step.py",
+                     "native/decode.py"], files  # fmt: skip
     assert calls < 25, calls  # 17 on 2026-12-02 (the steady torch-path test allows 200)
     assert len(lib.launches) == 2

@@ -16,6 +16,8 @@ import pytest
 import torch
 from host_emulation_helpers import builder, host_compiler
 
+from attn_core.native.family import DECODE, DECODE_SLOTS, PREFILL
+
 KERNELS = r"""
 #include <cuda_runtime.h>
 
@@ -171,3 +173,17 @@ def test_an_out_path_that_cannot_be_a_directory_is_named(tmp_path: Path, capsys)
     blocker.write_text("")
     assert builder().main(["--slots", "1", "--out", str(blocker / "cache")]) == 1
     assert f"--out {blocker / 'cache'}: Not a directory" in capsys.readouterr().err
+
+
+def test_the_host_libraries_are_the_families_variants() -> None:
+    """ci/host_emulation.py (standard library, no attn_core) names and defines its libraries
+    as attn_core.native.family does, so the loaders open them as the device's own."""
+    module = builder()
+    source, _, name = module.LIBRARIES["decode"]
+    assert source == DECODE.source and module.MAX_SLOTS == max(DECODE_SLOTS)
+    for slots in DECODE_SLOTS:  # build() adds -DATTN_GROUP_SLOTS=<slots>
+        assert name.format(slots=slots) == DECODE.library_name(f"g{slots}")
+        assert DECODE.variants[f"g{slots}"] == (f"ATTN_GROUP_SLOTS={slots}",)
+    source, defines, name = module.LIBRARIES["prefill"]
+    assert source == PREFILL.source and name == PREFILL.library_name("fma")
+    assert set(PREFILL.variants["fma"]) <= {d[len("-D") :] for d in defines if d.startswith("-D")}

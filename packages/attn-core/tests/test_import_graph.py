@@ -1,6 +1,7 @@
 """attn-core's import graph, read from the sources with ``ast``: no cycles, folders import one
-way (:data:`FLOORS`), and the planners import no execution code and nothing that builds, loads
-or verifies a kernel.
+way (:data:`FLOORS`), the planners import no execution code and nothing that builds, loads or
+verifies a kernel, and the native layer's modules depend one way: the build's modules on the
+standard library only, the loader on no family, each family's binding on the loader.
 
 Every ``import`` / ``from ... import`` of an ``attn_core`` module counts, at any depth of a
 module (a function-level import is still a dependency, and a cycle through one is what the
@@ -10,6 +11,7 @@ deferred-import workarounds used to hide).
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,23 +28,38 @@ PLANNERS = (
     "attn_core.prefill.plan_native",
     "attn_core.prefill.cost",
     "attn_core.native.split",
-    "attn_core.native.prefill_split",
 )
+# what builds (family: what a library is built from), loads, launches or verifies a kernel:
+# the loader and each family's binding (its library class, launch and reference check)
 KERNEL_STEPS = {
     "attn_core.native.build",
     "attn_core.native.toolchain",
-    "attn_core.native.library",
+    "attn_core.native.family",
     "attn_core.native.loader",
-    "attn_core.native.verify",
-    "attn_core.native.readiness",
-    "attn_core.native.launch",
-    "attn_core.native.prefill_library",
-    "attn_core.native.prefill_verify",
-    "attn_core.native.prefill_readiness",
-    "attn_core.native.prefill_launch",
+    "attn_core.native.decode",
+    "attn_core.native.prefill",
     "attn_core.core.verify_once",
     "attn_core.runtime.resolve",
 }
+# The native layer, one module per job (attn_core/native/__init__.py's list).
+NATIVE = {
+    "attn_core.native", "attn_core.native.__main__", "attn_core.native.abi",
+    "attn_core.native.build", "attn_core.native.decode", "attn_core.native.facts",
+    "attn_core.native.family", "attn_core.native.loader", "attn_core.native.prefill",
+    "attn_core.native.split", "attn_core.native.toolchain",
+}  # fmt: skip
+# setup.py loads these by path at ``pip install``, where there may be no torch and the package
+# is not importable: the standard library only (imports under ``TYPE_CHECKING`` may name each
+# other, for annotations).
+STANDARD_LIBRARY_ONLY = (
+    "attn_core.native.family",
+    "attn_core.native.build",
+    "attn_core.native.toolchain",
+    "attn_core.core.settings",
+)
+ABOVE_NATIVE = {"decode", "prefill", "runtime"}
+# Each kernel family's run-time binding: a loader subclass with its structs, launch and check.
+BINDINGS = ("attn_core.native.decode", "attn_core.native.prefill")
 # Folders in import order: a module may import its own folder and the folders of lower floors
 # only (equal floors do not import each other). The package's __init__ is the top.
 FLOORS = {
@@ -218,3 +235,101 @@ def test_the_floor_check_sees_wrong_edges() -> None:
         ("attn_core.prefill.plan", "attn_core"),
         ("attn_core.runtime.resolve", "attn_core.native.__main__"),
     ]
+
+
+def test_the_native_layer_is_its_modules() -> None:
+    assert {m for m in graph() if m.startswith("attn_core.native")} == NATIVE
+
+
+def _under_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def run_time_imports(path: Path) -> tuple[set[str], set[str]]:
+    """``(modules imported when the file runs, modules imported under TYPE_CHECKING)``."""
+    running: set[str] = set()
+    typing_only: set[str] = set()
+
+    def visit(node: ast.AST, into: set[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _under_type_checking(child):
+                for inner in child.body:
+                    visit_one(inner, typing_only)
+                for inner in child.orelse:
+                    visit_one(inner, into)
+                continue
+            visit_one(child, into)
+
+    def visit_one(node: ast.AST, into: set[str]) -> None:
+        if isinstance(node, ast.Import):
+            into.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            into.add("." * node.level + (node.module or ""))
+        visit(node, into)
+
+    visit(ast.parse(path.read_text()), running)
+    return running, typing_only
+
+
+def path_of(module: str) -> Path:
+    path = SRC.joinpath(*module.split(".")).with_suffix(".py")
+    return path if path.is_file() else SRC.joinpath(*module.split("."), "__init__.py")
+
+
+@pytest.mark.parametrize("module", STANDARD_LIBRARY_ONLY)
+def test_the_build_runs_on_the_standard_library_alone(module: str) -> None:
+    running, typing_only = run_time_imports(path_of(module))
+    outside = {m for m in running if m.split(".")[0] not in sys.stdlib_module_names}
+    assert outside == set(), outside
+    annotations = {m for m in typing_only if m.split(".")[0] not in sys.stdlib_module_names}
+    assert annotations <= set(STANDARD_LIBRARY_ONLY), annotations
+
+
+def test_the_standard_library_check_sees_a_dependency(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import os\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from attn_core.native.family import Family\nelse:\n    import json\n"
+        "def f():\n    import torch\n"
+    )
+    assert run_time_imports(source) == ({"os", "typing", "json", "torch"},
+                                        {"attn_core.native.family"})  # fmt: skip
+
+
+def test_the_loader_knows_no_family() -> None:
+    """The loader serves every family through its binding's class: it imports no binding, no
+    family's split or facts, and of :mod:`attn_core.native.family` only the ``Family`` type."""
+    edges = graph()
+    reach = reachable(edges, "attn_core.native.loader")
+    assert not reach & {*BINDINGS, "attn_core.native.split", "attn_core.native.facts"}, reach
+    tree = ast.parse(path_of("attn_core.native.loader").read_text())
+    names = {
+        a.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "attn_core.native.family"
+        for a in node.names
+    }
+    assert names <= {"Family"}, names
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_each_binding_stands_on_the_loader(binding: str) -> None:
+    """A family's binding imports the loader, the shared ABI and the split rules, and never
+    another family's binding."""
+    edges = graph()
+    wanted = {"attn_core.native.loader", "attn_core.native.abi", "attn_core.native.split"}
+    assert wanted <= edges[binding], edges[binding]
+    assert not reachable(edges, binding) & (set(BINDINGS) - {binding})
+
+
+def test_the_native_layer_reaches_no_executor_or_resolver() -> None:
+    """Below the decode, prefill and runtime packages: no native module but its command (an
+    entry point, like the package top) reaches them, nor the package top."""
+    edges = graph()
+    for module in sorted(NATIVE - {"attn_core.native.__main__"}):
+        reach = reachable(edges, module)
+        above = {m for m in reach if m == "attn_core" or folder_of(m) in ABOVE_NATIVE}
+        assert above == set(), (module, above)

@@ -11,8 +11,7 @@ import pytest
 from bench_modules import bench_module
 from native_stand_in import stand_in
 
-from attn_core.native import abi
-from attn_core.native import prefill_abi as pabi
+from attn_core.native.family import DECODE, PREFILL
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +46,7 @@ def test_a_directory_build_gives_each_group_its_slot_count(native_ab, tmp_path: 
 
 def test_libraries_load_once_per_build_and_group(native_ab, tmp_path: Path) -> None:
     for slots in (4, 6):
-        built = stand_in(tmp_path, abi.ABI_VERSION, pabi.ABI_VERSION, slots)
+        built = stand_in(tmp_path, DECODE.abi_version, PREFILL.abi_version, slots)
         built.rename(tmp_path / f"libattn_native_g{slots}.so")
     specs = native_ab.any_group_shapes("16/4/1x8,24/4/1x8,12/2/2x8,8/2/1x8")
     libs = native_ab.load_libraries([("a", tmp_path), ("b", tmp_path)], specs)
@@ -58,7 +57,7 @@ def test_libraries_load_once_per_build_and_group(native_ab, tmp_path: Path) -> N
 
 
 def test_a_build_that_cannot_serve_a_row_is_named(native_ab, tmp_path: Path) -> None:
-    six = stand_in(tmp_path, abi.ABI_VERSION, pabi.ABI_VERSION, 6)
+    six = stand_in(tmp_path, DECODE.abi_version, PREFILL.abi_version, 6)
     specs = native_ab.any_group_shapes("16/4/1x8")
     with pytest.raises(ValueError, match=r"build old: .* serves 6 head slots, 16/4 heads need 4"):
         native_ab.load_libraries([("old", six)], specs)

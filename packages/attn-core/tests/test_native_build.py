@@ -16,6 +16,9 @@ import pytest
 from attn_core.core.settings import parse_archs
 from attn_core.native import abi, build, facts, split
 from attn_core.native.__main__ import main as native_main
+from attn_core.native.decode import DecodeArgs, KernelInfo
+from attn_core.native.family import DECODE, DECODE_SLOTS, PREFILL
+from attn_core.native.prefill import PrefillArgs, PrefillConfigInfo
 from attn_core.native.toolchain import CLANG_FTZ, Toolchain, find_toolchain
 
 CSRC = build.CSRC
@@ -40,7 +43,7 @@ def test_facts_cover_every_shipped_kernel() -> None:
     }
     for q, c in kinds:
         for bucket in abi.HEAD_BUCKETS:
-            for slots in build.SLOTS:
+            for slots in DECODE_SLOTS:
                 # every kernel on the CUDA-core body, as nvcc builds it and as CoreX's stand-in;
                 # 16-bit queries over their own type or fp8 also on the matrix-unit body
                 # (NVIDIA's only)
@@ -167,7 +170,7 @@ ptxas info    : Used 96 registers, used 1 barriers, 9728 bytes smem
 
 @pytest.mark.parametrize("group, slots", [(1, 1), (6, 6), (8, 8), (9, 5), (12, 6), (16, 8)])
 def test_group_slots_mirror_the_kernel(group: int, slots: int) -> None:
-    assert abi.group_slots(group) == slots
+    assert split.group_slots(group) == slots
     source = (CSRC / "paged_decode.cu").read_text()
     assert "int group_slots(int group)" in source  # the rule this mirrors
 
@@ -224,25 +227,37 @@ def test_block_threads_mirror_the_kernel() -> None:
             assert record.threads == want, record
 
 
-def test_abi_structs_mirror_the_header() -> None:
-    """Field names, order and widths of DecodeArgs follow attn_decode_abi.h."""
-    header = (CSRC / "attn_decode_abi.h").read_text()
-    start, end = header.index("typedef struct AttnDecodeArgs {"), header.index("} AttnDecodeArgs;")
+@pytest.mark.parametrize(
+    "header, struct, mirror, version, family",
+    [
+        ("attn_decode_abi.h", "AttnDecodeArgs", DecodeArgs, "ATTN_NATIVE_ABI_VERSION", DECODE),
+        ("attn_decode_abi.h", "AttnKernelInfo", KernelInfo, "ATTN_NATIVE_ABI_VERSION", DECODE),
+        ("attn_prefill_abi.h", "AttnPrefillArgs", PrefillArgs, "ATTN_PREFILL_ABI_VERSION", PREFILL),
+        ("attn_prefill_abi.h", "AttnPrefillConfig", PrefillConfigInfo, "ATTN_PREFILL_ABI_VERSION",
+         PREFILL),
+    ],
+    ids=["decode args", "decode kernel info", "prefill args", "prefill config"],
+)  # fmt: skip
+def test_abi_structs_mirror_the_header(header, struct, mirror, version, family) -> None:
+    """Field names, order and widths of each family's ctypes structs follow its header, and
+    the family's ABI version is the header's."""
+    text = (CSRC / header).read_text()
+    start, end = text.index(f"typedef struct {struct} {{"), text.index(f"}} {struct};")
     declared = []
-    for line in header[start:end].splitlines()[1:]:
+    for line in text[start:end].splitlines()[1:]:
         line = line.split("//")[0].strip().rstrip(";")
         match = re.fullmatch(r"(?:const\s+)?(\w+)\s*(\*?)\s*(.+)", line)
         if match:
             ctype = match.group(1) + match.group(2)
             declared += [(n.strip(), ctype) for n in match.group(3).split(",")]
     widths = {"int64_t": 8, "int32_t": 4, "float": 4}
-    fields = abi.DecodeArgs._fields_
+    fields = mirror._fields_
     assert [n for n, _ in declared] == [n for n, _ in fields]
     for (name, ctype), (_, ptype) in zip(declared, fields, strict=True):
         want = widths.get(ctype, ctypes.sizeof(ctypes.c_void_p))
         assert ctypes.sizeof(ptype) == want, name
-    version = re.search(r"#define ATTN_NATIVE_ABI_VERSION (\d+)", header)
-    assert version and int(version.group(1)) == abi.ABI_VERSION
+    found = re.search(rf"#define {version} (\d+)", text)
+    assert found and int(found.group(1)) == family.abi_version
 
 
 def test_build_key_follows_sources_and_flags(tmp_path: Path) -> None:
@@ -259,12 +274,10 @@ def test_each_library_hashes_only_the_files_it_includes(tmp_path: Path, monkeypa
     """A prefill-layer edit must not rebuild the 16 decode libraries (nor stale
     kernel_facts.json), a decode-only edit must not rebuild prefill; a shared header (the
     platform's, the m16n8k16 register level both matrix-unit paths use) rebuilds both."""
-    from attn_core.native import prefill_library
-
     copy = tmp_path / "csrc"
     shutil.copytree(CSRC, copy)
     monkeypatch.setattr(build, "CSRC", copy)
-    decode, prefill = copy / build.SOURCE.name, copy / prefill_library.SOURCE.name
+    decode, prefill = copy / DECODE.source, copy / PREFILL.source
 
     def names(entry: Path) -> set[str]:
         return {p.name for p in build.include_closure(entry)}
@@ -338,11 +351,12 @@ def test_flushing_subnormals_is_a_flag_and_a_cache_key() -> None:
 def test_one_library_builds_and_records_its_kernels(tmp_path: Path) -> None:
     toolchain, why = find_toolchain(None, ("sm_90",))
     assert toolchain is not None, why
-    path, seconds = build.build_library(toolchain, tmp_path, 1, defines=("ATTN_TUNING_ONLY",))
+    tuning = ("ATTN_TUNING_ONLY",)
+    path, seconds = build.build_variant(toolchain, tmp_path, DECODE, "g1", defines=tuning)
     assert path.is_file() and seconds > 0
     records = facts.parse_ptxas(build.log_path(path).read_text())
     assert {r.kernel for r in records} == {"partition", "merge"}
-    assert build.build_library(toolchain, tmp_path, 1, defines=("ATTN_TUNING_ONLY",))[1] == 0.0
+    assert build.build_variant(toolchain, tmp_path, DECODE, "g1", defines=tuning)[1] == 0.0
 
 
 @pytest.mark.parametrize("arch", ["../x", "sm90", "sm_90,bogus", "ivcore"])

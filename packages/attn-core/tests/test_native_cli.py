@@ -10,8 +10,9 @@ import re
 import pytest
 
 from attn_core.native import __main__ as cli
-from attn_core.native import facts, kernel_table
-from attn_core.native.build import SLOTS, library_name, log_path
+from attn_core.native import decode, facts
+from attn_core.native.build import family_key, log_path
+from attn_core.native.family import DECODE
 from attn_core.native.toolchain import find_toolchain
 
 
@@ -57,11 +58,15 @@ def test_facts_reads_the_logs_of_the_build_it_made(clean_env, tmp_path, capsys, 
     clean_env.setenv("ATTN_CORE_NATIVE_CACHE", str(tmp_path / "cache"))
     built = []
 
-    def fake_build(toolchain, out_dir, *, defines=()):  # what build_all leaves: a log per library
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for n in SLOTS:
-            log_path(out_dir / library_name(n)).write_text("")
-        built.append((out_dir, defines))
+    def fake_build(toolchain, families, *, out_dir=None, cache=None, defines=(), **kw):
+        # what build_all leaves: a log per library, each family in its folder
+        for family in families:
+            folder = out_dir if out_dir is not None else cache / family_key(toolchain, family)
+            folder.mkdir(parents=True, exist_ok=True)
+            for variant in family.variants_for(toolchain.kind):
+                log_path(folder / family.library_name(variant)).write_text("")
+            if family is DECODE:
+                built.append((folder, defines))
         return 0.1
 
     clean_env.setattr(cli, "build_all", fake_build)
@@ -86,7 +91,7 @@ def test_facts_with_missing_logs_is_a_failed_build_not_a_traceback(clean_env, tm
     if find_toolchain(None, None)[0] is None:
         pytest.skip("no CUDA compiler on this machine")
     clean_env.setenv("ATTN_CORE_NATIVE_CACHE", str(tmp_path / "cache"))
-    clean_env.setattr(cli, "build_all", lambda toolchain, out_dir, **kw: 0.1)  # leaves no logs
+    clean_env.setattr(cli, "build_all", lambda toolchain, families, **kw: 0.1)  # leaves no logs
     assert cli.main(["facts"]) == 1
     assert "log" in capsys.readouterr().err
 
@@ -106,13 +111,12 @@ class RecordedLibrary:
         self.chain, self.spec, self.extra = chain, spec, extra_registers
 
     def kernel_info(self, which, query_kind, cache_kind, bucket, group):
-        from attn_core.native import abi
-        from attn_core.native.library import KernelFacts
-        from attn_core.native.split import decode_body
+        from attn_core.native.decode import KernelFacts
+        from attn_core.native.split import decode_body, group_slots
 
         q = facts.KINDS[query_kind]
         body = decode_body(self.spec, q, q)
-        r = facts.lookup(which, q, q, bucket, abi.group_slots(group), body, self.chain)
+        r = facts.lookup(which, q, q, bucket, group_slots(group), body, self.chain)
         extra = self.extra if which == "partition" else 0
         return KernelFacts(r.registers + extra, r.smem_bytes, 0, r.threads, 1)
 
@@ -123,15 +127,15 @@ def test_status_rows_set_the_driver_beside_the_record_the_plan_reads() -> None:
     from attn_core.device.spec import get_device_spec
 
     h200, bi = get_device_spec("h200"), get_device_spec("bi-v100")
-    rows = kernel_table.kernel_rows(RecordedLibrary(facts.NVCC, h200), 6, h200)
+    rows = decode.kernel_rows(RecordedLibrary(facts.NVCC, h200), 6, h200)
     assert len(rows) == 3 * 3 * 2  # head buckets x dtypes x (partition, merge)
-    assert not any(row[-1].endswith(kernel_table.DIFFERS) for row in rows)
+    assert not any(row[-1].endswith(decode.DIFFERS) for row in rows)
     fp16_256 = next(r for r in rows if r[:4] == ("partition", 6, 256, "fp16"))
     mma = facts.lookup("partition", "float16", "float16", 256, 6, facts.MMA, facts.NVCC)
     assert fp16_256[-1] == f"{mma.registers} / {mma.smem_bytes}"  # the matrix-unit body's
     # CoreX's build with 8 more registers a thread than the stand-in: every partition kernel
-    rows = kernel_table.kernel_rows(RecordedLibrary(facts.COREX, bi, extra_registers=8), 6, bi)
-    marked = [row for row in rows if row[-1].endswith(kernel_table.DIFFERS)]
+    rows = decode.kernel_rows(RecordedLibrary(facts.COREX, bi, extra_registers=8), 6, bi)
+    marked = [row for row in rows if row[-1].endswith(decode.DIFFERS)]
     assert {row[0] for row in marked} == {"partition"} and len(marked) == 9
     cuda_core = facts.lookup("partition", "float16", "float16", 256, 6, toolchain=facts.COREX)
     assert ("partition", 6, 256, "fp16", cuda_core.registers + 8) == next(
@@ -146,25 +150,30 @@ def test_status_on_a_device_prints_the_table_and_the_differences(monkeypatch, ca
 
     import attn_core
     from attn_core.device.spec import get_device_spec
-    from attn_core.native import library, verify
+    from attn_core.native import loader
 
     bi = get_device_spec("bi-v100")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(attn_core, "detect_device_spec", lambda device: bi)
     monkeypatch.setattr(cli, "_prefill_lines", lambda device: ["prefill: stubbed"])
-    found = library.NativeStatus(True, "stubbed library")
+    found = loader.NativeStatus(True, "stubbed library")
     lib = RecordedLibrary(facts.COREX, bi, extra_registers=8)
-    monkeypatch.setattr(library, "load_native", lambda settings, device, group: (lib, found))
-    monkeypatch.setattr(verify, "verify_native", lambda *args: None)
+
+    def load(cls, variant, settings, device, **kw):
+        assert (cls, variant) == (decode.DecodeLibrary, "g6")
+        return lib, found
+
+    monkeypatch.setattr(loader, "load_library", load)
+    monkeypatch.setattr(loader, "verify", lambda *args: None)
     assert cli.main(["status", "--groups", "6"]) == 0
     out = capsys.readouterr().out
     assert "recorded (corex): registers / smem" in out
     assert "9 kernels differ from the kernel_facts.json records" in out, out
     # the same device whose build matches the stand-in: said so, nothing marked
     monkeypatch.setattr(
-        library, "load_native", lambda *args: (RecordedLibrary(facts.COREX, bi), found)
+        loader, "load_library", lambda *args, **kw: (RecordedLibrary(facts.COREX, bi), found)
     )
     assert cli.main(["status", "--groups", "6"]) == 0
     out = capsys.readouterr().out
     assert "all 18 kernels match the kernel_facts.json records this device's plans" in out, out
-    assert kernel_table.DIFFERS not in out and "kernels differ" not in out
+    assert decode.DIFFERS not in out and "kernels differ" not in out

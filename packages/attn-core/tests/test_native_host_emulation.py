@@ -27,7 +27,7 @@ from decode_helpers import slopes_for
 from host_emulation_helpers import emulated_decode, host_case, run_emulated
 from native_helpers import reference
 
-from attn_core.native.library import NativeError
+from attn_core.native.loader import NativeError
 from attn_core.reference import make_paged_case
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

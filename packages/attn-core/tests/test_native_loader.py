@@ -1,4 +1,4 @@
-"""What the decode and prefill loaders share (attn_core.native.loader), on any machine: the
+"""What loading shares across kernel families (attn_core.native.loader), on any machine: the
 ABI check and error strings of a loaded library (a stand-in compiled with the host C compiler),
 the "cached or built now" answers, and the CPU refusal."""
 
@@ -10,59 +10,88 @@ import pytest
 import torch
 from native_stand_in import stand_in
 
-from attn_core.native import abi, loader
-from attn_core.native import prefill_abi as pabi
+from attn_core.core.settings import NativeSettings
+from attn_core.native import build, loader
 from attn_core.native.build import BuildError
-from attn_core.native.library import NativeLibrary
-from attn_core.native.prefill_library import PrefillLibrary
+from attn_core.native.decode import DecodeLibrary
+from attn_core.native.family import DECODE, PREFILL
+from attn_core.native.prefill import PrefillLibrary
+from attn_core.native.toolchain import Toolchain
 
 
 def test_libraries_of_this_abi_load_with_their_identity(tmp_path: Path) -> None:
-    path = stand_in(tmp_path, abi.ABI_VERSION, pabi.ABI_VERSION)
-    decode, prefill = NativeLibrary(path), PrefillLibrary(path)
+    path = stand_in(tmp_path, DECODE.abi_version, PREFILL.abi_version)
+    decode, prefill = DecodeLibrary(path), PrefillLibrary(path)
     assert (decode.path, decode.platform, decode.slots) == (path, "stand-in", 6)
     assert (prefill.path, prefill.platform, prefill.mma) == (path, "stand-in", "wmma")
     assert decode.error_string(2) == prefill.error_string(2) == "out of memory"
 
 
 def test_a_stale_abi_is_refused_naming_both_versions(tmp_path: Path) -> None:
-    path = stand_in(tmp_path, abi.ABI_VERSION + 1, pabi.ABI_VERSION + 7)
-    with pytest.raises(OSError, match=f"ABI version {abi.ABI_VERSION + 1}, attn-core needs"):
-        NativeLibrary(path)
-    with pytest.raises(OSError, match=f"needs {pabi.ABI_VERSION}$"):
+    path = stand_in(tmp_path, DECODE.abi_version + 1, PREFILL.abi_version + 7)
+    with pytest.raises(OSError, match=f"ABI version {DECODE.abi_version + 1}, attn-core needs"):
+        DecodeLibrary(path)
+    with pytest.raises(OSError, match=f"needs {PREFILL.abi_version}$"):
         PrefillLibrary(path)
 
 
 def test_a_missing_library_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(OSError):
-        NativeLibrary(tmp_path / "absent.so")
+        DecodeLibrary(tmp_path / "absent.so")
 
 
-def test_cached_or_built_answers(tmp_path: Path) -> None:
-    target = tmp_path / "lib.so"
+class _Probed(DecodeLibrary):
+    """The stand-in's kernel entries fail (it has no kernels): its probe is taken as passed."""
+
+    def probe(self) -> None:
+        pass
+
+
+def test_cached_or_built_answers(tmp_path: Path, monkeypatch) -> None:
+    """The cache-or-build step of :func:`loader._locate`: building switched off and nothing
+    cached is a reason and no compiler runs; a failed build is its error; a build is timed; a
+    cached library loads whatever the switch says."""
+    library = stand_in(tmp_path, DECODE.abi_version, PREFILL.abi_version)
+    toolchain = Toolchain("nvcc", "/opt/nvcc", "/opt", ("sm_90",), "stand-in 1.0")
+    monkeypatch.setattr(loader, "PREBUILT", tmp_path / "no-prebuilt")
+    monkeypatch.setattr(loader, "find_toolchain", lambda home, archs=None: (toolchain, ""))
     calls: list[str] = []
+    outcome: dict = {"seconds": 1.0}
 
-    def built(seconds: float):
-        def build() -> tuple[Path, float]:
-            calls.append("build")
-            target.write_bytes(b"")
-            return target, seconds
+    def compile_library(tc, source, target, defines, failed, *, flush_denormals=False):
+        if target.is_file():
+            return target, 0.0
+        calls.append(target.name)
+        if outcome.get("fail"):
+            raise BuildError(f"{failed}: cc\nboom")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(library.read_bytes())
+        return target, outcome["seconds"]
 
-        return build
+    monkeypatch.setattr(build, "compile_library", compile_library)
+    cache = tmp_path / "cache"
+    expected = cache / build.family_key(toolchain, DECODE) / DECODE.library_name("g6")
 
-    def failing() -> tuple[Path, float]:
-        raise BuildError("building the stand-in failed: cc\nboom")
+    def locate(build_on: bool):
+        settings = NativeSettings(build=build_on, cache_dir=str(cache))
+        return loader._locate(_Probed, "g6", settings, "sm_90", None)
 
-    assert loader.cached_or_built(target, False, "building is off", built(1.0)) == (
-        None, "building is off",
-    )  # fmt: skip
+    lib, status = locate(False)
+    assert lib is None and status.detail == "no cached build and ATTN_CORE_NATIVE_BUILD is off"
     assert calls == []  # switched off: no compiler runs
-    assert loader.cached_or_built(target, True, "off", failing) == (
-        None, "building the stand-in failed: cc\nboom",
-    )  # fmt: skip
-    assert loader.cached_or_built(target, True, "off", built(34.06)) == (target, "built in 34.1 s")
+    outcome["fail"] = True
+    lib, status = locate(True)
+    assert lib is None and status.detail.endswith(": cc\nboom")
+    assert status.detail.startswith("building the native decode kernel (g6) failed")
+    outcome.update(fail=False, seconds=34.06)
+    lib, status = locate(True)
+    assert lib is not None and status.available
+    assert (status.detail, status.path) == ("built in 34.1 s", str(expected))
+    assert calls == [DECODE.library_name("g6")] * 2
     # once there, the switch does not matter: the build step finds it (0 seconds)
-    assert loader.cached_or_built(target, False, "off", built(0.0)) == (target, "cached build")
+    lib, status = locate(False)
+    assert lib is not None and (status.detail, status.path) == ("cached build", str(expected))
+    assert len(calls) == 2
 
 
 def test_cache_root_and_cpu_refusal(tmp_path: Path) -> None:
@@ -81,15 +110,25 @@ def test_device_arch_forced_then_corex_then_the_devices_own(monkeypatch) -> None
     assert loader.device_arch(0, "ivcore11") == "ivcore11"
 
 
-def test_the_prefill_loader_builds_for_the_decode_loaders_arch(monkeypatch) -> None:
-    """On an Iluvatar GPU the prefill build targets CoreX's architecture, as decode's does (it
+@pytest.mark.parametrize("cls", (DecodeLibrary, PrefillLibrary), ids=("decode", "prefill"))
+def test_every_family_builds_for_the_devices_arch(cls, monkeypatch) -> None:
+    """On an Iluvatar GPU every family's build targets CoreX's architecture (the prefill loader
     asked CoreX clang for sm_<major><minor> before 2026-12-02), and a forced arch wins."""
-    from attn_core.native import prefill_library
-
     seen = []
-    monkeypatch.setattr(prefill_library, "cuda_index", lambda device: (0, ""))
+    monkeypatch.setattr(loader, "cuda_index", lambda device: (0, ""))
     monkeypatch.setattr(loader, "is_iluvatar", lambda device: True)
-    monkeypatch.setattr(prefill_library, "_load", lambda mma, arch, *rest: seen.append(arch))
-    prefill_library.load_prefill("fma", torch.device("cuda", 0))
-    prefill_library.load_prefill("fma", torch.device("cuda", 0), arch="ivcore11")
+
+    def locate(family_cls, variant, settings, arch, library_dir):
+        seen.append(arch)
+        return None, loader.NativeStatus(False, "stubbed")
+
+    monkeypatch.setattr(loader, "_locate", locate)
+    loader._load.cache_clear()  # every answer below comes from this test's stub, none is kept
+    try:
+        variant = next(iter(cls.FAMILY.variants))
+        cuda = torch.device("cuda", 0)
+        loader.load_library(cls, variant, NativeSettings(), cuda)
+        loader.load_library(cls, variant, NativeSettings(arch="ivcore11"), cuda)
+    finally:
+        loader._load.cache_clear()
     assert seen == [loader.DEFAULT_COREX_ARCH, "ivcore11"]

@@ -17,13 +17,13 @@ import torch
 from conftest import assert_close, requires_cuda
 from native_prefill_helpers import MMAS, cuda_prefill_case, prefill_library, reference, run_native
 
-from attn_core.native import prefill_abi as pabi
-from attn_core.native.prefill_launch import native_prefix_prefill
-from attn_core.native.prefill_split import tokens_per_tile
+from attn_core import paged_prefix_prefill
+from attn_core.native import split as ps
+from attn_core.native.split import tokens_per_tile
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 
-CONFIGS = (pabi.CONFIG_LARGE, pabi.CONFIG_32K)
+CONFIGS = (ps.CONFIG_LARGE, ps.CONFIG_32K)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -74,14 +74,14 @@ def test_fp8_caches(head_size: int, kv_cache_dtype: str, dtype: torch.dtype, mma
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
     block_size = 8 if head_size == 64 else 16  # 8-token fp8 value vectors are 8 bytes
-    seqs = batch(block_size, tokens_per_tile(pabi.CONFIG_LARGE, 4), long=700)
+    seqs = batch(block_size, tokens_per_tile(ps.CONFIG_LARGE, 4), long=700)
     case = cuda_prefill_case(
         seqs, 8, 2, head_size, block_size, dtype,
         kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
     )  # fmt: skip
     want = reference(case)
     assert_close(run_native(case, mma), want, dtype)
-    assert_close(run_native(case, mma, config=pabi.CONFIG_32K, num_splits=3), want, dtype)
+    assert_close(run_native(case, mma, config=ps.CONFIG_32K, num_splits=3), want, dtype)
 
 
 @pytest.mark.parametrize("mma", MMAS)
@@ -118,21 +118,22 @@ def test_split_counts_agree(mma: str) -> None:
     assert_close(run_native(case, mma), want, torch.bfloat16)  # the split rule's own choice
 
 
-def test_refusals_name_the_argument() -> None:
-    lib = prefill_library("fma")
+def test_refusals_name_the_argument(settings_env) -> None:
+    """What the kernel cannot take is refused by the public entry point with the native
+    backend forced (the launch itself checks nothing): fp32 queries, an int64 block table, and
+    a GQA group past the 32 KiB tile's 16 rows on a device that has only that tile."""
+    prefill_library("fma")  # skips with the reason where there is no library
+    fp32 = cuda_prefill_case([(3, 4)], 4, 2, 64, 16, torch.float32)
+    with pytest.raises(ValueError, match=r"'native'.*fp16/bf16 queries, got torch.float32"):
+        paged_prefix_prefill(*fp32.args(), backend="native")
     case = cuda_prefill_case([(3, 4)], 4, 2, 64, 16, torch.float16)
     args = case.args()
-    with pytest.raises(TypeError, match="query must be float16 or bfloat16"):
-        native_prefix_prefill(lib, case.query.float(), *args[1:])
-    with pytest.raises(TypeError, match="block_tables must be int32"):
-        native_prefix_prefill(lib, *args[:5], case.block_tables.long(), *args[6:])
-    with pytest.raises(ValueError, match="the GQA group"):
-        wide = cuda_prefill_case([(3, 4)], 34, 2, 64, 16, torch.float16)
-        native_prefix_prefill(
-            lib, wide.query, wide.key, wide.value, wide.key_cache, wide.value_cache,
-            wide.block_tables, wide.query_start_loc, wide.seq_lens, wide.context_lens, 4,
-            config=pabi.CONFIG_32K,
-        )  # fmt: skip
+    with pytest.raises(ValueError, match="block_tables must be torch.int32"):
+        paged_prefix_prefill(*args[:5], case.block_tables.long(), *args[6:], backend="native")
+    settings_env.set("ATTN_CORE_DEVICE", "bi-v100")  # plans for BI-V100's 32 KiB tile
+    wide = cuda_prefill_case([(3, 4)], 34, 2, 64, 16, torch.float16)
+    with pytest.raises(ValueError, match=r"'native'.*groups <= 16, got 17"):
+        paged_prefix_prefill(*wide.args(), backend="native")
 
 
 def test_library_facts_fit_budgets() -> None:
@@ -142,8 +143,8 @@ def test_library_facts_fit_budgets() -> None:
         lib = prefill_library(mma)
         for bucket in (64, 128, 256):
             for ck in (1, 3, 4):
-                small = lib.config_facts(pabi.CONFIG_32K, 1, ck, bucket)
-                large = lib.config_facts(pabi.CONFIG_LARGE, 1, ck, bucket)
+                small = lib.config_facts(ps.CONFIG_32K, 1, ck, bucket)
+                large = lib.config_facts(ps.CONFIG_LARGE, 1, ck, bucket)
                 assert small is not None and large is not None
                 assert small.smem_bytes <= 32 * 1024, (mma, bucket, small)
                 assert small.local_bytes == 0, (mma, bucket, small)
@@ -168,7 +169,7 @@ def test_large_tile_has_no_spills_at_head_256(mma: str) -> None:
     conversions' extra registers; not asserted)."""
     lib = prefill_library(mma)
     for ck in (1, 3, 4):
-        large = lib.config_facts(pabi.CONFIG_LARGE, 1, ck, 256)
+        large = lib.config_facts(ps.CONFIG_LARGE, 1, ck, 256)
         assert large is not None and large.local_bytes == 0, (mma, ck, large)
 
 

@@ -2,13 +2,14 @@
 reference.
 
 ci/host_emulation.py builds csrc/paged_prefill.cu with ``-D__ILUVATAR__ -DATTN_PREFILL_MMA=0``
-for the host; these tests launch it through ``native_prefix_prefill`` at forced tile
-configurations and splits, following test_native_prefill.py's families (which run the GPU
-builds, both layers): both tile configurations (one K / V buffer: the CUDA-core layer has no
-other), head sizes 64 / 120 / 128 / 256, blocks 8 / 16 / 32, fp16 / bf16, fp8 caches with
-scales, ALiBi, sliding windows, GQA 1-16, chunk and context lengths around every tile and block
-edge, permuted block tables, NaN in every cache slot past each context and in the outputs,
-splits merged by log-sum-exp; each phase's threads also run in reverse order once per family.
+for the host; these tests launch it through :func:`attn_core.native.prefill.launch_prefill` at
+forced tile configurations and splits, following test_native_prefill.py's families (which run
+the GPU builds, both layers): both tile configurations (one K / V buffer: the CUDA-core layer
+has no other), head sizes 64 / 120 / 128 / 256, blocks 8 / 16 / 32, fp16 / bf16, fp8 caches
+with scales, ALiBi, sliding windows, GQA 1-16, chunk and context lengths around every tile and
+block edge, permuted block tables, NaN in every cache slot past each context and in the outputs
+and the partials, splits merged by log-sum-exp; each phase's threads also run in reverse order
+once per family.
 What it cannot see: what a device compiler makes of the source, NVIDIA's wmma layer, and time.
 """
 
@@ -20,10 +21,10 @@ from conftest import assert_close
 from host_emulation_helpers import host_prefill_case, run_emulated_prefill
 from native_prefill_helpers import reference
 
-from attn_core.native import prefill_abi as pabi
-from attn_core.native.prefill_split import tokens_per_tile
+from attn_core.native import split as ps
+from attn_core.native.split import tokens_per_tile
 
-CONFIGS = (pabi.CONFIG_LARGE, pabi.CONFIG_32K)
+CONFIGS = (ps.CONFIG_LARGE, ps.CONFIG_32K)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -70,14 +71,14 @@ def test_fp8_caches(head_size: int, kv_cache_dtype: str, dtype: torch.dtype) -> 
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
     block_size = 8 if head_size == 64 else 16  # 8-token fp8 value vectors are 8 bytes
-    seqs = batch(block_size, tokens_per_tile(pabi.CONFIG_LARGE, 4), long=300)
+    seqs = batch(block_size, tokens_per_tile(ps.CONFIG_LARGE, 4), long=300)
     case = host_prefill_case(
         seqs, 8, 2, head_size, block_size, dtype,
         kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
     )  # fmt: skip
     want = reference(case)
-    assert_close(run_emulated_prefill(case, pabi.CONFIG_LARGE, 1), want, dtype)
-    assert_close(run_emulated_prefill(case, pabi.CONFIG_32K, 3), want, dtype)
+    assert_close(run_emulated_prefill(case, ps.CONFIG_LARGE, 1), want, dtype)
+    assert_close(run_emulated_prefill(case, ps.CONFIG_32K, 3), want, dtype)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -104,4 +105,4 @@ def test_split_counts_agree_in_both_thread_orders() -> None:
     """A short chunk over a long context, split many ways (some splits get no tile)."""
     case = host_prefill_case([(2099, 7), (0, 3)], 24, 4, 256, 16, torch.bfloat16)
     for splits in (1, 2, 7, 40):
-        check_both_orders(case, pabi.CONFIG_32K, splits, torch.bfloat16)
+        check_both_orders(case, ps.CONFIG_32K, splits, torch.bfloat16)

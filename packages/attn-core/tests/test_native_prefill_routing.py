@@ -19,7 +19,7 @@ from attn_core.core.settings import PrefillOverrides
 from attn_core.core.workspace import Workspace
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.detect import detect_device_spec
-from attn_core.native.prefill_verify import KIND
+from attn_core.native.prefill import PrefillLibrary
 from attn_core.prefill.plan import plan_prefill
 from attn_core.runtime.prefill import prefill_plan_for
 
@@ -49,7 +49,7 @@ def test_backend_native_matches_the_reference(settings_env, mma, dtype, heads, k
     assert isinstance(plan, NativePrefillPlan) and plan.variant == mma
     assert plan.library is not None and plan.library.mma == mma
     config = (plan.library.path.name, dtype, "auto", head_size, 16, heads // kv_heads)
-    assert verify_once.kept(KIND, case.query.device, config).ok
+    assert verify_once.kept(PrefillLibrary.VERIFY_KIND, case.query.device, config).ok
 
 
 @pytest.mark.parametrize("mma", MMAS)

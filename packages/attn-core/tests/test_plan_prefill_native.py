@@ -9,8 +9,7 @@ import torch
 from attn_core import AttentionShape, NativePrefillPlan, PrefillLengths, get_device_spec
 from attn_core.core.settings import PrefillOverrides
 from attn_core.device.capabilities import Capabilities, profile_capabilities
-from attn_core.native import prefill_abi as pabi
-from attn_core.native import prefill_split as ps
+from attn_core.native import split as ps
 from attn_core.prefill import plan_native as pn
 from attn_core.prefill.plan import plan_prefill
 
@@ -120,7 +119,7 @@ def test_native_plan_sizes_from_the_split_rule() -> None:
     partials are the split rule's workspace, within the issue's 64 MiB bound."""
     o = PrefillOverrides(backend="native")
     p = plan(H200, caps("wmma"), q=64, ctx=250_000, overrides=o)
-    assert p.config == pabi.CONFIG_LARGE and p.tokens_per_tile == 128 // 6
+    assert p.config == ps.CONFIG_LARGE and p.tokens_per_tile == 128 // 6
     assert p.num_splits > 1 and len(p.steps) == 2
     assert p.workspace_bytes == ps.workspace_bytes(p.num_splits, 64, 24, 256)
     assert 0 < p.workspace_bytes <= ps.WORKSPACE_CAP_BYTES
@@ -132,7 +131,7 @@ def test_bi_v100_takes_the_32k_tile() -> None:
     p = plan(
         get_device_spec("bi-v100"), caps("corex_wmma"), overrides=PrefillOverrides(backend="native")
     )
-    assert p.config == pabi.CONFIG_32K and p.variant == "corex_wmma"
+    assert p.config == ps.CONFIG_32K and p.variant == "corex_wmma"
     assert all(s.shared_mem_bytes <= 32 * 1024 for s in p.steps)
 
 
@@ -169,8 +168,8 @@ def test_the_large_tiles_shared_memory_follows_the_variant() -> None:
     assert pn.large_tile_smem(256, "fma") > 180 << 10
     assert pn.large_tile_smem(256, "corex_wmma") == pn.large_tile_smem(256, "fma")
     mid = H200.with_overrides(name="163k", shared_mem_per_block_optin=163 << 10)
-    assert pn.choose_config(mid, QWEN, "wmma") == pabi.CONFIG_LARGE
-    assert pn.choose_config(mid, QWEN, "fma") == pabi.CONFIG_32K
+    assert pn.choose_config(mid, QWEN, "wmma") == ps.CONFIG_LARGE
+    assert pn.choose_config(mid, QWEN, "fma") == ps.CONFIG_32K
     # a group past the 32 KiB tile's 16 rows needs the large tile on every variant there
     wide = AttentionShape(32, 1, 256, 16, torch.float16)
     assert "groups <= 16" in pn.unsupported(wide, mid)

@@ -26,7 +26,7 @@ from attn_core.prefill import backends as prefill_backends
 from attn_core.prefill import verify as prefill_verify
 from attn_core.prefill.backends import FusedBackend
 from attn_core.reference import make_prefill_case
-from attn_core.runtime.prefill import _run_unverified, verify_prefill_backend
+from attn_core.runtime.prefill import verify_prefill_backend
 
 MIXED = ((0, 13), (37, 1), (16, 17), (95, 33), (1, 7), (64, 64))
 
@@ -64,9 +64,7 @@ def verified_on_cpu(dtype: torch.dtype, head_size: int) -> tuple[str, ...]:
     """The verification step above the planner, for a CPU offering the (fake) sdpa backend."""
     caps = Capabilities(device_type="cpu", fused_prefill=("sdpa",))
     cpu = torch.device("cpu")
-    return prefill_verify.verified_capabilities(
-        caps, cpu, dtype, head_size, _run_unverified
-    ).fused_prefill
+    return prefill_verify.verified_capabilities(caps, cpu, dtype, head_size).fused_prefill
 
 
 def verdicts() -> dict:

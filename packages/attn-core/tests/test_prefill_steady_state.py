@@ -22,10 +22,10 @@ from attn_core.reference import PrefillCase, make_prefill_case
 from attn_core.runtime import prefill as runtime_prefill
 from attn_core.runtime import resolve
 
-# Decode's resolver files and prefill's own: pricing, the fused check, native readiness.
-PREFILL_RESOLVING = RESOLVING | {
-    "cost.py", "verify.py", "prefill_readiness.py", "prefill_verify.py", "prefill_library.py",
-}  # fmt: skip
+# Decode's resolver files and prefill's own: pricing, the fused check, and the native binding
+# (its library and reference check; native readiness is native/loader.py, in RESOLVING): a
+# torch-path call has no business there.
+PREFILL_RESOLVING = RESOLVING | {"prefill/cost.py", "prefill/verify.py", "native/prefill.py"}
 # attn_core files a steady torch-path prefill call enters: 8 on 2026-12-02 (the entry point,
 # checks, cache layout, workspace, settings, torch path, problem, gather), 142 Python calls;
 # before plans were cached every call also entered shapes, plan, resolve, detect, plan_native,
@@ -111,7 +111,7 @@ def test_a_steady_call_enters_no_resolver_code(case, first_context: int) -> None
     )
     assert not set(files) & PREFILL_RESOLVING, files
     assert len(files) <= MAX_FILES, files
-    assert files[0] == "prefill.py"
+    assert files[0] == "runtime/prefill.py"
     assert calls < 200, calls
 
 
@@ -126,7 +126,8 @@ def test_chunks_in_one_bucket_share_a_plan(case, resolutions) -> None:
             assert_close(out, reference(chunk), torch.float32)
     assert len(resolutions) == 1
     keys = [k for k in runtime_prefill._PLANS if k[-1] == settings.generation()]
-    assert len(keys) == 4 and len({id(runtime_prefill._PLANS[k]) for k in keys}) == 1
+    # one plan cache: the four call keys and their bucket's key, one plan
+    assert len(keys) == 5 and len({id(runtime_prefill._PLANS[k]) for k in keys}) == 1
     assert call(later_chunk(case, 1980), ws) is not None  # a key already seen: no resolution
     assert len(resolutions) == 1
     chunk = later_chunk(case, 1500)

@@ -13,7 +13,10 @@ from attn_core import AttentionShape, NativePrefillPlan, PrefillLengths, get_dev
 from attn_core.core import verify_once
 from attn_core.core.settings import PrefillOverrides
 from attn_core.device.capabilities import Capabilities
-from attn_core.native import prefill_readiness, prefill_verify
+from attn_core.native import loader
+from attn_core.native import prefill as native_prefill
+from attn_core.native.loader import NativeStatus
+from attn_core.native.prefill import PrefillLibrary
 from attn_core.prefill.plan import plan_prefill
 from attn_core.reference import make_prefill_case
 from attn_core.runtime import resolve
@@ -29,6 +32,8 @@ LENGTHS = PrefillLengths(8192, 100_000)
 
 
 class FakeLib:
+    VERIFY_KIND = PrefillLibrary.VERIFY_KIND
+
     def __init__(self, mma: str) -> None:
         self.mma = mma
         self.path = Path(f"/fake/libattn_prefill_{mma}.so")
@@ -39,21 +44,22 @@ def fake(monkeypatch: pytest.MonkeyPatch):
     """Fake loader and check; records what was loaded and checked."""
     seen = {"loaded": [], "checked": [], "ok": True, "capturing": False}
 
-    def load(mma, device, **kw):
+    def load(cls, mma, settings, device, **kw):
+        assert cls is PrefillLibrary
         seen["loaded"].append(mma)
-        return FakeLib(mma), f"fake {mma}"
+        return FakeLib(mma), NativeStatus(True, f"fake {mma}")
 
     def check(device, config, lib):
         seen["checked"].append(config)
         return verify_once.Verdict(seen["ok"], "fake check")
 
-    monkeypatch.setattr(prefill_readiness, "load_prefill", load)
+    monkeypatch.setattr(loader, "load_library", load)
     monkeypatch.setattr(verify_once, "is_capturing", lambda device: seen["capturing"])
-    verify_once.register(prefill_verify.KIND, check)
-    verify_once.forget(prefill_verify.KIND)
+    verify_once.register(PrefillLibrary.VERIFY_KIND, check)
+    verify_once.forget(PrefillLibrary.VERIFY_KIND)
     yield seen
-    verify_once.forget(prefill_verify.KIND)
-    verify_once.register(prefill_verify.KIND, prefill_verify._check)
+    verify_once.forget(PrefillLibrary.VERIFY_KIND)
+    verify_once.register(PrefillLibrary.VERIFY_KIND, native_prefill._check)
 
 
 def native_caps(spec, overrides=None, lengths=LENGTHS):
@@ -81,9 +87,10 @@ def test_unverified_takes_torch_with_the_reason(fake) -> None:
     fake["ok"] = False
     caps, _ = native_caps(SLOW_HBM)
     assert caps.native_prefill == ()
-    assert "wmma not verified here (fake check)" in caps.native_prefill_why
+    why = "wmma not verified: it did not match the float64 reference (fake check)"
+    assert why in caps.native_prefill_why
     p = plan_prefill(QWEN, LENGTHS, SLOW_HBM, caps)
-    assert p.backend == "torch" and "wmma not verified here" in p.backend_reason
+    assert p.backend == "torch" and "wmma not verified" in p.backend_reason
 
 
 def test_no_verification_during_capture(fake) -> None:
@@ -112,9 +119,7 @@ def test_resolved_native_plan_carries_its_library(fake, monkeypatch) -> None:
     monkeypatch.setattr(
         resolve, "probe_capabilities", lambda d, dt: Capabilities(device_type="cuda")
     )
-    p = resolve.prefill_plan_for(
-        QWEN, LENGTHS, CUDA, SLOW_HBM, backend="native", run=lambda case, plan: case.query
-    )
+    p = resolve.prefill_plan_for(QWEN, LENGTHS, CUDA, SLOW_HBM, backend="native")
     assert isinstance(p, NativePrefillPlan) and isinstance(p.library, FakeLib)
     assert p.library.mma == p.variant == "wmma"
 
