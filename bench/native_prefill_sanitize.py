@@ -19,7 +19,7 @@ import torch
 from attn_core.native import prefill_abi as pabi
 from attn_core.native.prefill_launch import native_prefix_prefill
 from attn_core.native.prefill_library import load_prefill
-from attn_core.testing import make_prefill_case, reference_prefix_prefill
+from attn_core.reference import make_prefill_case, reference_prefix_prefill
 
 # contexts 0 / odd / several whole 64-key tiles (the wmma tile spreads a whole tile's copies
 # through its products, the path a short context never takes)
