@@ -375,7 +375,7 @@ def _choose_tier(inputs: _Inputs, spec: DeviceSpec) -> tuple[str, int]:
     )  # fmt: skip
     if inputs.forced_partition is not None:
         # capped at the span: a longer partition only pads the step with masked slots (a
-        # forced 2^24 for a 100-token step sized 211 MB of scratch; issue 18). Capped, the
+        # forced 2^24 for a 100-token step sized 211 MB of scratch). Capped, the
         # partitioned tier runs one partition of the span.
         ps = min(inputs.forced_partition, inputs.span)
     if inputs.forced_tier is not None:
