@@ -29,8 +29,8 @@ step() {
 run() {
     case "$1" in
     # the whole CUDA suite: 430 tests took 254 s on the H200 with 14 workers
-    # (docs/benchmarks.md#cuda-tests), so
-    # the step spreads over the host's cores (pytest-xdist) and stops one test hung past 300 s
+    # (docs/benchmarks.md#cuda-tests), so the step spreads over the host's cores (pytest-xdist)
+    # and stops one test hung past 300 s
     cuda_tests) step cuda_tests 570 python3 -m pytest -q -m cuda -p no:cacheprovider \
         -n "${CUDA_TEST_WORKERS:-14}" --timeout 300 \
         packages/attn-core/tests packages/engine-patch/tests packages/sim/tests ;;
