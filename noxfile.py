@@ -124,7 +124,7 @@ def _install_one_wheel_at_a_time(session: nox.Session, *requirements: str) -> No
 
     One pip call downloads every wheel into its temporary directory before it installs any: for
     torch 2.1.2's CUDA build that is ~2.7 GB of wheels beside the ~4.7 GB they unpack to. The
-    CI machine ran out of disk there (2026-12-03, stop 28); one wheel at a time the temporary
+    CI machine ran out of disk there; one wheel at a time the temporary
     peak is the largest wheel (cuDNN, 732 MB).
     """
     report = Path(session.create_tmp()) / "resolved.json"
@@ -168,8 +168,8 @@ def clang(session: nox.Session) -> None:
     """Every native kernel under clang's CUDA mode: no warning, no local memory (CoreX's compiler
     is a clang). CUDA headers and libdevice come from the registry's wheels, not a toolkit."""
     # Representative decode libraries by default (MHA, Qwen3.6's group 6, the widest): the 23
-    # compilations of every library and layer take ~17 CPU-minutes at -O3 (all clean on
-    # 2026-12-01); these 9 about 6. `nox -s clang -- --slots 1,2,3,4,5,6,7,8` checks them all.
+    # compilations of every library and layer take ~17 CPU-minutes at -O3 (all clean when
+    # last run); these 9 about 6. `nox -s clang -- --slots 1,2,3,4,5,6,7,8` checks them all.
     args = session.posargs or ["--slots", "1,6,8"]
     session.run("python", f"{ATTN_CORE}/ci/clang_check.py", *args)
 

@@ -125,7 +125,7 @@ class Case:
 
 # ------------------------------------------------------------------------------- baselines
 def old_way(c: Case) -> torch.Tensor:
-    """Gather whole blocks, repeat K/V to every query head, matmul (what issue 2 replaces)."""
+    """Gather whole blocks, repeat K/V to every query head, matmul (the torch path replaced it)."""
     kg = c.key_cache[c.block_tables.long()]  # [B, nblk, KVH, D/x, BS, x]
     k = kg.permute(0, 2, 1, 4, 3, 5).reshape(c.batch, KV_HEADS, -1, HEAD)[:, :, : c.tokens]
     vg = c.value_cache[c.block_tables.long()]  # [B, nblk, KVH, D, BS]

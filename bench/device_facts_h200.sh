@@ -4,8 +4,8 @@
 # move by more than 10%.
 #
 #   bash bench/device_facts_h200.sh            # full sizes (under 90 s of suite on an H200)
-#   bash bench/device_facts_h200.sh --quick    # quick sizes (a smoke run; on an H100 on
-#                                              # 2026-12-05 still in its prefill section at 60 s)
+#   bash bench/device_facts_h200.sh --quick    # quick sizes (a smoke run; on an H100
+#                                              # 80GB it was still in its prefill section at 60 s)
 #
 # Full sizes: 1 GiB bandwidth buffers, 8192^3 fp16/bf16/fp32 matmuls (median of 20), 1000
 # tiny launches (eager overhead, graph gap), decode tiers at batch 1/4/16 x context

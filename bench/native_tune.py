@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # The CUDA-core body's knobs (ATTN_DECODE_MMA=0: fp16 would take the matrix-unit body), then the
 # matrix-unit body (csrc/decode_warp.cuh). ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per
 # pipeline chunk (two chunks in flight); ATTN_MIN_BLOCKS: a register cap through launch bounds
-# (three blocks per SM spilled 400 bytes in the 16-bit matrix-unit kernels, 2026-12-03).
+# (three blocks per SM spilled 400 bytes in the 16-bit matrix-unit kernels, nvcc 13.0 sm_90).
 _BASE = ("ATTN_DECODE_MMA=0", "ATTN_THREADS=128", "ATTN_KEY_LOADS=4", "ATTN_VALUE_LOADS=4")
 _CORE = ("ATTN_DECODE_MMA=0", "ATTN_THREADS=128")
 VARIANTS = {

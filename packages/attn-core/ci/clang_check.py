@@ -41,7 +41,7 @@ MODES = {"nvidia": (), "iluvatar": ("-D__ILUVATAR__",)}
 # 3 query kinds x 3 cache kinds (its own, fp8 e4m3, fp8 e5m2) x 3 head buckets, + 3 merges
 KERNELS_PER_LIBRARY = 3 * 3 * 3 + 3
 # csrc/paged_prefill.cu: 2 query kinds x 3 cache kinds x 3 head buckets x 2 tile configs, + 2
-# merges (counted in clang's PTX, 2026-12-01); the NVIDIA wmma layer's large tile also comes
+# merges (counted in clang's PTX); the NVIDIA wmma layer's large tile also comes
 # with two K / V buffers (another 2 x 3 x 3). That layer compiles to nothing but the merges
 # under __ILUVATAR__ (CoreX has its own layer), so that pair is not a build.
 PREFILL_KERNELS = {"fma": 2 * 3 * 3 * 2 + 2, "wmma": 2 * 3 * 3 * 3 + 2}

@@ -23,8 +23,13 @@ from attn_core.native.abi import group_slots
 from attn_core.native.library import NativeLibrary
 from attn_core.native.loader import CLibrary
 from attn_core.native.prefill_library import PrefillLibrary
-from attn_core.reference import PagedCase, make_paged_case, poison_tails
-from attn_core.testing import PrefillCase, make_prefill_case
+from attn_core.reference import (
+    PagedCase,
+    PrefillCase,
+    make_paged_case,
+    make_prefill_case,
+    poison_tails,
+)
 
 
 def builder():

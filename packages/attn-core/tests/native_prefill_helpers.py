@@ -16,7 +16,7 @@ import torch
 from attn_core.core.settings import current_overrides
 from attn_core.native.prefill_launch import native_prefix_prefill
 from attn_core.native.prefill_library import PrefillLibrary, load_prefill
-from attn_core.testing import PrefillCase, make_prefill_case, reference_prefix_prefill
+from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 MMAS = ("wmma", "fma")
 

@@ -53,7 +53,6 @@ FLOORS = {
     "decode": 3,
     "prefill": 3,
     "runtime": 4,
-    "testing": 5,
 }
 EXECUTORS = {
     "attn_core.runtime.decode",

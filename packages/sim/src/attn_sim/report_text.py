@@ -105,7 +105,7 @@ TTFT_LEGEND = (
     "bi-v100: CoreX's wmma is unverified and its fp16 rate a datasheet figure); `native_fma_s`: "
     "its CUDA-core tile; `plan_s` / `plan_picks`: what attn-core's plan picks per chunk when the "
     "traceable fused backend and every native variant are taken as verified. The native "
-    "matrix efficiency is the H200's measurement of the 8-warp wmma tile (2026-12-02, see the "
+    "matrix efficiency is the H200's measurement of the 8-warp wmma tile (see the "
     "prices table); CoreX's is that tile's figure with its scores in shared memory (as CoreX's "
     "layer keeps them), assumed until the lab measures it."
 )

@@ -53,7 +53,7 @@ def parse_bool(name: str, raw: Optional[str], default: Optional[bool] = False) -
 
 
 # Upper bounds of the numeric overrides. A bound keeps a typo (or 10**31) from reaching the
-# planners, where it overflowed a float in the engine-patch self-test (issue 18) or sized
+# planners, where it overflowed a float in the engine-patch self-test or sized
 # buffers for it. Tokens: 2**24 = 16 M, 16x the longest context of any model the platform
 # serves (1 M); bytes: 2**50 = 1 PiB, beyond any device's memory; the subscription factor
 # multiplies the device's thread slots (default 2): 1024 is far past any useful value.

@@ -6,7 +6,7 @@ A profile file replaces some or all fields of a :class:`~attn_core.device.spec.D
      "name": "bi-v100-lab",
      "base": "bi-v100",
      "fields": {"sm_count": 16, "hbm_bandwidth": 5.9e11, ...},
-     "provenance": {"sm_count": "measured on bi-v100-lab 2026-12-01 by device-facts: ..."}}
+     "provenance": {"sm_count": "measured on bi-v100-lab by device-facts: ..."}}
 
 ``base`` (a built-in profile) supplies every field the file does not give; without it the file
 must give them all. Files written before the schema key existed (``attn_sim calibrate``'s
