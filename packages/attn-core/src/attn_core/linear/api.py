@@ -297,11 +297,9 @@ def causal_conv1d_fn(
     window = torch.zeros(n, dim, width - 1, device=dev)
     if conv_states is not None:
         assert slots is not None
-        window = conv_states[:, :, : width - 1].index_select(0, slots).float()
-        if has_initial_state is not None:
-            window = window * has_initial_state.to(torch.float32)[:, None, None]
-        else:
-            window.zero_()
+        if has_initial_state is not None:  # where, not a product: a fresh slot may hold NaN
+            read = conv_states[:, :, : width - 1].index_select(0, slots).float()
+            window = torch.where(has_initial_state[:, None, None], read, window)
     out, new = conv_varlen(flat, weight, bias, offsets, window, act)
     if conv_states is not None:
         conv_states[:, :, : width - 1].index_copy_(0, slots, new.to(conv_states.dtype))
