@@ -121,7 +121,9 @@ class _FloatOps(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         first = out[0] if isinstance(out, (tuple, list)) else out
         name = func.overloadpacket.__name__
-        skip = func.is_view or name in ("empty", "empty_strided", "_unsafe_view")
+        view = any(r.alias_info is not None and not r.alias_info.is_write
+                   for r in func._schema.returns)  # fmt: skip
+        skip = view or name in ("empty", "empty_strided", "_unsafe_view")
         if not skip and isinstance(first, torch.Tensor) and first.is_floating_point():
             self.count += 1
         return out

@@ -295,13 +295,12 @@ def causal_conv1d_fn(
     if x.dim() == 2:
         check_offsets("query_start_loc", offsets, flat.shape[1])
     window = torch.zeros(n, dim, width - 1, device=dev)
-    if conv_states is not None:
-        assert slots is not None
+    if conv_states is not None and slots is not None:
         if has_initial_state is not None:  # where, not a product: a fresh slot may hold NaN
             read = conv_states[:, :, : width - 1].index_select(0, slots).float()
             window = torch.where(has_initial_state[:, None, None], read, window)
     out, new = conv_varlen(flat, weight, bias, offsets, window, act)
-    if conv_states is not None:
+    if conv_states is not None and slots is not None:
         conv_states[:, :, : width - 1].index_copy_(0, slots, new.to(conv_states.dtype))
     if x.dim() == 3:
         return out.view(dim, x.shape[0], x.shape[2]).permute(1, 0, 2).to(x.dtype).contiguous()
