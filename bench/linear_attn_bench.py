@@ -15,14 +15,14 @@ q/k (as the model calls it). Implementations, each where it can run here:
   is not importable;
 - ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100).
 
-Columns: median ms (CUDA events), ``mode`` eager or ``graph`` (decode: one step captured in a
-CUDA graph and replayed back to back, :func:`_timing.graph_ms`), ``transient_mib`` (peak
-allocated above the inputs, output excluded), ``launches`` (device kernels per call,
-torch.profiler), ``floor_ms`` and ``x_floor``: decode moves each sequence's 2 MiB fp32 state in
-and out at least once (``2 x 2 MiB x batch`` at the copy rate measured here); prefill's floor is
-its matrix FLOPs (``6 K V + 4 C (K + V)`` per token and value head, C = 64) at
-``--matrix-tflops`` (default: the bf16 matmul rate measured here). ``max_err``: attn-core's
-prefill against the float64 reference on the first 128 tokens; other rows against attn-core
+Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
+CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
+allocated above the inputs, outputs and final states excluded; ``launches``: device kernels per
+call (torch.profiler); ``floor_ms`` and ``x_floor``: decode moves each sequence's 2 MiB fp32
+state in and out at least once (``2 x 2 MiB x batch`` at the copy rate measured here), prefill's
+floor is its matrix FLOPs (``6 K V + 4 C (K + V)`` per token and value head, C = 64) at
+``--matrix-tflops`` (default: the bf16 matmul rate measured here); ``max_err``: attn-core's
+prefill against the float64 reference on the first 128 tokens, other rows against attn-core
 (``diff``).
 
 Each row is printed when measured and ``<out>/linear_attn_bench.json`` is rewritten after every
@@ -256,7 +256,8 @@ def _prefill_rows(run: Run, lens: list[int], shape: dict, device: torch.device, 
     cu = None
     if len(lens) > 1:
         cu = torch.tensor([0, *[sum(lens[: i + 1]) for i in range(len(lens))]], device=device)
-    out_bytes = total * shape["value_heads"] * shape["head_v"] * 2
+    hv, dk, dv = shape["value_heads"], shape["head_k"], shape["head_v"]
+    out_bytes = total * hv * dv * 2 + len(lens) * hv * dk * dv * 4  # o (bf16) and final states
     floor = 1e3 * _prefill_flops(total, shape) / run.payload["matrix_flops"]
     base = {"kind": "prefill", "case": label, "mode": "eager", "floor_ms": floor}
     group = shape["value_heads"] // shape["heads"]
