@@ -173,6 +173,12 @@ def resolve_shape(layers: list[Layer]) -> AttentionShape:
     }
     for layer in layers:
         merged.update(layer)
+    for field in ("num_heads", "num_kv_heads"):  # before AttentionShape or any tensor sees them
+        value, origin = merged[field]
+        if value > settings.MAX_HEADS:
+            raise ConfigurationError(
+                f"{origin}: {field} must be <= {settings.MAX_HEADS} (heads per rank), got {value}"
+            )
     try:
         return AttentionShape(**{name: value for name, (value, _) in merged.items()})
     except ValueError as exc:
