@@ -96,3 +96,20 @@ def test_forced_prefill_backend_unavailable_is_a_configuration_error(clean_env, 
     assert code == EXIT_CONFIG, out + err
     assert "ATTN_CORE_PREFILL_BACKEND" in out + err
     assert "needs a CUDA device" in out + err
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 64"),
+        ('{"num_attention_heads": ' + "9" * 400 + "}", "num_attention_heads"),
+        ("{not json", "not readable JSON"),
+    ],
+)
+def test_model_config_is_read_bounded(clean_env, tmp_path, text, expected):
+    """--model's config.json is parsed (bounded) before transformers sees it: a RecursionError or
+    a 400-digit integer there is a configuration error naming the file, not exit 5."""
+    (tmp_path / "config.json").write_text(text)
+    code, out, err = _run([*BASE, "--model", str(tmp_path)])
+    assert code == EXIT_CONFIG, err
+    assert str(tmp_path / "config.json") in err and expected in err

@@ -21,6 +21,7 @@ import attn_core.core.settings
 from attn_core import detect_device_spec
 from attn_core.core.settings import Overrides
 from attn_core.core.shapes import QWEN36, AttentionShape, dtype_from_name
+from attn_core.device.profile_file import parse_json_text
 from engine_patch import settings
 from engine_patch.exit_codes import ConfigurationError
 
@@ -113,6 +114,12 @@ def checkpoint_shape(path: str, tp: int) -> Layer:
             f"--model must be a checkpoint directory containing config.json, got {path!r} "
             f"({config_file} is not a file)"
         )
+    try:  # bounded first: transformers' json.load meets no depth or digit limit
+        parse_json_text(config_file.read_text(encoding="utf-8"), f"--model: {config_file}")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"--model: {config_file} cannot be read: {exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     try:
         from transformers import AutoConfig
     except ImportError as exc:
