@@ -30,6 +30,12 @@ def prog() -> str:
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
+def plain(text: str) -> str:
+    """A docstring's text for ``--help``: reST's double backticks dropped (argparse prints them
+    as they are)."""
+    return text.replace("``", "")
+
+
 def _report(args) -> int:
     from attn_sim import report
 
@@ -191,7 +197,7 @@ def _path(text: str) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog(),
-        description=__doc__.split("\n\n")[0],
+        description=plain(__doc__.split("\n\n")[0]),
         epilog="exit codes: 0 done, 1 a gate failed (gates), 2 bad usage or input",
     )
     sub = parser.add_subparsers(dest="command", required=True)
