@@ -113,3 +113,13 @@ def test_model_config_is_read_bounded(clean_env, tmp_path, text, expected):
     code, out, err = _run([*BASE, "--model", str(tmp_path)])
     assert code == EXIT_CONFIG, err
     assert str(tmp_path / "config.json") in err and expected in err
+
+
+def test_model_path_expands_tilde(clean_env, monkeypatch, tmp_path):
+    """``--model=~/ckpt`` (no shell expansion after ``=``) names $HOME/ckpt."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{not json")
+    code, out, err = _run([*BASE, "--model=~/ckpt"])
+    assert code == EXIT_CONFIG
+    assert str(tmp_path / "ckpt" / "config.json") in err and "not readable JSON" in err

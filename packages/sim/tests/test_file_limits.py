@@ -119,3 +119,16 @@ def test_loader_reads_ordinary_files(tmp_path):
 def test_report_shape_is_bounded(shape):
     r = run("report", "--shape", shape, "--out", "/nonexistent-never-written")
     assert_bad_input(r, "--shape", "<= 1024")
+
+
+def test_paths_expand_tilde(monkeypatch, tmp_path):
+    """``--profile=~/p.json``, ``--out=~/o`` (the shell leaves ``~`` after ``=``) and a gates
+    file's profile ``~/p.json`` name files under $HOME."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "p.json").write_text(json.dumps(_profile(base="bi-v100", name="bi-v100+t")))
+    gates = dict(SMALL, profiles=["~/p.json"])
+    (tmp_path / "g.toml").write_text(_toml(gates))
+    r = run("gates", "--gates=~/g.toml", "--out=~/o")
+    assert r.code in (0, 1), r.err
+    assert "bi-v100+t" in r.out
+    assert (tmp_path / "o" / "gates.json").is_file()

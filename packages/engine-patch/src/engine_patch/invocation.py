@@ -10,6 +10,7 @@ argument or variable, the expected and the actual value.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -108,6 +109,7 @@ def check_device_profile(device: torch.device, overrides: Overrides) -> None:
 
 def checkpoint_shape(path: str, tp: int) -> Layer:
     """One tensor-parallel rank's heads and head size from a checkpoint's ``config.json``."""
+    path = os.path.expanduser(path)  # the shell leaves ~ as is after "=" (--model=~/ckpt)
     config_file = Path(path) / "config.json"
     if not config_file.is_file():  # checked here: transformers would try the Hub with a bare name
         raise ConfigurationError(

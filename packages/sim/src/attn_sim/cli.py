@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -73,7 +74,8 @@ def _gates(args) -> int:
     gates = config.load_gates(args.gates)
     baseline = config.load_baseline(args.baseline, missing_ok=args.baseline is None)
     specs = _gate_specs(args, gates)
-    out = cli_args.writable_dir(args.out, "--out") if args.out else None
+    # '' writes nothing, so --out takes no path_text; ~ expanded as there
+    out = cli_args.writable_dir(os.path.expanduser(args.out), "--out") if args.out else None
     where = "--profiles" if args.profiles is not None else f"{args.gates or config.GATES_FILE}"
     print(f"gates on {', '.join(s.name for s in specs)} (from {where})")
     report = run_gates(specs, gates, baseline)

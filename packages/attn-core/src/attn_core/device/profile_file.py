@@ -97,8 +97,9 @@ def is_profile_path(name_or_path: str) -> bool:
 
 
 def load_profile_file(path: Union[str, Path]) -> DeviceSpec:
-    """The profile a JSON file describes; ``ValueError`` naming the file and field otherwise."""
-    path = Path(path)
+    """The profile a JSON file describes (``~`` expanded); ``ValueError`` naming the file and
+    field otherwise."""
+    path = Path(path).expanduser()
     if not path.is_file():
         why = "is a directory" if path.is_dir() else "does not exist"
         raise ValueError(
