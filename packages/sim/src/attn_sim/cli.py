@@ -79,9 +79,13 @@ def _gates(args) -> int:
     where = "--profiles" if args.profiles is not None else f"{args.gates or config.GATES_FILE}"
     print(f"gates on {', '.join(s.name for s in specs)} (from {where})")
     report = run_gates(specs, gates, baseline)
-    print(tabulate(_case_rows(report.results, baseline), headers="keys", tablefmt="github"))
+    failed = {(v.profile, v.case) for v in report.violations}
+    rows = [r for r in _case_rows(report.results, baseline) if (r["profile"], r["case"]) in failed]
+    if rows:  # the cases that failed a check; the rest are in gates.json
+        print(tabulate(rows, headers="keys", tablefmt="github"))
     text = format_violations(report)
     print(text)
+    print(_gates_verdict(report.ok, out))
     if out is not None:
         payload = {
             "ok": report.ok,
@@ -93,6 +97,17 @@ def _gates(args) -> int:
         (out / "gates.json").write_text(json.dumps(payload, indent=1, default=str))
         (out / "gates.txt").write_text(text + "\n")
     return EXIT_OK if report.ok else EXIT_GATE_FAILED
+
+
+def _gates_verdict(ok: bool, out: Optional[Path]) -> str:
+    """The last line: passed or failed, and what to do next."""
+    where = f" (every case: {out / 'gates.json'})" if out is not None else ""
+    if ok:
+        return f"verdict: gates passed; nothing to do{where}"
+    return (
+        f"verdict: gates FAILED; fix what the table names, or, if the change is intended, "
+        f"accept the new numbers with `{prog()} update-baseline` and commit baseline.json{where}"
+    )
 
 
 def _case_rows(results, baseline: dict) -> list:
