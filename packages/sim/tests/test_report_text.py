@@ -105,3 +105,27 @@ def test_plot_shows_the_native_kernel_and_the_torch_path_and_flags_memory(built)
     crosses = [c for c in mem_ax.collections if c.get_label() == "beyond device memory"]
     assert crosses and len(crosses[0].get_offsets()) >= 1  # ... drawn apart
     assert "native" in fig._suptitle.get_text()
+
+
+def test_coreX_caveat_comes_first_in_one_sentence(built):
+    md = report_text.markdown(built).splitlines()
+    assert md[2] == report_text.COREX_CAVEAT
+    assert len(report_text.COREX_CAVEAT) < 100 and report_text.COREX_CAVEAT.count(". ") == 0
+    from attn_sim.native_design import NATIVE_LEGEND
+
+    assert "until the lab records CoreX" not in NATIVE_LEGEND
+
+
+def test_terminal_summary_starts_with_the_caveat_and_ends_with_a_verdict(built, tmp_path):
+    from attn_sim import cli
+    from attn_sim.gates import GateReport
+
+    text = report_text.markdown(built)
+    passed = GateReport(checks=12)
+    lines = cli.report_summary(built, text, tmp_path, passed, full=False).splitlines()
+    assert lines[0] == report_text.COREX_CAVEAT
+    assert lines[-1].startswith("verdict: gates passed") and "next:" in lines[-1]
+    failed = GateReport(checks=12)
+    failed.violations.append(object())
+    last = cli.report_summary(built, text, tmp_path, failed, full=False).splitlines()[-1]
+    assert last.startswith("verdict: gates FAILED") and "gates" in last

@@ -39,19 +39,49 @@ def plain(text: str) -> str:
 
 def _report(args) -> int:
     from attn_sim import report
+    from attn_sim.gates import run_gates
 
     out = cli_args.writable_dir(args.out, "--out")
     built = report.build(args.profile, args.shape)
     paths = report.write(built, out)
-    text = report.markdown(built)
-    print(text if args.full else report.headline(text))
-    if not args.full:
-        print(
-            f"(the headline table; the full report, {len(text.splitlines())} lines: "
-            f"{out / 'report.md'}, or --full)"
-        )
-    print(f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s")
+    # the gates on this profile (a few seconds next to the report's minutes), for the verdict
+    gated = run_gates([args.profile], config.load_gates(), config.load_baseline())
+    wrote = f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s"
+    print(report_summary(built, report.markdown(built), out, gated, full=args.full, wrote=wrote))
     return EXIT_OK
+
+
+def report_summary(built: dict, text: str, out: Path, gated, *, full: bool, wrote: str = "") -> str:
+    """What ``report`` prints: the BI-V100 caveat first (one sentence), the headline table (or
+    the whole report), where the rest is, and last a verdict of the gates on this profile with
+    what to do next."""
+    from attn_sim.report import headline
+    from attn_sim.report_text import caveat
+
+    lines = [caveat(built) or ""] if caveat(built) else []
+    body = text if full else headline(text)
+    if lines:  # said once, first: not again inside the headline
+        body = "\n".join(ln for ln in body.splitlines() if ln != lines[0])
+    lines.append(body)
+    if not full:
+        lines.append(
+            f"(the headline table; the full report, {len(text.splitlines())} lines: "
+            f"{out / 'report.md'}, or --full; the plot: {out / 'report.png'})"
+        )
+    if wrote:
+        lines.append(wrote)
+    profile = built["profile"]
+    if gated.ok:
+        lines.append(
+            f"verdict: gates passed on {profile} ({gated.checks} gate checks); next: read "
+            f"{out / 'report.md'}, or run `{prog()} gates` for every gated profile"
+        )
+    else:
+        lines.append(
+            f"verdict: gates FAILED on {profile} ({len(gated.violations)} of {gated.checks} "
+            f"gate checks); next: `{prog()} gates --profiles {profile}` names each failure"
+        )
+    return "\n".join(lines)
 
 
 def _gate_specs(args, gates: dict) -> list:

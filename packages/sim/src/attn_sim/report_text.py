@@ -14,6 +14,16 @@ from tabulate import tabulate
 from attn_sim.native_design import NATIVE_LEGEND
 
 REFERENCE_CONTEXT = 100 * 1024
+# The one caveat a reader of a BI-V100 report needs before any number (it was a clause deep in
+# the native table's legend).
+COREX_CAVEAT = "BI-V100 rows use the NVIDIA build's registers until the lab records CoreX's."
+
+
+def caveat(report: dict) -> Optional[str]:
+    """:data:`COREX_CAVEAT` for an Iluvatar profile (``bi-v100...``), else None."""
+    return COREX_CAVEAT if str(report["profile"]).startswith("bi-v100") else None
+
+
 BUDGET_LEGEND = (
     "Longest batch-1 context whose launches all fit one block's shared-memory budget "
     "(`budget_bytes`, the profile's `shared_mem_per_block`)."
@@ -125,9 +135,11 @@ def headline(text: str) -> str:
 def markdown(report: dict) -> str:
     spec_line = {a["constant"]: a["value"] for a in report["assumptions"]}
     memory = report["memory_bytes"]
+    first = caveat(report)
     parts = [
         f"# Simulated {report['profile']}: {shape_text(report['shape'])}",
         "",
+        *([first, ""] if first else []),
         f"Assumed: {spec_line['sm_count']} SMs, {spec_line['shared_mem_per_block'] // 1024} KiB "
         f"shared memory per block, {spec_line['hbm_bandwidth'] / 1e9:.0f} GB/s, warp "
         f"{spec_line['warp_size']}. Torch under the profile: bmm writes fp32 scores: "
