@@ -61,7 +61,7 @@ def report_summary(built: dict, text: str, out: Path, gated, *, full: bool, wrot
     lines = [caveat(built) or ""] if caveat(built) else []
     body = text if full else headline(text)
     if lines:  # said once, first: not again inside the headline
-        body = "\n".join(ln for ln in body.splitlines() if ln != lines[0])
+        body = body.replace(f"{lines[0]}\n\n", "", 1)
     lines.append(body)
     if not full:
         lines.append(

@@ -35,8 +35,16 @@ DATA_COLOURS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
     "#17becf",
 )  # fmt: skip
-# Context ticks a reader looks for: the design target (100K) and the prompts of the TTFT table.
-CONTEXT_TICKS = {32 * 1024: "32K", 100 * 1024: "100K", 256 * 1024: "256K"}
+# Context ticks: the ends of the report's range (1K, 1M), and what a reader looks for: the design
+# target (100K) and the prompts of the TTFT table (32K, 256K).
+CONTEXT_TICKS = {
+    1024: "1K",
+    8 * 1024: "8K",
+    32 * 1024: "32K",
+    100 * 1024: "100K",
+    256 * 1024: "256K",
+    1024 * 1024: "1M",
+}
 OVER_MEMORY = {"marker": "x", "color": LIMIT, "s": 60, "zorder": 5}
 GIB = 2**30
 
@@ -118,6 +126,7 @@ def figure(report: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from cycler import cycler
+    from matplotlib.ticker import NullLocator
 
     with plt.rc_context({"axes.prop_cycle": cycler(color=DATA_COLOURS)}):
         fig, axes = plt.subplots(3, 2, figsize=(13, 13))
@@ -151,6 +160,7 @@ def figure(report: dict):
         smem_ax.set_ylim(0, 1.12 * max(budgets + [r["smem_max"] for r in results]))
         for ax in panel.values():
             ax.set_xticks(list(CONTEXT_TICKS), list(CONTEXT_TICKS.values()))
+            ax.xaxis.set_minor_locator(NullLocator())  # no unlabelled powers of two between
             ax.legend(fontsize=6, ncol=2)
         fig.suptitle(
             f"attn-core on simulated {report['profile']} ({shape_text(report['shape'])}): "
