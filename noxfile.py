@@ -1,7 +1,8 @@
 """Sessions that tie the monorepo together.
 
     nox -s sim      (default) CPU tests of attn-core, engine-patch and sim, then the simulator
-                    report and its gates on the default BI-V100 profile
+                    report and its gates on the default BI-V100 profile; `-- ARGS` go to the
+                    report alone (e.g. `nox -s sim -- --full`)
     nox -s tests    everything that runs on this machine: the above, the HIL runner against a
                     Docker engine, engine-patch inside the real vLLM 0.6.3, attn-core on torch 2.1
     nox -s lint     ruff check + ruff format --check; mypy on attn-core
@@ -88,8 +89,10 @@ def sim(session: nox.Session) -> None:
     _install_stack(session)
     _cpu_tests(session, "-m", "not long and not cuda")
     out = os.environ.get("SIM_REPORT_DIR", "sim-report")
+    # posargs are the report's flags (--full, --shape, --profile): gates takes other ones
+    # (--profiles, --gates, --baseline) and would refuse them
     session.run("python", "-m", "attn_sim", "report", "--out", out, *session.posargs)
-    session.run("python", "-m", "attn_sim", "gates", "--out", out, *session.posargs)
+    session.run("python", "-m", "attn_sim", "gates", "--out", out)
 
 
 @nox.session
