@@ -31,21 +31,6 @@ HISTORY = re.compile(
     r"|\b[Rr]ound [0-9]+|\b[Ii]ssue [0-9]+|\b[Ss]ession [0-9]+"
 )
 
-# Files that still hold hits while another change rewrites them (their comments are being
-# reworded there). Each entry comes out when that change lands; the test fails if a listed file
-# is already clean, so the list only shrinks.
-PENDING = frozenset(
-    {
-        "packages/attn-core/src/attn_core/native/build.py",
-        "packages/attn-core/src/attn_core/native/launch.py",
-        "packages/attn-core/src/attn_core/native/prefill_launch.py",
-        "packages/attn-core/src/attn_core/native/split.py",
-        "packages/attn-core/src/attn_core/native/toolchain.py",
-        "packages/attn-core/src/attn_core/runtime/decode_steady.py",
-        "packages/attn-core/src/attn_core/runtime/prefill.py",
-    }
-)
-
 
 def _scanned_files() -> list[Path]:
     files = []
@@ -83,18 +68,11 @@ def test_the_scan_sees_the_sources() -> None:
 
 
 def test_sources_name_no_dates_rounds_or_issues() -> None:
-    hits = [h for p in _scanned_files() if p.relative_to(ROOT).as_posix() not in PENDING
-            for h in _hits(p)]  # fmt: skip
+    hits = [h for p in _scanned_files() for h in _hits(p)]
     assert not hits, (
         "say why with the measurement and link docs/benchmarks.md#section instead:\n"
         + "\n".join(hits)
     )
-
-
-def test_pending_files_still_need_their_rewrite() -> None:
-    """An entry of PENDING whose file is clean (or gone) must leave the list."""
-    clean = sorted(p for p in PENDING if not (ROOT / p).is_file() or not _hits(ROOT / p))
-    assert not clean, f"remove from PENDING: {clean}"
 
 
 def test_the_pattern_catches_what_it_should() -> None:
