@@ -177,11 +177,12 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def damage(library: Path, key: Optional[str] = None) -> str:
+def damage(library: Path, key: Optional[str] = None, *, log: bool = False) -> str:
     """Why ``library`` cannot be vouched for ("" when it can): its build record is missing or
     unreadable, names another build (``key``; None checks only the bytes), or its size or
-    sha256 is not the library's. A truncated or emptied library was once served as a cached
-    build (0.0 s); this is the check every cache hit passes first."""
+    sha256 is not the library's; with ``log``, also its compiler log (:func:`log_path`, what
+    ``facts`` reads) must be the one its build wrote. A truncated or emptied library was once
+    served as a cached build (0.0 s); this is the check every cache hit passes first."""
     if not library.is_file():
         return f"no library at {library}"
     try:
@@ -198,6 +199,10 @@ def damage(library: Path, key: Optional[str] = None) -> str:
         return f"{library} is {actual} bytes, its build made {size}"
     if _sha256(library) != digest:
         return f"{library}'s sha256 is not its build's"
+    if log:
+        logged = log_path(library)
+        if not logged.is_file() or _sha256(logged) != record.get("log_sha256"):
+            return f"{logged} is not the log its build wrote"
     return ""
 
 
@@ -208,13 +213,15 @@ def cached_damage(
     variant: str,
     *,
     defines: tuple[str, ...] = (),
+    log: bool = False,
 ) -> str:
-    """:func:`damage` of ``family``'s ``variant`` built by ``toolchain`` at ``library``."""
+    """:func:`damage` of ``family``'s ``variant`` built by ``toolchain`` (with ``defines``
+    before the variant's own) at ``library``."""
     key = library_key(
         toolchain, CSRC / family.source, library.name, (*defines, *family.variants[variant]),
         flush_denormals=family.flush_denormals,
     )  # fmt: skip
-    return damage(library, key)
+    return damage(library, key, log=log)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -480,10 +487,11 @@ def compile_library(
                 if _STOPPING.is_set():
                     raise BuildStopped(f"{failed}: stopped")
                 if done.returncode == 0 and partial.is_file() and partial.stat().st_size:
-                    log = " ".join(cmd) + "\n" + done.stdout + done.stderr
-                    write_atomic(log_path(target), log.encode())
+                    log = (" ".join(cmd) + "\n" + done.stdout + done.stderr).encode()
+                    write_atomic(log_path(target), log)
                     record = {"key": key, "size": partial.stat().st_size,
-                              "sha256": _sha256(partial)}  # fmt: skip
+                              "sha256": _sha256(partial),
+                              "log_sha256": hashlib.sha256(log).hexdigest()}  # fmt: skip
                     os.replace(partial, target)
                     write_atomic(record_path(target), json.dumps(record).encode() + b"\n")
                     return target, time.monotonic() - start
