@@ -176,3 +176,11 @@ def test_a_build_record_is_written_beside_each_library(tmp_path: Path) -> None:
     assert data["size"] == path.stat().st_size
     assert set(data) >= {"key", "size", "sha256"}
     assert os.path.getsize(path) > 0
+
+
+def test_records_and_logs_are_readable_by_every_user(tmp_path: Path) -> None:
+    """A root install's prebuilt libraries are loaded by the serving user, who must read the
+    record that vouches for them."""
+    path, _ = _build(fake_toolchain(tmp_path / "cuda"), tmp_path / "out")
+    for written in (build.record_path(path), build.log_path(path)):
+        assert written.stat().st_mode & 0o044 == 0o044, oct(written.stat().st_mode)

@@ -229,6 +229,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     or the new one, and a symbolic link at ``path`` is replaced, never written through."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        # mkstemp's 0600 would hide a root install's records and logs from the serving user
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
