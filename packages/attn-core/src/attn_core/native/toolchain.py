@@ -5,6 +5,9 @@ an isolated environment without torch.
 
 - NVIDIA: ``$CUDA_HOME/bin/nvcc`` (then ``CUDA_PATH``, ``nvcc`` on ``PATH``,
   ``/usr/local/cuda``); arch ``sm_XY`` from the device, or a list for device-less builds.
+- Upstream clang's CUDA mode (``kind="clang"``, made by hand, never found): NVIDIA targets
+  against a ``--cuda-path`` (``home``) with the static CUDA runtime in ``home/lib64``; CI builds
+  with it from the registry's CUDA wheels, since CoreX's compiler is a clang.
 - Iluvatar CoreX: ``/usr/local/corex`` (or a ``CUDA_HOME`` holding ``bin/clang++`` and no real
   ``nvcc``; CoreX ships an ``nvcc`` stub that does not compile CUDA). clang compiles CUDA for
   ``--cuda-gpu-arch=ivcore10`` (BI-V100; ``ivcore11`` for MR-V100 / BI-V150) as language
@@ -35,7 +38,7 @@ class Toolchain:
     """A compiler that can build ``csrc/paged_decode.cu`` into a shared library.
 
     Attributes:
-        kind: ``"nvcc"`` or ``"corex-clang"``.
+        kind: ``"nvcc"``, ``"corex-clang"`` or ``"clang"`` (upstream, NVIDIA targets).
         compiler: path of the executable.
         home: toolkit root (``CUDA_HOME``-like).
         archs: targets, e.g. ``("sm_90",)`` or ``("ivcore10",)``.
@@ -83,6 +86,15 @@ class Toolchain:
             return [[self.compiler, *flags, *gencode, *common]]
         lib = str(Path(self.home) / "lib64")
         arch_flags = [f"--cuda-gpu-arch={a}" for a in self.archs]
+        if self.kind == "clang":
+            # the flags of ci/clang_library.py: the static runtime, so the library needs no
+            # CUDA runtime beside it; ptxas -v for the log facts reads
+            ftz = [CLANG_FTZ] if flush_denormals else []
+            return [[
+                self.compiler, "-x", "cuda", f"--cuda-path={self.home}", *arch_flags,
+                "-Wno-unknown-cuda-version", *ftz, "-shared", "-fPIC", *common, f"-L{lib}",
+                "-lcudart_static", "-ldl", "-lpthread", "-lrt", "-Xcuda-ptxas", "-v",
+            ]]  # fmt: skip
         tail = [
             "-shared",
             "-fPIC",
@@ -138,9 +150,9 @@ def find_toolchain(
 
 def foreign_archs(kind: str, archs: tuple[str, ...]) -> list[str]:
     """The targets of ``archs`` a ``kind`` compiler cannot build: nvcc builds ``sm_*`` /
-    ``compute_*``, CoreX's clang ``ivcore*`` (nvcc once died on ``ivcore10`` with "invalid
-    literal for int()")."""
-    own = ("sm_", "compute_") if kind == "nvcc" else ("ivcore",)
+    ``compute_*``, upstream clang ``sm_*``, CoreX's clang ``ivcore*`` (nvcc once died on
+    ``ivcore10`` with "invalid literal for int()")."""
+    own = {"nvcc": ("sm_", "compute_"), "clang": ("sm_",)}.get(kind, ("ivcore",))
     return [a for a in archs if not a.startswith(own)]
 
 
