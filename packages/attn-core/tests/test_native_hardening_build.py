@@ -184,3 +184,19 @@ def test_records_and_logs_are_readable_by_every_user(tmp_path: Path) -> None:
     path, _ = _build(fake_toolchain(tmp_path / "cuda"), tmp_path / "out")
     for written in (build.record_path(path), build.log_path(path)):
         assert written.stat().st_mode & 0o044 == 0o044, oct(written.stat().st_mode)
+
+
+def test_concurrent_builders_of_one_library_compile_it_once(tmp_path: Path) -> None:
+    """The lock file is removed after each build: a waiter holding the removed file must not
+    build beside a newcomer that locked a new one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    count = tmp_path / "compiles"
+    count.mkdir()
+    body = f"open(os.path.join({str(count)!r}, str(os.getpid())), 'w').close(); time.sleep(0.5)"
+    tc = fake_toolchain(tmp_path / "cuda", body)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: _build(tc, tmp_path / "out"), range(4)))
+    assert len(list(count.iterdir())) == 1
+    assert sorted(seconds > 0 for _, seconds in results) == [False, False, False, True]
+    assert not list((tmp_path / "out").glob(".*.lock"))
