@@ -200,3 +200,27 @@ def test_concurrent_builders_of_one_library_compile_it_once(tmp_path: Path) -> N
     assert len(list(count.iterdir())) == 1
     assert sorted(seconds > 0 for _, seconds in results) == [False, False, False, True]
     assert not list((tmp_path / "out").glob(".*.lock"))
+
+
+def test_a_damaged_prebuilt_library_is_not_loaded(tmp_path: Path, monkeypatch) -> None:
+    from attn_core.core.settings import NativeSettings
+    from attn_core.native import loader
+    from attn_core.native.decode import DecodeLibrary
+
+    prebuilt = tmp_path / "_prebuilt"
+    path, _ = _build(fake_toolchain(tmp_path / "cuda"), prebuilt)
+    path.write_bytes(path.read_bytes()[:7])
+    monkeypatch.setattr(loader, "PREBUILT", prebuilt)
+    settings = NativeSettings(
+        cuda_home=str(tmp_path / "cuda"), cache_dir=str(tmp_path / "c"), build=False
+    )
+    lib, status = loader._locate(DecodeLibrary, "g1", settings, "sm_90", None)
+    assert lib is None, status
+    assert f"prebuilt {path}: damaged" in status.detail, status.detail
+
+
+def test_a_tilde_in_the_loader_s_cache_is_the_home_directory(tmp_path: Path, monkeypatch) -> None:
+    from attn_core.native import loader
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert loader.cache_root("~/c") == tmp_path / "c"
