@@ -31,7 +31,14 @@ from attn_core.core.settings import NativeSettings
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
-from attn_core.native.build import BuildError, build_variant, default_cache_dir, family_key
+from attn_core.native.build import (
+    BuildError,
+    build_variant,
+    cached_damage,
+    damage,
+    default_cache_dir,
+    family_key,
+)
 from attn_core.native.family import Family
 from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
 
@@ -126,8 +133,9 @@ def device_arch(index: int, forced: Optional[str]) -> str:
 
 
 def cache_root(cache_dir: Optional[str]) -> Path:
-    """The build cache: ``cache_dir`` (``ATTN_CORE_NATIVE_CACHE``) or the default."""
-    return Path(cache_dir) if cache_dir else default_cache_dir()
+    """The build cache: ``cache_dir`` (``ATTN_CORE_NATIVE_CACHE``, ``~`` expanded) or the
+    default."""
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
 
 
 _LOCK = threading.Lock()
@@ -180,7 +188,10 @@ def _locate(
     tried = []
     prebuilt = PREBUILT / name
     if prebuilt.is_file():
-        lib, status = _open(cls, prebuilt, "prebuilt", None)
+        # the install's own build wrote the record; what it vouches for here is the bytes
+        broken = damage(prebuilt)
+        lib, status = (None, NativeStatus(False, f"damaged: {broken}")) if broken else (
+            _open(cls, prebuilt, "prebuilt", None))  # fmt: skip
         if lib is not None:
             return lib, status
         tried.append(f"prebuilt {prebuilt}: {status.detail}")
@@ -194,15 +205,23 @@ def _locate(
     every, _ = find_toolchain(settings.cuda_home)
     if every is not None and arch in every.archs:
         built = cache / family_key(every, family)
-        if (built / name).is_file() and not (out_dir / name).is_file():
+        whole = not cached_damage(every, built / name, family, variant)
+        if whole and cached_damage(toolchain, out_dir / name, family, variant):
             toolchain, out_dir = every, built
     described = _describe(toolchain)
-    if not (out_dir / name).is_file() and not settings.build:
-        detail = "no cached build and ATTN_CORE_NATIVE_BUILD is off"
-        return None, NativeStatus(False, "; ".join([*tried, detail]), toolchain=described)
+    if not settings.build:
+        # a cached library is used only when its build record vouches for it (a truncated one
+        # was once reported as a cached build and loaded)
+        broken = cached_damage(toolchain, out_dir / name, family, variant)
+        if broken and (out_dir / name).exists():
+            detail = f"cached build is damaged: {broken} (ATTN_CORE_NATIVE_BUILD is off)"
+            return None, NativeStatus(False, "; ".join([*tried, detail]), toolchain=described)
+        if broken:
+            detail = "no cached build and ATTN_CORE_NATIVE_BUILD is off"
+            return None, NativeStatus(False, "; ".join([*tried, detail]), toolchain=described)
     try:
         path, seconds = build_variant(toolchain, out_dir, family, variant)
-    except (BuildError, OSError) as exc:
+    except (BuildError, OSError, ValueError) as exc:  # ValueError: a bad lock limit, named
         return None, NativeStatus(False, "; ".join([*tried, str(exc)]), toolchain=described)
     how = f"built in {seconds:.1f} s" if seconds else "cached build"
     lib, status = _open(cls, path, how, described)
