@@ -27,6 +27,7 @@ PLANNERS = (
     "attn_core.prefill.cost",
     "attn_core.native.split",
     "attn_core.native.prefill_split",
+    "attn_core.linear.plan",
 )
 KERNEL_STEPS = {
     "attn_core.native.build",
@@ -52,6 +53,7 @@ FLOORS = {
     "native": 2,
     "decode": 3,
     "prefill": 3,
+    "linear": 3,
     "runtime": 4,
     "testing": 5,
 }
