@@ -1,0 +1,407 @@
+// Gated DeltaNet (the hybrid model's linear-attention layers): the recurrent decode step on a
+// state pool and the width-4 depthwise causal convolution before it, decode and varlen prefill.
+//
+// Decode step, per (sequence, value head h, key head h / (HV / H)), fp32 state S [K, V]:
+//     S <- S * exp(g);  delta = beta * (v - S^T k);  S <- S + k delta^T;  o = S^T (q * scale)
+// computed as o = scale * (S_dec^T q + (q . k) delta), so every state element is read once and
+// written once (the step is a pure stream of the pool: 64 KiB per head at K = V = 128).
+// Grid (V / 32 value slices, HV / heads_per_block, N): one sequence of 32 value heads at V = 128
+// is 128 blocks, enough to stream the H100's bandwidth; a block of 128 threads is 4 row groups x
+// 32 value columns, each thread holding K / 4 rows of its column in registers (32 floats at
+// K = 128, a compile-time count: K is a template parameter, 64 or 128). The products S^T k and
+// S^T q are summed over the row groups through shared memory, never warp shuffles: CoreX warps
+// are 64 lanes (attn_platform.cuh). heads_per_block value heads of one key head share the key
+// and query loads and their norms; the reduction buffer alternates by head parity, so each head
+// costs one barrier. l2 normalisation is a scalar per vector, so it is folded in after the
+// reduction (S^T k_hat = |k|^-1 S^T k) and the raw k and q are what shared memory holds.
+//
+// Convolution, width W = 4 (the model's; other widths take the torch path): one thread per
+// (sequence, channel) for the update, sliding its W - 1 inputs in registers over the new tokens;
+// for prefill one thread per (channel, 16-token tile) for the outputs, then a second kernel
+// writes each sequence's last W - 1 inputs to its state slot. Two kernels because the state is
+// read by the first (inputs before each sequence) and overwritten by the second: in one launch a
+// block could overwrite a window another block has yet to read.
+//
+// Every `#pragma unroll` loop has a compile-time trip count; register arrays are indexed only by
+// unrolled loop counters (a runtime index would put them in local memory; ci/clang_check.py
+// checks). No host sync and no allocation: a decode step is capturable in a CUDA graph.
+
+#include "attn_convert.cuh"
+#include "attn_gated_delta_abi.h"
+#include "attn_platform.cuh"
+
+namespace attn {
+namespace gdn {
+
+constexpr int kThreads = 128;
+constexpr int kCols = 32;                     // value columns per block
+constexpr int kRowGroups = kThreads / kCols;  // 4
+constexpr float kL2Eps = 1e-6f;
+constexpr int kWidth = 4;         // the convolution width compiled
+constexpr int kConvTokens = 16;   // prefill outputs per thread
+constexpr int kMaxGrid = 65535;   // gridDim.y and .z
+
+ATTN_DEVICE float load_any(const void* p, int64_t i, int kind) {
+  if (kind == kFloat32) return load_elem<kFloat32>(p, i);
+  if (kind == kFloat16) return load_elem<kFloat16>(p, i);
+  return load_elem<kBFloat16>(p, i);
+}
+
+ATTN_DEVICE void store_any(void* p, int64_t i, int kind, float value) {
+  if (kind == kFloat32) {
+    store_elem<kFloat32>(p, i, value);
+  } else if (kind == kFloat16) {
+    store_elem<kFloat16>(p, i, value);
+  } else {
+    store_elem<kBFloat16>(p, i, value);
+  }
+}
+
+ATTN_DEVICE int64_t load_index(const void* p, int64_t i, int kind) {
+  return kind == 0 ? static_cast<int64_t>(static_cast<const int32_t*>(p)[i])
+                   : static_cast<const int64_t*>(p)[i];
+}
+
+ATTN_DEVICE float silu(float x) { return x / (1.0f + expf(-x)); }
+
+template <int K>
+__global__ void __launch_bounds__(kThreads) decode_step(AttnGdnDecodeArgs a) {
+  static_assert(K % kRowGroups == 0 && K <= kThreads, "K rows split over the row groups");
+  constexpr int kRows = K / kRowGroups;
+  __shared__ float sk[K], sq[K];
+  __shared__ float norms[kRowGroups][3];               // k.k, q.q, q.k per row group
+  __shared__ float red[2][2][kRowGroups][kCols];       // [head parity][S^T k, S^T q][group][col]
+  const int tid = threadIdx.x;
+  const int c = tid % kCols, r = tid / kCols;
+  const int seq = blockIdx.z;
+  const int group = a.num_value_heads / a.num_heads;
+  const int head0 = blockIdx.y * a.heads_per_block;
+  const int kh = head0 / group;
+  const int col = blockIdx.x * kCols + c;
+  const int64_t slot = load_index(a.state_indices, seq, a.index_kind);
+  const bool valid = slot >= 0 && slot < a.num_slots;
+
+  if (tid < K) {
+    sk[tid] = load_any(a.k, seq * a.k_seq_stride + kh * a.k_head_stride + tid, a.qkv_kind);
+    sq[tid] = load_any(a.q, seq * a.q_seq_stride + kh * a.q_head_stride + tid, a.qkv_kind);
+  }
+  __syncthreads();
+  if (c == 0) {
+    float kk = 0.f, qq = 0.f, qk = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float kv = sk[r * kRows + i], qv = sq[r * kRows + i];
+      kk += kv * kv;
+      qq += qv * qv;
+      qk += qv * kv;
+    }
+    norms[r][0] = kk;
+    norms[r][1] = qq;
+    norms[r][2] = qk;
+  }
+  __syncthreads();
+  float kk = 0.f, qq = 0.f, qk = 0.f;
+#pragma unroll
+  for (int j = 0; j < kRowGroups; ++j) {
+    kk += norms[j][0];
+    qq += norms[j][1];
+    qk += norms[j][2];
+  }
+  const float inv_k = a.l2norm ? 1.0f / sqrtf(kk + kL2Eps) : 1.0f;
+  const float inv_q = a.l2norm ? 1.0f / sqrtf(qq + kL2Eps) : 1.0f;
+  const float out_scale = a.scale * inv_q;  // o = out_scale * (S_dec^T q + inv_k (q.k) delta)
+  const float qk_hat = inv_k * qk;
+
+  for (int j = 0; j < a.heads_per_block; ++j) {
+    const int h = head0 + j;
+    const int64_t head_elems = static_cast<int64_t>(K) * a.head_v;
+    float* st = a.state_pool + (valid ? (slot * a.num_value_heads + h) * head_elems : 0) + col;
+    const float decay = expf(load_any(a.g, seq * a.g_seq_stride + h * a.g_head_stride, a.g_kind));
+    const float beta =
+        load_any(a.beta, seq * a.beta_seq_stride + h * a.beta_head_stride, a.beta_kind);
+    // 32-bit row offsets: with 64-bit ones (row as int64_t) ptxas kept 32 addresses live across
+    // the reduction and spilled 8 bytes at K = 128 (sm_90, nvcc 13.0); K * V fits easily.
+    float s[kRows];
+    float pk = 0.f, pq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = r * kRows + i;
+      s[i] = valid ? st[row * a.head_v] * decay : 0.f;
+      pk += sk[row] * s[i];
+      pq += sq[row] * s[i];
+    }
+    red[j & 1][0][r][c] = pk;
+    red[j & 1][1][r][c] = pq;
+    __syncthreads();
+    float sum_k = 0.f, sum_q = 0.f;
+#pragma unroll
+    for (int m = 0; m < kRowGroups; ++m) {
+      sum_k += red[j & 1][0][m][c];
+      sum_q += red[j & 1][1][m][c];
+    }
+    const float vv = load_any(a.v, seq * a.v_seq_stride + h * a.v_head_stride + col, a.qkv_kind);
+    const float delta = beta * (vv - inv_k * sum_k);
+    const float step = inv_k * delta;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = r * kRows + i;
+      if (valid) st[row * a.head_v] = s[i] + sk[row] * step;
+    }
+    if (r == 0) {
+      const float o = valid ? out_scale * (sum_q + qk_hat * delta) : 0.f;
+      store_any(a.out, seq * a.out_seq_stride + h * a.out_head_stride + col, a.qkv_kind, o);
+    }
+  }
+}
+
+// The state slot of sequence `seq` (its own index without `indices`) and whether it is one.
+ATTN_DEVICE int64_t conv_slot(const AttnGdnConvArgs& a, int seq, bool& valid) {
+  const int64_t slot = a.indices != nullptr ? load_index(a.indices, seq, a.index_kind) : seq;
+  valid = a.conv_state != nullptr && slot >= 0 && slot < a.num_slots;
+  return slot;
+}
+
+ATTN_DEVICE int64_t state_at(const AttnGdnConvArgs& a, int64_t slot, int d, int pos) {
+  return slot * a.state_slot_stride + d * a.state_dim_stride + pos * a.state_pos_stride;
+}
+
+template <int W>
+ATTN_DEVICE void load_taps(const AttnGdnConvArgs& a, int d, float (&w)[W], float& bias) {
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    w[j] = load_any(a.weight, d * a.weight_dim_stride + j * a.weight_tap_stride, a.weight_kind);
+  }
+  bias = a.bias != nullptr ? load_any(a.bias, d * a.bias_stride, a.bias_kind) : 0.f;
+}
+
+// Grid (ceil(dim / 128), N): thread (seq, channel) slides its window over the new tokens.
+template <int W>
+__global__ void __launch_bounds__(kThreads) conv_update(AttnGdnConvArgs a) {
+  const int d = blockIdx.x * kThreads + threadIdx.x;
+  const int seq = blockIdx.y;
+  if (d >= a.dim) return;
+  bool valid;
+  const int64_t slot = conv_slot(a, seq, valid);
+  float w[W], bias;
+  load_taps<W>(a, d, w, bias);
+  float win[W - 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    win[j] = valid ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind) : 0.f;
+  }
+  for (int t = 0; t < a.tokens; ++t) {
+    const float xt = load_any(a.x, seq * a.x_stride0 + d * a.x_stride1 + t * a.x_stride2, a.x_kind);
+    float acc = w[W - 1] * xt;
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) acc += w[j] * win[j];
+    acc += bias;
+    if (a.silu) acc = silu(acc);
+    const int64_t o = seq * a.out_stride0 + d * a.out_stride1 + t * a.out_stride2;
+    store_any(a.out, o, a.x_kind, valid ? acc : 0.f);
+#pragma unroll
+    for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
+    win[W - 2] = xt;
+  }
+  if (valid) {
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, win[j]);
+  }
+}
+
+// The sequence holding token t: the last s with query_start_loc[s] <= t (empty ones skipped).
+ATTN_DEVICE int sequence_of(const AttnGdnConvArgs& a, int t) {
+  int lo = 0, hi = a.num_seqs;  // query_start_loc[lo] <= t < query_start_loc[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (load_index(a.query_start_loc, mid, a.offset_kind) <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Grid (ceil(tokens / 16), ceil(dim / 128)): thread (tile, channel) writes 16 outputs; inputs
+// before a sequence's first token come from its state slot (or are zeros).
+template <int W>
+__global__ void __launch_bounds__(kThreads) conv_prefill_out(AttnGdnConvArgs a) {
+  const int d = blockIdx.y * kThreads + threadIdx.x;
+  const int t0 = blockIdx.x * kConvTokens;
+  if (d >= a.dim) return;
+  float w[W], bias;
+  load_taps<W>(a, d, w, bias);
+  int seq = sequence_of(a, t0);
+  int64_t start = load_index(a.query_start_loc, seq, a.offset_kind);
+  int64_t next = load_index(a.query_start_loc, seq + 1, a.offset_kind);
+  const int end = min(t0 + kConvTokens, a.tokens);
+  for (int t = t0; t < end; ++t) {
+    while (t >= next) {  // the next non-empty sequence
+      ++seq;
+      start = next;
+      next = load_index(a.query_start_loc, seq + 1, a.offset_kind);
+    }
+    bool valid;
+    const int64_t slot = conv_slot(a, seq, valid);
+    const bool prior = valid && a.has_initial_state != nullptr && a.has_initial_state[seq] != 0;
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      const int64_t pos = t - (W - 1) + j;
+      float xv = 0.f;
+      if (pos >= start) {
+        xv = load_any(a.x, d * a.x_stride0 + pos * a.x_stride1, a.x_kind);
+      } else if (prior) {
+        const int at = static_cast<int>(W - 1 - (start - pos));
+        xv = load_any(a.conv_state, state_at(a, slot, d, at), a.state_kind);
+      }
+      acc += w[j] * xv;
+    }
+    acc += bias;
+    if (a.silu) acc = silu(acc);
+    store_any(a.out, d * a.out_stride0 + t * a.out_stride1, a.x_kind, acc);
+  }
+}
+
+// Grid (ceil(dim / 128), N): thread (seq, channel) writes its sequence's last W - 1 inputs
+// (reaching into the old window for a sequence shorter than that) to the slot.
+template <int W>
+__global__ void __launch_bounds__(kThreads) conv_prefill_state(AttnGdnConvArgs a) {
+  const int d = blockIdx.x * kThreads + threadIdx.x;
+  const int seq = blockIdx.y;
+  if (d >= a.dim) return;
+  bool valid;
+  const int64_t slot = conv_slot(a, seq, valid);
+  if (!valid) return;
+  const int64_t start = load_index(a.query_start_loc, seq, a.offset_kind);
+  const int64_t len = load_index(a.query_start_loc, seq + 1, a.offset_kind) - start;
+  const bool prior = a.has_initial_state != nullptr && a.has_initial_state[seq] != 0;
+  float win[W - 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    win[j] = prior && len < W - 1 ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind)
+                                  : 0.f;
+  }
+  float fresh[W - 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t f = len + j;  // position in [old window | tokens]
+    float value = 0.f;
+    if (f >= W - 1) {
+      value = load_any(a.x, d * a.x_stride0 + (start + f - (W - 1)) * a.x_stride1, a.x_kind);
+    } else {
+#pragma unroll
+      for (int m = 0; m < W - 1; ++m) value = m == f ? win[m] : value;
+    }
+    fresh[j] = value;
+  }
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, fresh[j]);
+}
+
+typedef void (*DecodeKernel)(AttnGdnDecodeArgs);
+typedef void (*ConvKernel)(AttnGdnConvArgs);
+
+inline DecodeKernel decode_for(int head_k) {
+  return head_k == 64 ? decode_step<64> : head_k == 128 ? decode_step<128> : nullptr;
+}
+
+inline bool kind_ok(int kind) { return kind == kFloat32 || kind == kFloat16 || kind == kBFloat16; }
+inline bool index_ok(int kind) { return kind == 0 || kind == 1; }
+
+inline bool conv_ok(const AttnGdnConvArgs& a) {
+  return a.num_seqs >= 1 && a.dim >= 1 && a.tokens >= 0 && a.width == kWidth &&
+         kind_ok(a.x_kind) && kind_ok(a.weight_kind) && (a.bias == nullptr || kind_ok(a.bias_kind)) &&
+         (a.conv_state == nullptr || kind_ok(a.state_kind)) &&
+         (a.indices == nullptr || index_ok(a.index_kind)) && a.num_seqs <= kMaxGrid;
+}
+
+}  // namespace gdn
+}  // namespace attn
+
+extern "C" {
+
+int attn_gdn_abi_version(void) { return ATTN_GDN_ABI_VERSION; }
+
+const char* attn_gdn_platform(void) { return ATTN_PLATFORM; }
+
+const char* attn_gdn_error_string(int code) {
+  return cudaGetErrorString(static_cast<cudaError_t>(code));
+}
+
+int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnDecodeArgs& a = *args;
+  const DecodeKernel kernel = decode_for(a.head_k);
+  const int group = a.num_heads > 0 ? a.num_value_heads / a.num_heads : 0;
+  if (kernel == nullptr || a.num_seqs < 1 || a.num_seqs > kMaxGrid || group < 1 ||
+      a.num_value_heads % a.num_heads != 0 || a.heads_per_block < 1 ||
+      group % a.heads_per_block != 0 || a.num_value_heads / a.heads_per_block > kMaxGrid ||
+      a.head_v < kCols || a.head_v % kCols != 0 || !kind_ok(a.qkv_kind) || !kind_ok(a.g_kind) ||
+      !kind_ok(a.beta_kind) || !index_ok(a.index_kind)) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(a.head_v / kCols, a.num_value_heads / a.heads_per_block, a.num_seqs);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnConvArgs& a = *args;
+  if (!conv_ok(a) || a.conv_state == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid((a.dim + kThreads - 1) / kThreads, a.num_seqs);
+  const ConvKernel kernel = conv_update<kWidth>;  // named: the host rewrite takes a plain name
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnConvArgs& a = *args;
+  if (!conv_ok(a) || a.query_start_loc == nullptr || !index_ok(a.offset_kind) ||
+      (a.dim + kThreads - 1) / kThreads > kMaxGrid) {
+    return cudaErrorInvalidValue;
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int channel_blocks = (a.dim + kThreads - 1) / kThreads;
+  if (a.tokens > 0) {
+    const dim3 grid((a.tokens + kConvTokens - 1) / kConvTokens, channel_blocks);
+    const ConvKernel outputs = conv_prefill_out<kWidth>;
+    outputs<<<grid, kThreads, 0, s>>>(a);
+    const int rc = static_cast<int>(cudaGetLastError());
+    if (rc != 0) return rc;
+  }
+  if (a.conv_state == nullptr) return 0;
+  const dim3 grid(channel_blocks, a.num_seqs);
+  const ConvKernel states = conv_prefill_state<kWidth>;
+  states<<<grid, kThreads, 0, s>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info) {
+  using namespace attn::gdn;
+  const void* kernel = nullptr;
+  if (which == 0) kernel = reinterpret_cast<const void*>(decode_for(head_k));
+  if (which == 1) kernel = reinterpret_cast<const void*>(conv_update<kWidth>);
+  if (which == 2) kernel = reinterpret_cast<const void*>(conv_prefill_out<kWidth>);
+  if (which == 3) kernel = reinterpret_cast<const void*>(conv_prefill_state<kWidth>);
+  if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
+  if (err != cudaSuccess) return err;
+  int blocks = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
+  if (err != cudaSuccess) return err;
+  info->num_regs = attr.numRegs;
+  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
+  info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
+  info->max_threads_per_block = attr.maxThreadsPerBlock;
+  info->threads_per_block = kThreads;
+  info->blocks_per_sm = blocks;
+  info->binary_version = attr.binaryVersion;
+  info->ptx_version = attr.ptxVersion;
+  return cudaSuccess;
+}
+
+}  // extern "C"
