@@ -118,6 +118,12 @@ class LinearShape:
         return self.num_value_heads // self.num_heads
 
 
+def conv_shape(dtype: torch.dtype) -> LinearShape:
+    """The verify-once key a convolution call of inputs ``dtype`` is checked under (every key's
+    check covers the convolutions; they have no head sizes of their own)."""
+    return LinearShape(1, 1, 128, 128, dtype)
+
+
 class GatedDeltaLibrary(NativeLibrary):
     """A loaded Gated DeltaNet library with typed entry points."""
 
@@ -232,13 +238,14 @@ def launch_decode(
     :func:`heads_per_block` for the device; 1 on the CPU)."""
     n, h, dk = q.shape
     hv, dv = v.shape[1], v.shape[2]
+    indices = state_indices.contiguous()  # kept alive (a copy if strided) until the launch
     if block_heads is None:
         sms = _sm_count(q.device) if q.is_cuda else 1
         block_heads = heads_per_block(n, h, hv, dv, sms) if q.is_cuda else 1
     args = GdnDecodeArgs(
         out=out.data_ptr(), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(),
         beta=beta.data_ptr(), state_pool=state_pool.data_ptr(),
-        state_indices=state_indices.data_ptr(),
+        state_indices=indices.data_ptr(),
         q_seq_stride=q.stride(0), q_head_stride=q.stride(1),
         k_seq_stride=k.stride(0), k_head_stride=k.stride(1),
         v_seq_stride=v.stride(0), v_head_stride=v.stride(1),
@@ -256,6 +263,8 @@ def launch_decode(
 
 def conv_supported(weight: torch.Tensor, num_seqs: int, dim: int) -> Optional[str]:
     """None if the convolution kernels serve this width and size, else why not."""
+    if dim < 1:
+        return f"needs at least one channel, got dim = {dim}"
     if weight.shape[1] != CONV_WIDTH:
         return f"the convolution width must be {CONV_WIDTH}, got {weight.shape[1]}"
     if num_seqs > 65535 or -(-dim // 128) > 65535:
@@ -307,6 +316,7 @@ def launch_conv_update(
 ) -> None:
     """``x, out [N, dim, L]``; ``conv_state [slots, dim, >= 3]`` updated in place at
     ``indices`` (None: sequence i's slot is i)."""
+    indices = None if indices is None else indices.contiguous()  # alive until the launch
     args = _conv_args(x, out, weight, bias, conv_state, indices, silu)
     args.num_seqs, args.dim, args.tokens = x.shape
     lib.conv_update(args, _stream(x, stream))
@@ -328,11 +338,15 @@ def launch_conv_prefill(
 ) -> None:
     """``x, out [dim, total]``; ``query_start_loc [N + 1]`` on x's device; the states
     (:func:`attn_core.linear.causal_conv1d_fn`'s) read and written in place."""
+    # 1-D arguments the kernels index densely; the copies of strided ones live until the launch
+    offsets = query_start_loc.contiguous()
+    cache_indices = None if cache_indices is None else cache_indices.contiguous()
+    has_initial_state = None if has_initial_state is None else has_initial_state.contiguous()
     args = _conv_args(x, out, weight, bias, conv_states, cache_indices, silu)
     args.num_seqs = query_start_loc.shape[0] - 1
     args.dim, args.tokens = x.shape
-    args.query_start_loc = query_start_loc.data_ptr()
-    args.offset_kind = INDEX_KINDS[query_start_loc.dtype]
+    args.query_start_loc = offsets.data_ptr()
+    args.offset_kind = INDEX_KINDS[offsets.dtype]
     if has_initial_state is not None:
         args.has_initial_state = has_initial_state.data_ptr()
     lib.conv_prefill(args, _stream(x, stream))
