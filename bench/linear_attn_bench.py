@@ -9,6 +9,8 @@ q/k (as the model calls it). Implementations, each where it can run here:
 
 - ``attn-core torch``: :func:`attn_core.chunk_gated_delta_rule` (prefill) and
   :func:`attn_core.gated_delta_decode` on a state pool of 2 x batch slots (decode);
+- ``attn-core native`` (decode): the same call with ``backend="native"`` (csrc/gated_delta.cu,
+  built through the loader on first use; a row with a note where it cannot run);
 - ``transformers``: ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule`` from
   ``transformers.models.qwen3_next`` (q/k repeated to the value heads as the model does; the
   varlen case runs as a batch of equal rows, which it is); skipped with a note when transformers
@@ -83,10 +85,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         if note:
             say(f"{name}: {note}")
             run.payload.setdefault("skipped_impls", {})[name] = note
-    for lens in [[n] for n in args.prefill] + ([args.varlen] if args.varlen else []):
-        _prefill_rows(run, lens, shape, device, impls)
+    # decode first: its rows take seconds, and a long prefill row must not spend their budget
     for batch in args.decode_batches:
         _decode_rows(run, batch, shape, device, impls)
+    for lens in [[n] for n in args.prefill] + ([args.varlen] if args.varlen else []):
+        _prefill_rows(run, lens, shape, device, impls)
     run.payload["complete"] = not run.payload["skipped"]
     path = run.save()
     say(f"done in {run.elapsed():.0f} s; {len(run.payload['skipped'])} skipped; {path}")
@@ -327,12 +330,26 @@ def _decode_rows(run: Run, batch: int, shape: dict, device: torch.device, impls)
     floor = 1e3 * 2 * state_bytes * batch / run.payload["copy_bandwidth_bytes_s"]
     base = {"kind": "decode", "case": label, "floor_ms": floor}
 
-    def ours():
-        return gated_delta_decode(**x, state_pool=pool, state_indices=idx,
-                                  use_qk_l2norm_in_kernel=True, out=out)  # fmt: skip
+    def step(backend: str, states: torch.Tensor) -> Callable:
+        kw = dict(state_pool=states, state_indices=idx, out=out, backend=backend)
+        return lambda: gated_delta_decode(**x, **kw, use_qk_l2norm_in_kernel=True)
 
-    _measure(run, {**base, "impl": "attn-core torch", "mode": "eager"}, ours, device, 0)
-    _graph_row(run, {**base, "impl": "attn-core torch", "mode": "graph"}, ours, device)
+    first = None
+    for impl, backend in (("attn-core torch", "torch"), ("attn-core native", "native")):
+        row = {**base, "impl": impl, "mode": "eager"}
+        try:  # one step from the same pool: the native row's max_err is its diff to torch's
+            got = step(backend, pool.clone())().float().clone()
+        except ValueError as exc:  # no native library here: the row says why
+            run.add({**row, "note": str(exc)[:120]})
+            continue
+        if first is None:
+            first = got
+        else:
+            row["max_err"] = float((got - first).abs().max())
+            row["note"] = "max_err: diff to attn-core torch"
+        ours = step(backend, pool.clone())
+        _measure(run, row, ours, device, 0)
+        _graph_row(run, {**row, "mode": "graph"}, ours, device)
     group = hv // shape["heads"]
     states = pool[:batch].clone()
     for name, (_, recurrent, _) in impls.items():

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The native Gated DeltaNet family on one GPU, in one call of under 8 minutes:
+#
+#   bash bench/linear_native_check.sh [OUT_DIR]      # default: $OUT, else results/linear_native
+#
+# Steps, each under its own timeout, its output in OUT_DIR/STEP.log and "STEP rc=N" appended to
+# OUT_DIR/steps.txt (a failing step does not stop the others):
+#   build       load csrc/gated_delta.cu through attn-core's loader (nvcc or CoreX; ~5 s with
+#               nvcc 13) and print its kernels' registers, shared memory, spills and occupancy;
+#   cuda_tests  the family's CUDA tests and the linear layers' (which now take the native
+#               decode and conv steps by default);
+#   bench       native vs torch decode at batch 1 / 8 / 64 (eager and CUDA-graph replay) and the
+#               torch prefill at 32K / 128K, bench/linear_attn_bench.py (results in
+#               OUT_DIR/linear_attn_bench.json).
+set -u
+OUT_DIR="${1:-${OUT:-results/linear_native}}"
+mkdir -p "$OUT_DIR"
+cd "$(dirname "$0")/.."
+export PYTHONPATH="packages/attn-core/src:packages/engine-patch/src:packages/sim/src:hil/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s)"
+    timeout -k 5 "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc" | tee -a "$OUT_DIR/steps.txt"
+    tail -n 25 "$OUT_DIR/$name.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT_DIR/device.txt"
+"$PY" -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT_DIR/device.txt"
+
+step build 240 "$PY" - <<'PYEOF'
+import torch
+from attn_core.core.settings import current_overrides
+from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary
+from attn_core.native.loader import load_library
+
+lib, status = load_library(GatedDeltaLibrary, VARIANT, current_overrides().native, torch.device("cuda"))
+print(status)
+if lib is None:
+    raise SystemExit(1)
+for which in ("decode", "conv_update", "conv_prefill", "conv_prefill_state"):
+    for head_k in (64, 128) if which == "decode" else (128,):
+        print(which, head_k, lib.kernel_info(which, head_k))
+PYEOF
+
+step cuda_tests 270 "$PY" -m pytest -q -m cuda -p no:cacheprovider -p no:xdist \
+    packages/attn-core/tests/test_native_gated_delta_cuda.py \
+    packages/attn-core/tests/test_linear_cuda.py
+
+step bench 200 "$PY" bench/linear_attn_bench.py --out "$OUT_DIR" --prefill 32768,131072 \
+    --varlen 2x16384 --decode-batches 1,8,64 --iters 5 --budget-s 170
