@@ -15,7 +15,10 @@ q/k (as the model calls it). Implementations, each where it can run here:
   ``transformers.models.qwen3_next`` (q/k repeated to the value heads as the model does; the
   varlen case runs as a batch of equal rows, which it is); skipped with a note when transformers
   is not importable;
-- ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100).
+- ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100);
+- ``attn-core native recurrent`` (prefill): :func:`attn_core.fused_recurrent_gated_delta_rule`
+  with ``backend="native"``, one block per (value head, 32 value columns, sequence) walking its
+  tokens with the state on chip (the chunked native kernel is not written yet).
 
 Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
 CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
@@ -35,6 +38,7 @@ finish on a CPU in seconds.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -58,7 +62,11 @@ from _timing import (  # noqa: E402
     write_results,
 )
 
-from attn_core import chunk_gated_delta_rule, gated_delta_decode  # noqa: E402
+from attn_core import (  # noqa: E402
+    chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
+    gated_delta_decode,
+)
 from attn_core.reference import reference_gated_delta  # noqa: E402
 
 SHAPE = {"heads": 16, "value_heads": 32, "head_k": 128, "head_v": 128}
@@ -81,6 +89,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                      "copy_bandwidth_bytes_s": copy})  # fmt: skip
     say(f"matrix {rate / 1e12:.1f} TFLOP/s, copy {copy / 1e9:.0f} GB/s")
     impls = _baselines()
+    # attn-core's native token-by-token prefill (fused_recurrent_gated_delta_rule, varlen)
+    native_recurrent = functools.partial(fused_recurrent_gated_delta_rule, backend="native")
+    impls["attn-core native recurrent"] = (native_recurrent, None, "")
     for name, (_, _, note) in impls.items():
         if note:
             say(f"{name}: {note}")

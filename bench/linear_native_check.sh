@@ -9,9 +9,9 @@
 #               nvcc 13) and print its kernels' registers, shared memory, spills and occupancy;
 #   cuda_tests  the family's CUDA tests and the linear layers' (which now take the native
 #               decode and conv steps by default);
-#   bench       native vs torch decode at batch 1 / 8 / 64 (eager and CUDA-graph replay) and the
-#               torch prefill at 32K / 128K, bench/linear_attn_bench.py (results in
-#               OUT_DIR/linear_attn_bench.json).
+#   bench       native vs torch decode at batch 1 / 8 / 64 (eager and CUDA-graph replay), then
+#               prefill at 32K, 128K and 2 x 16K: the torch chunked path against the native
+#               token-by-token kernel, bench/linear_attn_bench.py (OUT_DIR/linear_attn_bench.json).
 set -u
 OUT_DIR="${1:-${OUT:-results/linear_native}}"
 mkdir -p "$OUT_DIR"

@@ -14,7 +14,13 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from attn_core import causal_conv1d_fn, causal_conv1d_update, gated_delta_decode
+from attn_core import (
+    causal_conv1d_fn,
+    causal_conv1d_update,
+    chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
+    gated_delta_decode,
+)
 from attn_core.core.settings import current_overrides
 from attn_core.native.gated_delta import (
     VARIANT,
@@ -41,8 +47,9 @@ def library() -> GatedDeltaLibrary:
 
 def test_the_library_loads_with_no_local_memory() -> None:
     lib = library()
-    for which in ("decode", "conv_update", "conv_prefill", "conv_prefill_state"):
-        for head_k in (64, 128) if which == "decode" else (128,):
+    for which in ("decode", "recurrent_prefill", "conv_update", "conv_prefill",
+                  "conv_prefill_state"):  # fmt: skip
+        for head_k in (64, 128) if "conv" not in which else (128,):
             facts = lib.kernel_info(which, head_k)
             assert facts.local_bytes == 0, (which, head_k, facts)
             assert facts.blocks_per_sm >= 2, (which, head_k, facts)
@@ -149,3 +156,34 @@ def test_conv_native_matches_torch_at_model_sizes(dtype) -> None:
     tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
     for got, want in zip(results[0], results[1], strict=True):
         torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_recurrent_prefill_native_matches_torch_and_chunked_at_model_sizes(dtype) -> None:
+    """Varlen, with initial states: the native token-by-token kernel against the torch
+    token-by-token path and against the chunked path."""
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(6)
+    lens = [1, 63, 64, 65, 700]
+    total = sum(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEV)
+
+    x = dict(
+        q=randn(1, total, h, dk).to(dtype), k=randn(1, total, h, dk).to(dtype),
+        v=randn(1, total, hv, dv).to(dtype),
+        g=-torch.rand(1, total, hv, generator=gen, device=DEV) * 0.3,
+        beta=torch.rand(1, total, hv, generator=gen, device=DEV).to(dtype),
+        initial_state=randn(len(lens), hv, dk, dv) * 0.1, cu_seqlens=cu,
+        use_qk_l2norm_in_kernel=True, output_final_state=True,
+    )  # fmt: skip
+    o_n, s_n = fused_recurrent_gated_delta_rule(**x, backend="native")
+    o_t, s_t = fused_recurrent_gated_delta_rule(**x, backend="torch")
+    o_c, s_c = chunk_gated_delta_rule(**x)
+    tol = OUT_TOL[dtype]
+    torch.testing.assert_close(o_n.float(), o_t.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(o_n.float(), o_c.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(s_n, s_t, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(s_n, s_c, atol=1e-3, rtol=1e-3)

@@ -6,9 +6,10 @@ it through attn-core's own binding (:mod:`attn_core.native.gated_delta`) on CPU 
 cover the decode step (every dtype, both head sizes, odd value sizes and GQA groups, l2
 normalisation on and off, value heads sharing a block, strided inputs, mixed gate dtypes,
 chained steps, NaN-poisoned outputs, a NaN pool whose unnamed slots must keep their bits, the
-padding slot -1), and both convolutions (slots, lengths 0 to 37, prior windows or none,
-activations, strides, mixed dtypes). Every case also runs with each phase's threads in reverse
-order and must give the same bits (a missing barrier would not).
+padding slot -1), the token-by-token prefill (empty and odd-length sequences, initial states
+or none, the final state written in place), and both convolutions (slots, lengths 0 to 37,
+prior windows or none, activations, strides, mixed dtypes). Cases also run with each phase's
+threads in reverse order and must give the same bits (a missing barrier would not).
 
 Not covered here: what nvcc or CoreX's compiler make of the source (ci/clang_check.py, the
 ``cuda`` tests in test_native_gated_delta_cuda.py), races within a warp's lockstep, and time.
@@ -33,6 +34,8 @@ from attn_core.native.gated_delta import (
     launch_conv_prefill,
     launch_conv_update,
     launch_decode,
+    launch_recurrent_prefill,
+    prefill_errors,
 )
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 
@@ -191,6 +194,69 @@ def test_the_verify_once_check_passes_on_the_host() -> None:
     for dtype in DTYPES:
         verdict = check_library(lib, CPU, (lib.path.name, dtype, 128, 128, 2), stream=0)
         assert verdict.ok, verdict.detail
+
+
+# ------------------------------------------------------------------------ token-by-token prefill
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
+@pytest.mark.parametrize("l2norm", [False, True])
+def test_recurrent_prefill(dtype, heads, value_heads, head_k, head_v, l2norm) -> None:
+    lib = emulated()
+    o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU,
+                          lengths=(3, 0, 9, 1), l2norm=l2norm, stream=0)  # fmt: skip
+    assert o <= TOL[dtype] and s <= 1e-5, (o, s)
+
+
+def prefill_inputs(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    t, h, hv, dk, dv = sum(lengths), 2, 4, 64, 32
+    return dict(
+        q=torch.randn(t, h, dk, generator=gen), k=torch.randn(t, h, dk, generator=gen) * 0.3,
+        v=torch.randn(t, hv, dv, generator=gen), g=-torch.rand(t, hv, generator=gen),
+        beta=torch.rand(t, hv, generator=gen),
+    )  # fmt: skip
+
+
+def test_recurrent_prefill_in_place_state_without_initial_and_thread_order() -> None:
+    lib = emulated()
+    lengths = (4, 7)
+    x = prefill_inputs(lengths)
+    cu = torch.tensor([0, 4, 11], dtype=torch.int64)
+
+    def run(initial: bool):
+        state = torch.randn(2, 4, 64, 32, generator=torch.Generator().manual_seed(1))
+        before = state.clone()
+        out = torch.full((11, 4, 32), float("nan"))
+        launch_recurrent_prefill(lib, **x, cu_seqlens=cu, out=out, scale=0.2, l2norm=True,
+                                 initial_state=state if initial else None, final_state=state,
+                                 stream=0)  # fmt: skip
+        return out, state, before
+
+    for initial in (True, False):
+        out, state = both_orders(lambda initial=initial: run(initial)[:2])
+        before = run(initial)[2]  # the same seeded state the runs started from
+        want_o, want_s = reference_gated_delta(
+            *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.2,
+            initial_state=before if initial else None, cu_seqlens=cu, use_qk_l2norm=True,
+        )  # fmt: skip
+        assert rel_err(out, want_o[0]) <= 1e-5
+        assert rel_err(state, want_s) <= 1e-5
+
+
+def test_recurrent_prefill_reads_strided_inputs() -> None:
+    lib = emulated()
+    x = prefill_inputs((6,), seed=2)
+    wide = {n: torch.cat([t, t], dim=-1) for n, t in x.items() if n in ("q", "k", "v")}
+    strided = {n: wide[n][..., : x[n].shape[-1]] for n in wide}
+    g_t = x["g"].t().contiguous().t()  # column-major gates
+    out = torch.full((6, 4, 32), float("nan"))
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    launch_recurrent_prefill(lib, **strided, g=g_t, beta=x["beta"], cu_seqlens=cu, out=out,
+                             scale=0.3, l2norm=False, stream=0)  # fmt: skip
+    want_o, _ = reference_gated_delta(
+        *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.3, cu_seqlens=cu,
+    )  # fmt: skip
+    assert rel_err(out, want_o[0]) <= 1e-5
 
 
 # ------------------------------------------------------------------------------ convolutions

@@ -50,6 +50,8 @@ from attn_core.native.gated_delta import (
     launch_conv_prefill,
     launch_conv_update,
     launch_decode,
+    launch_recurrent_prefill,
+    prefill_supported,
 )
 
 ACTIVATIONS = (None, "silu", "swish")
@@ -119,8 +121,12 @@ def fused_recurrent_gated_delta_rule(
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The gated delta rule token by token; same arguments and results as
     :func:`chunk_gated_delta_rule` (``g`` None: no decay; ``beta`` None: ones). One launch
-    group per token: meant for few tokens (decode, speculative verification)."""
-    refuse_native_prefill(check_linear_backend(backend), "fused_recurrent_gated_delta_rule")
+    group per token on the torch path: meant for few tokens (decode, speculative verification).
+
+    ``backend``: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+    ``"native"``: one launch for every sequence, each block walking its sequence's tokens with
+    its slice of the state on chip (K 64 or 128, V a multiple of 32)."""
+    chosen = check_linear_backend(backend)
     check_tensor("v", v, ndim=4, dtype=FLOATS)
     if g is None:
         g = torch.zeros(v.shape[:3], dtype=torch.float32, device=v.device)
@@ -133,6 +139,17 @@ def fused_recurrent_gated_delta_rule(
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     n = len(x.lengths)
     final = torch.empty(n, hv, dk, dv, device=v.device) if want_final else None
+    key = LinearShape(x.num_heads, hv, dk, dv, q.dtype)
+    why = prefill_supported(x.q, x.k, x.v, n)
+    lib = native_library(chosen, "fused_recurrent_gated_delta_rule", v.device, key, why)
+    if lib is not None:
+        bounds = [*x.starts, x.starts[-1] + x.lengths[-1]]
+        init = None if x.initial_state is None else x.initial_state.contiguous()
+        launch_recurrent_prefill(
+            lib, x.q, x.k, x.v, x.g, x.beta, torch.tensor(bounds, device=v.device), out,
+            scale=x.scale, l2norm=x.l2norm, initial_state=init, final_state=final,
+        )  # fmt: skip
+        return out.view(v.shape), final
     if cu_seqlens is None:  # B sequences of T tokens: one batched step per token
         state = _start_states(x.initial_state, n, hv, dk, dv, v.device)
         shape = (n, x.tokens)

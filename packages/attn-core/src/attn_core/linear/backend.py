@@ -23,7 +23,10 @@ from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary, LinearShape
 from attn_core.native.loader import native_ready
 
 BACKENDS = ("torch", "native")
-NO_NATIVE_PREFILL = "the native Gated DeltaNet family has no prefill kernel yet"
+NO_NATIVE_PREFILL = (
+    "the native Gated DeltaNet family has no chunked prefill kernel yet "
+    "(fused_recurrent_gated_delta_rule has a native token-by-token one)"
+)
 
 
 def check_linear_backend(backend: object) -> Optional[str]:
@@ -63,6 +66,6 @@ def native_library(
 
 
 def refuse_native_prefill(backend: Optional[str], entry: str) -> None:
-    """Prefill entry points: ``backend="native"`` raises (no kernel yet), else nothing."""
+    """The chunked prefill: ``backend="native"`` raises (no kernel yet), else nothing."""
     if backend == "native":
         raise ValueError(f"backend='native' cannot serve {entry}: {NO_NATIVE_PREFILL}")

@@ -33,7 +33,10 @@ VARIANT = "fma"
 HEAD_K = (64, 128)  # decode_step<K> instantiations
 COLUMNS = 32  # value columns per block: head_v must be a multiple
 CONV_WIDTH = 4  # the convolution width compiled
-KERNELS = {"decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3}
+KERNELS = {
+    "decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3,
+    "recurrent_prefill": 4,
+}  # fmt: skip
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
@@ -60,6 +63,33 @@ class GdnDecodeArgs(ctypes.Structure):
         ("g_kind", ctypes.c_int32),
         ("beta_kind", ctypes.c_int32),
         ("index_kind", ctypes.c_int32),
+        ("l2norm", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+    ]  # fmt: skip
+
+
+class GdnPrefillArgs(ctypes.Structure):
+    _fields_ = [
+        ("out", ctypes.c_void_p),
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("g", ctypes.c_void_p),
+        ("beta", ctypes.c_void_p),
+        ("initial_state", ctypes.c_void_p),
+        ("final_state", ctypes.c_void_p),
+        ("cu_seqlens", ctypes.c_void_p),
+        *[(f"{t}_{a}_stride", ctypes.c_int64)
+          for t in ("q", "k", "v", "out", "g", "beta") for a in ("tok", "head")],
+        ("num_seqs", ctypes.c_int32),
+        ("num_heads", ctypes.c_int32),
+        ("num_value_heads", ctypes.c_int32),
+        ("head_k", ctypes.c_int32),
+        ("head_v", ctypes.c_int32),
+        ("qkv_kind", ctypes.c_int32),
+        ("g_kind", ctypes.c_int32),
+        ("beta_kind", ctypes.c_int32),
+        ("offset_kind", ctypes.c_int32),
         ("l2norm", ctypes.c_int32),
         ("scale", ctypes.c_float),
     ]  # fmt: skip
@@ -131,6 +161,9 @@ class GatedDeltaLibrary(NativeLibrary):
     VERIFY_KIND = "native_gated_delta"
     FUNCTIONS = {
         "attn_gdn_decode": (ctypes.c_int, [ctypes.POINTER(GdnDecodeArgs), ctypes.c_void_p]),
+        "attn_gdn_recurrent_prefill": (
+            ctypes.c_int, [ctypes.POINTER(GdnPrefillArgs), ctypes.c_void_p],
+        ),
         "attn_gdn_conv_update": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_conv_prefill": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_kernel_info": (
@@ -142,6 +175,11 @@ class GatedDeltaLibrary(NativeLibrary):
         """Launch one decode step on ``stream`` (a ``cudaStream_t`` as an int)."""
         rc = self._lib.attn_gdn_decode(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native gated delta decode launch")
+
+    def recurrent_prefill(self, args: GdnPrefillArgs, stream: int) -> None:
+        """Launch the token-by-token prefill on ``stream``."""
+        rc = self._lib.attn_gdn_recurrent_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
+        self.check(rc, "native fused_recurrent_gated_delta_rule launch")
 
     def conv_update(self, args: GdnConvArgs, stream: int) -> None:
         rc = self._lib.attn_gdn_conv_update(ctypes.byref(args), ctypes.c_void_p(stream))
@@ -261,6 +299,64 @@ def launch_decode(
     lib.decode(args, _stream(q, stream))
 
 
+def prefill_supported(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_seqs: int
+) -> Optional[str]:
+    """None if the token-by-token prefill serves ``q, k [T, H, K]``, ``v [T, HV, V]`` of
+    ``num_seqs`` sequences, else why not."""
+    dk, dv = q.shape[-1], v.shape[-1]
+    if dk not in HEAD_K:
+        return f"head_k must be one of {HEAD_K}, got {dk}"
+    if dv % COLUMNS:
+        return f"head_v must be a multiple of {COLUMNS}, got {dv}"
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        return "q, k and v need a contiguous last dimension"
+    if not 1 <= num_seqs <= 65535:
+        return f"1 to 65535 sequences a launch, got {num_seqs}"
+    return None
+
+
+def launch_recurrent_prefill(
+    lib: GatedDeltaLibrary,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    l2norm: bool,
+    initial_state: Optional[torch.Tensor] = None,
+    final_state: Optional[torch.Tensor] = None,
+    stream: Optional[int] = None,
+) -> None:
+    """Every sequence of ``q, k [T, H, K]``, ``v, out [T, HV, V]``, ``g, beta [T, HV]`` token
+    by token; ``cu_seqlens [N + 1]`` on their device; ``initial_state`` / ``final_state``
+    ``[N, HV, K, V]`` fp32 contiguous or None (the same tensor: advanced in place)."""
+    offsets = cu_seqlens.contiguous()  # alive until the launch
+    t, h, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    args = GdnPrefillArgs(
+        out=out.data_ptr(), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(),
+        beta=beta.data_ptr(), cu_seqlens=offsets.data_ptr(),
+        initial_state=None if initial_state is None else initial_state.data_ptr(),
+        final_state=None if final_state is None else final_state.data_ptr(),
+        q_tok_stride=q.stride(0), q_head_stride=q.stride(1),
+        k_tok_stride=k.stride(0), k_head_stride=k.stride(1),
+        v_tok_stride=v.stride(0), v_head_stride=v.stride(1),
+        out_tok_stride=out.stride(0), out_head_stride=out.stride(1),
+        g_tok_stride=g.stride(0), g_head_stride=g.stride(1),
+        beta_tok_stride=beta.stride(0), beta_head_stride=beta.stride(1),
+        num_seqs=offsets.shape[0] - 1, num_heads=h, num_value_heads=hv, head_k=dk, head_v=dv,
+        qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
+        beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=INDEX_KINDS[offsets.dtype],
+        l2norm=int(l2norm), scale=scale,
+    )  # fmt: skip
+    lib.recurrent_prefill(args, _stream(q, stream))
+
+
 def conv_supported(weight: torch.Tensor, num_seqs: int, dim: int) -> Optional[str]:
     """None if the convolution kernels serve this width and size, else why not."""
     if dim < 1:
@@ -355,7 +451,8 @@ def launch_conv_prefill(
 # ------------------------------------------------------------------ check against the reference
 # One check per (device, library, dtype, head_k, head_v, GQA group): a decode step of 3
 # sequences in a pool of 6 slots (indices permuted, NaN in every slot not named), with and
-# without l2 normalisation, then the convolutions (update of 2 tokens, a varlen prefill of 4
+# without l2 normalisation, a token-by-token prefill of 4 sequences (1, 0, 70 and 5 tokens)
+# from random initial states, then the convolutions (update of 2 tokens, a varlen prefill of 4
 # sequences of 0, 1, 2 and 37 tokens, half with a prior window), against the float64 reference.
 # Errors are relative to max(1, the reference's largest magnitude): outputs are stored in the
 # input dtype (a few of its ulps), states in fp32.
@@ -473,6 +570,48 @@ def conv_errors(
     return worst
 
 
+def prefill_errors(
+    lib: GatedDeltaLibrary,
+    heads: int,
+    value_heads: int,
+    head_k: int,
+    head_v: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    lengths: tuple[int, ...] = (1, 0, 70, 5),
+    l2norm: bool = True,
+    stream: Optional[int] = None,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """``(output error, final state error)`` of the token-by-token prefill of sequences of
+    ``lengths`` (an empty one included) from random initial states, against
+    :func:`reference_gated_delta`; the output is NaN-poisoned first."""
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(lengths)
+    q = torch.randn(total, heads, head_k, generator=gen).to(device, dtype)
+    k = (torch.randn(total, heads, head_k, generator=gen) * 0.3).to(device, dtype)
+    v = torch.randn(total, value_heads, head_v, generator=gen).to(device, dtype)
+    g = (-torch.rand(total, value_heads, generator=gen) * 0.5).to(device)
+    beta = torch.rand(total, value_heads, generator=gen).to(device, dtype)
+    init = (torch.randn(len(lengths), value_heads, head_k, head_v, generator=gen) * 0.3).to(device)
+    bounds = [0]
+    for length in lengths:
+        bounds.append(bounds[-1] + length)
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    out = torch.full((total, value_heads, head_v), float("nan"), dtype=dtype, device=device)
+    final = torch.full_like(init, float("nan"))
+    scale = head_k**-0.5
+    launch_recurrent_prefill(lib, q, k, v, g, beta, cu.to(device), out, scale=scale,
+                             l2norm=l2norm, initial_state=init, final_state=final,
+                             stream=stream)  # fmt: skip
+    want_o, want_s = reference_gated_delta(
+        q[None], k[None], v[None], g[None], beta[None], scale=scale, initial_state=init,
+        cu_seqlens=cu, use_qk_l2norm=l2norm,
+    )  # fmt: skip
+    return _err(out, want_o[0]), _err(final, want_s)
+
+
 def check_library(
     lib: GatedDeltaLibrary, device: torch.device, config: tuple, stream: Optional[int] = None
 ) -> Verdict:
@@ -486,6 +625,8 @@ def check_library(
             return Verdict(False, "the decode step wrote a state slot it was not given")
         worst_o, worst_s = max(worst_o, o), max(worst_s, s)
     worst_c = conv_errors(lib, dtype, device, stream=stream)
+    p_o, p_s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device, stream=stream)
+    worst_o, worst_s = max(worst_o, p_o), max(worst_s, p_s)
     tol = TOLERANCE[dtype]
     ok = worst_o <= tol and worst_c <= tol and worst_s <= STATE_TOLERANCE
     return Verdict(

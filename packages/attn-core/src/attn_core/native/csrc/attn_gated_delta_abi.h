@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#define ATTN_GDN_ABI_VERSION 1
+#define ATTN_GDN_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +44,36 @@ typedef struct AttnGdnDecodeArgs {
   int32_t l2norm;  // nonzero: q and k l2-normalised over head_k first (eps 1e-6 in the root)
   float scale;
 } AttnGdnDecodeArgs;
+
+// The gated delta rule token by token over whole sequences (fused_recurrent_gated_delta_rule),
+// each state kept on chip from its sequence's first token to its last.
+//   q, k          [tokens, num_heads, head_k]          qkv_kind, last dim contiguous
+//   v, out        [tokens, num_value_heads, head_v]    qkv_kind, last dim contiguous
+//   g, beta       [tokens, num_value_heads]            g_kind / beta_kind
+//   cu_seqlens    [num_seqs + 1] (offset_kind): sequence i is tokens [cu[i], cu[i + 1])
+//   initial_state [num_seqs, num_value_heads, head_k, head_v] fp32 contiguous, or NULL (zeros)
+//   final_state   likewise, or NULL (not written); it may be initial_state (updated in place)
+typedef struct AttnGdnPrefillArgs {
+  void* out;
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* g;
+  const void* beta;
+  const float* initial_state;
+  float* final_state;
+  const void* cu_seqlens;
+  int64_t q_tok_stride, q_head_stride;
+  int64_t k_tok_stride, k_head_stride;
+  int64_t v_tok_stride, v_head_stride;
+  int64_t out_tok_stride, out_head_stride;
+  int64_t g_tok_stride, g_head_stride;
+  int64_t beta_tok_stride, beta_head_stride;
+  int32_t num_seqs, num_heads, num_value_heads, head_k, head_v;
+  int32_t qkv_kind, g_kind, beta_kind, offset_kind;
+  int32_t l2norm;
+  float scale;
+} AttnGdnPrefillArgs;
 
 // The depthwise causal convolution of width `width` (4 is compiled), out in x's kind.
 // Update (decode), attn_gdn_conv_update:
@@ -94,8 +124,9 @@ const char* attn_gdn_error_string(int code);
 int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream);
 int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream);
 int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream);
+int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream);
 // which: 0 decode step (head_k 64 or 128), 1 conv update, 2 conv prefill outputs, 3 conv
-// prefill states (head_k ignored).
+// prefill states (head_k ignored), 4 recurrent prefill (head_k 64 or 128).
 int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info);
 
 #ifdef __cplusplus

@@ -15,6 +15,11 @@
 // costs one barrier. l2 normalisation is a scalar per vector, so it is folded in after the
 // reduction (S^T k_hat = |k|^-1 S^T k) and the raw k and q are what shared memory holds.
 //
+// Token-by-token prefill (fused_recurrent_gated_delta_rule): the same mapping, one block per
+// (V slice, value head, sequence) walking its sequence with the state in registers, read from
+// the initial state once and written to the final state once; the chunked (WY) prefill stays on
+// the torch path for now.
+//
 // Convolution, width W = 4 (the model's; other widths take the torch path): one thread per
 // (sequence, channel) for the update, sliding its W - 1 inputs in registers over the new tokens;
 // for prefill one thread per (channel, 16-token tile) for the outputs, then a second kernel
@@ -151,6 +156,110 @@ __global__ void __launch_bounds__(kThreads) decode_step(AttnGdnDecodeArgs a) {
       const float o = valid ? out_scale * (sum_q + qk_hat * delta) : 0.f;
       store_any(a.out, seq * a.out_seq_stride + h * a.out_head_stride + col, a.qkv_kind, o);
     }
+  }
+}
+
+// Token t's inputs a prefill thread needs: k and q element `tid` (threads below K), its value
+// column, the head's decay and beta.
+struct TokenInputs {
+  float k, q, v, g, beta;
+};
+
+template <int K>
+ATTN_DEVICE TokenInputs load_token(const AttnGdnPrefillArgs& a, int64_t t, int kh, int h,
+                                   int col, int tid) {
+  TokenInputs in;
+  in.k = tid < K ? load_any(a.k, t * a.k_tok_stride + kh * a.k_head_stride + tid, a.qkv_kind) : 0.f;
+  in.q = tid < K ? load_any(a.q, t * a.q_tok_stride + kh * a.q_head_stride + tid, a.qkv_kind) : 0.f;
+  in.v = load_any(a.v, t * a.v_tok_stride + h * a.v_head_stride + col, a.qkv_kind);
+  in.g = load_any(a.g, t * a.g_tok_stride + h * a.g_head_stride, a.g_kind);
+  in.beta = load_any(a.beta, t * a.beta_tok_stride + h * a.beta_head_stride, a.beta_kind);
+  return in;
+}
+
+// Grid (V / 32, HV, N): block (slice, value head, sequence) walks its sequence's tokens with its
+// K x 32 slice of the state in registers (the decode step's thread mapping). Two barriers a
+// token: one makes the token's k and q visible, one the row-group partial sums (with the l2
+// norms' partials, which need no barrier of their own). Shared buffers alternate by token parity
+// and the next token's inputs are loaded while this one's update runs.
+template <int K>
+__global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs a) {
+  constexpr int kRows = K / kRowGroups;
+  __shared__ float sk[2][K], sq[2][K];
+  __shared__ float norms[2][kRowGroups][3];
+  __shared__ float red[2][2][kRowGroups][kCols];
+  const int tid = threadIdx.x;
+  const int c = tid % kCols, r = tid / kCols;
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int kh = h / (a.num_value_heads / a.num_heads);
+  const int col = blockIdx.x * kCols + c;
+  const int64_t start = load_index(a.cu_seqlens, seq, a.offset_kind);
+  const int64_t end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
+  const int64_t state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  float s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    s[i] = a.initial_state != nullptr ? a.initial_state[state_at + (r * kRows + i) * a.head_v] : 0.f;
+  }
+  TokenInputs next = {0.f, 0.f, 0.f, 0.f, 0.f};
+  if (start < end) next = load_token<K>(a, start, kh, h, col, tid);
+  if (tid < K) {
+    sk[0][tid] = next.k;
+    sq[0][tid] = next.q;
+  }
+  for (int64_t t = start; t < end; ++t) {
+    const int b = static_cast<int>((t - start) & 1);
+    const TokenInputs now = next;
+    const float decay = expf(now.g);
+    __syncthreads();  // token t's k and q are in sk[b], sq[b]
+    float pk = 0.f, pq = 0.f, kk = 0.f, qq = 0.f, qk = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float kv = sk[b][r * kRows + i], qv = sq[b][r * kRows + i];
+      s[i] *= decay;
+      pk += kv * s[i];
+      pq += qv * s[i];
+      kk += kv * kv;
+      qq += qv * qv;
+      qk += qv * kv;
+    }
+    red[b][0][r][c] = pk;
+    red[b][1][r][c] = pq;
+    if (c == 0) {
+      norms[b][r][0] = kk;
+      norms[b][r][1] = qq;
+      norms[b][r][2] = qk;
+    }
+    __syncthreads();  // every row group's partials are in red[b], norms[b]
+    if (t + 1 < end) next = load_token<K>(a, t + 1, kh, h, col, tid);
+    float sum_k = 0.f, sum_q = 0.f;
+    kk = qq = qk = 0.f;
+#pragma unroll
+    for (int m = 0; m < kRowGroups; ++m) {
+      sum_k += red[b][0][m][c];
+      sum_q += red[b][1][m][c];
+      kk += norms[b][m][0];
+      qq += norms[b][m][1];
+      qk += norms[b][m][2];
+    }
+    const float inv_k = a.l2norm ? 1.0f / sqrtf(kk + kL2Eps) : 1.0f;
+    const float inv_q = a.l2norm ? 1.0f / sqrtf(qq + kL2Eps) : 1.0f;
+    const float delta = now.beta * (now.v - inv_k * sum_k);
+    const float step = inv_k * delta;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[i] += sk[b][r * kRows + i] * step;
+    if (r == 0) {
+      const float o = a.scale * inv_q * (sum_q + inv_k * qk * delta);
+      store_any(a.out, t * a.out_tok_stride + h * a.out_head_stride + col, a.qkv_kind, o);
+    }
+    if (tid < K) {  // sk[b ^ 1] was last read before this token's first barrier
+      sk[b ^ 1][tid] = next.k;
+      sq[b ^ 1][tid] = next.q;
+    }
+  }
+  if (a.final_state != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
   }
 }
 
@@ -306,6 +415,12 @@ inline DecodeKernel decode_for(int head_k) {
   return head_k == 64 ? decode_step<64> : head_k == 128 ? decode_step<128> : nullptr;
 }
 
+typedef void (*PrefillKernel)(AttnGdnPrefillArgs);
+
+inline PrefillKernel prefill_for(int head_k) {
+  return head_k == 64 ? recurrent_prefill<64> : head_k == 128 ? recurrent_prefill<128> : nullptr;
+}
+
 inline bool kind_ok(int kind) { return kind == kFloat32 || kind == kFloat16 || kind == kBFloat16; }
 inline bool index_ok(int kind) { return kind == 0 || kind == 1; }
 
@@ -342,6 +457,22 @@ int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(a.head_v / kCols, a.num_value_heads / a.heads_per_block, a.num_seqs);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnPrefillArgs& a = *args;
+  const PrefillKernel kernel = prefill_for(a.head_k);
+  if (kernel == nullptr || a.num_seqs < 1 || a.num_seqs > kMaxGrid || a.num_heads < 1 ||
+      a.num_value_heads % a.num_heads != 0 || a.num_value_heads > kMaxGrid ||
+      a.head_v < kCols || a.head_v % kCols != 0 || a.cu_seqlens == nullptr ||
+      !kind_ok(a.qkv_kind) || !kind_ok(a.g_kind) || !kind_ok(a.beta_kind) ||
+      !index_ok(a.offset_kind)) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
   kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
 }
@@ -386,6 +517,7 @@ int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info) {
   if (which == 1) kernel = reinterpret_cast<const void*>(conv_update<kWidth>);
   if (which == 2) kernel = reinterpret_cast<const void*>(conv_prefill_out<kWidth>);
   if (which == 3) kernel = reinterpret_cast<const void*>(conv_prefill_state<kWidth>);
+  if (which == 4) kernel = reinterpret_cast<const void*>(prefill_for(head_k));
   if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
