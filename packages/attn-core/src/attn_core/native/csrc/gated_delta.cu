@@ -181,7 +181,7 @@ ATTN_DEVICE TokenInputs load_token(const AttnGdnPrefillArgs& a, int64_t t, int k
 // K x 32 slice of the state in registers (the decode step's thread mapping). Two barriers a
 // token: one makes the token's k and q visible, one the row-group partial sums (with the l2
 // norms' partials, which need no barrier of their own). Shared buffers alternate by token parity
-// and the next token's inputs are loaded while this one's update runs.
+// and each token's inputs are loaded two tokens ahead (registers, rotated: no array).
 template <int K>
 __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs a) {
   constexpr int kRows = K / kRowGroups;
@@ -201,15 +201,20 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
   for (int i = 0; i < kRows; ++i) {
     s[i] = a.initial_state != nullptr ? a.initial_state[state_at + (r * kRows + i) * a.head_v] : 0.f;
   }
-  TokenInputs next = {0.f, 0.f, 0.f, 0.f, 0.f};
-  if (start < end) next = load_token<K>(a, start, kh, h, col, tid);
+  // Tokens t + 1 and t + 2 are in flight while token t runs: a load issued during token t is
+  // first used two tokens later, so its latency hides behind two tokens' barriers and sums
+  // (with one token ahead the update waited on it each token; neither is measured on a GPU yet).
+  const TokenInputs zero = {0.f, 0.f, 0.f, 0.f, 0.f};
+  TokenInputs cur = start < end ? load_token<K>(a, start, kh, h, col, tid) : zero;
+  TokenInputs ahead1 = start + 1 < end ? load_token<K>(a, start + 1, kh, h, col, tid) : zero;
+  TokenInputs ahead2 = start + 2 < end ? load_token<K>(a, start + 2, kh, h, col, tid) : zero;
   if (tid < K) {
-    sk[0][tid] = next.k;
-    sq[0][tid] = next.q;
+    sk[0][tid] = cur.k;
+    sq[0][tid] = cur.q;
   }
   for (int64_t t = start; t < end; ++t) {
     const int b = static_cast<int>((t - start) & 1);
-    const TokenInputs now = next;
+    const TokenInputs now = cur;
     const float decay = expf(now.g);
     __syncthreads();  // token t's k and q are in sk[b], sq[b]
     float pk = 0.f, pq = 0.f, kk = 0.f, qq = 0.f, qk = 0.f;
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
       norms[b][r][2] = qk;
     }
     __syncthreads();  // every row group's partials are in red[b], norms[b]
-    if (t + 1 < end) next = load_token<K>(a, t + 1, kh, h, col, tid);
+    const TokenInputs ahead3 = t + 3 < end ? load_token<K>(a, t + 3, kh, h, col, tid) : zero;
     float sum_k = 0.f, sum_q = 0.f;
     kk = qq = qk = 0.f;
 #pragma unroll
@@ -253,9 +258,12 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
       store_any(a.out, t * a.out_tok_stride + h * a.out_head_stride + col, a.qkv_kind, o);
     }
     if (tid < K) {  // sk[b ^ 1] was last read before this token's first barrier
-      sk[b ^ 1][tid] = next.k;
-      sq[b ^ 1][tid] = next.q;
+      sk[b ^ 1][tid] = ahead1.k;
+      sq[b ^ 1][tid] = ahead1.q;
     }
+    cur = ahead1;
+    ahead1 = ahead2;
+    ahead2 = ahead3;
   }
   if (a.final_state != nullptr) {
 #pragma unroll
