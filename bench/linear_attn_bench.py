@@ -16,9 +16,11 @@ q/k (as the model calls it). Implementations, each where it can run here:
   varlen case runs as a batch of equal rows, which it is); skipped with a note when transformers
   is not importable;
 - ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100);
-- ``attn-core native recurrent`` (prefill): :func:`attn_core.fused_recurrent_gated_delta_rule`
-  with ``backend="native"``, one block per (value head, 32 value columns, sequence) walking its
-  tokens with the state on chip (the chunked native kernel is not written yet).
+- ``attn-core native chunked`` / ``attn-core native recurrent`` (prefill):
+  :func:`attn_core.chunk_gated_delta_rule` / :func:`attn_core.fused_recurrent_gated_delta_rule`
+  with ``backend="native"``: one block per (32 value columns, value head, sequence) walking its
+  sequence in 16-token chunks / token by token with its state slice on chip. The ``attn-core
+  torch`` rows pass ``backend="torch"`` (the default is native where verified).
 
 Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
 CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
@@ -89,7 +91,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                      "copy_bandwidth_bytes_s": copy})  # fmt: skip
     say(f"matrix {rate / 1e12:.1f} TFLOP/s, copy {copy / 1e9:.0f} GB/s")
     impls = _baselines()
-    # attn-core's native token-by-token prefill (fused_recurrent_gated_delta_rule, varlen)
+    # attn-core's native prefill kernels: 16-token chunks, and token by token (varlen)
+    native_chunked = functools.partial(chunk_gated_delta_rule, backend="native")
+    impls["attn-core native chunked"] = (native_chunked, None, "")
     native_recurrent = functools.partial(fused_recurrent_gated_delta_rule, backend="native")
     impls["attn-core native recurrent"] = (native_recurrent, None, "")
     for name, (_, _, note) in impls.items():
@@ -275,7 +279,8 @@ def _prefill_rows(run: Run, lens: list[int], shape: dict, device: torch.device, 
     floor = 1e3 * _prefill_flops(total, shape) / run.payload["matrix_flops"]
     base = {"kind": "prefill", "case": label, "mode": "eager", "floor_ms": floor}
     group = shape["value_heads"] // shape["heads"]
-    ours = _prefill_call(chunk_gated_delta_rule, "attn-core torch", x, cu, lens, group)
+    torch_chunked = functools.partial(chunk_gated_delta_rule, backend="torch")
+    ours = _prefill_call(torch_chunked, "attn-core torch", x, cu, lens, group)
     first = _measure(run, {**base, "impl": "attn-core torch"}, ours, device, out_bytes)
     ours_out = first[0] if first is not None else None
     del first

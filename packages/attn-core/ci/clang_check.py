@@ -50,9 +50,9 @@ PREFILL_KERNELS = {"fma": 2 * 3 * 3 * 2 + 2, "wmma": 2 * 3 * 3 * 3 + 2}
 # prefill libraries build with subnormals flushed (attn_core.native.toolchain.CLANG_FTZ)
 PREFILL_FTZ = "-fgpu-flush-denormals-to-zero"
 PREFILL_LAYERS = {"fma": ("ATTN_PREFILL_MMA=0", MODES), "wmma": ("ATTN_PREFILL_MMA=1", ("nvidia",))}
-# csrc/gated_delta.cu: the decode step and the token-by-token prefill at head_k 64 and 128, the
-# conv update, the conv prefill's outputs and states kernels
-GATED_DELTA_KERNELS = 7
+# csrc/gated_delta.cu: the decode step, the token-by-token and the chunked prefill at head_k 64
+# and 128, the conv update, the conv prefill's outputs and states kernels
+GATED_DELTA_KERNELS = 9
 FAMILIES = ("decode", "prefill", "gated_delta")
 
 

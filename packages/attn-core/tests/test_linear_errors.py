@@ -286,10 +286,8 @@ def test_every_entry_refuses_an_unknown_backend(fn, make, state, backend) -> Non
 
 @pytest.mark.parametrize(("fn", "make", "state"), BACKEND_CALLS)
 def test_forced_native_names_why_it_cannot_serve(fn, make, state) -> None:
-    """On the CPU every native kernel needs a CUDA device; the chunked prefill has none yet;
-    nothing is written."""
-    chunked = fn is chunk_gated_delta_rule
-    why = "no chunked prefill kernel yet" if chunked else "needs a CUDA device"
+    """On the CPU every native kernel needs a CUDA device; nothing is written."""
+    why = "needs a CUDA device"
     args = make()
     before = args[state].clone()
     with pytest.raises(ValueError, match=f"backend='native' cannot serve {fn.__name__}.*{why}"):

@@ -47,8 +47,8 @@ def library() -> GatedDeltaLibrary:
 
 def test_the_library_loads_with_no_local_memory() -> None:
     lib = library()
-    for which in ("decode", "recurrent_prefill", "conv_update", "conv_prefill",
-                  "conv_prefill_state"):  # fmt: skip
+    for which in ("decode", "recurrent_prefill", "chunked_prefill", "conv_update",
+                  "conv_prefill", "conv_prefill_state"):  # fmt: skip
         for head_k in (64, 128) if "conv" not in which else (128,):
             facts = lib.kernel_info(which, head_k)
             assert facts.local_bytes == 0, (which, head_k, facts)
@@ -159,9 +159,9 @@ def test_conv_native_matches_torch_at_model_sizes(dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_recurrent_prefill_native_matches_torch_and_chunked_at_model_sizes(dtype) -> None:
-    """Varlen, with initial states: the native token-by-token kernel against the torch
-    token-by-token path and against the chunked path."""
+def test_native_prefills_match_torch_at_model_sizes(dtype) -> None:
+    """Varlen, with initial states: the native token-by-token and chunked kernels against the
+    torch paths and each other; the default chunked call is the native one."""
     h, hv, dk, dv = MODEL
     gen = torch.Generator(device=DEV).manual_seed(6)
     lens = [1, 63, 64, 65, 700]
@@ -181,9 +181,36 @@ def test_recurrent_prefill_native_matches_torch_and_chunked_at_model_sizes(dtype
     )  # fmt: skip
     o_n, s_n = fused_recurrent_gated_delta_rule(**x, backend="native")
     o_t, s_t = fused_recurrent_gated_delta_rule(**x, backend="torch")
-    o_c, s_c = chunk_gated_delta_rule(**x)
+    o_nc, s_nc = chunk_gated_delta_rule(**x, backend="native")
+    o_c, s_c = chunk_gated_delta_rule(**x, backend="torch")
+    o_d, s_d = chunk_gated_delta_rule(**x)  # the default: native, verified by now
     tol = OUT_TOL[dtype]
     torch.testing.assert_close(o_n.float(), o_t.float(), atol=tol, rtol=0)
-    torch.testing.assert_close(o_n.float(), o_c.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(o_nc.float(), o_c.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(o_nc.float(), o_n.float(), atol=tol, rtol=0)
     torch.testing.assert_close(s_n, s_t, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(s_n, s_c, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(s_nc, s_c, atol=1e-3, rtol=1e-3)
+    assert torch.equal(o_d, o_nc) and torch.equal(s_d, s_nc)
+
+
+def test_native_chunked_prefill_at_32k_matches_torch() -> None:
+    """One 32K-token sequence at the model's sizes, bf16: the state after it and the last
+    outputs agree with the torch chunked path."""
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(7)
+    t = 32768
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEV)
+
+    x = dict(
+        q=randn(1, t, h, dk).bfloat16(), k=randn(1, t, h, dk).bfloat16(),
+        v=randn(1, t, hv, dv).bfloat16(),
+        g=-torch.rand(1, t, hv, generator=gen, device=DEV) * 0.1,
+        beta=torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16(),
+        use_qk_l2norm_in_kernel=True, output_final_state=True,
+    )  # fmt: skip
+    o_n, s_n = chunk_gated_delta_rule(**x, backend="native")
+    o_t, s_t = chunk_gated_delta_rule(**x, backend="torch")
+    torch.testing.assert_close(o_n[:, -256:].float(), o_t[:, -256:].float(), atol=3e-2, rtol=0)
+    torch.testing.assert_close(s_n, s_t, atol=2e-3, rtol=2e-3)

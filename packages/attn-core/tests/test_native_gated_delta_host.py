@@ -6,9 +6,10 @@ it through attn-core's own binding (:mod:`attn_core.native.gated_delta`) on CPU 
 cover the decode step (every dtype, both head sizes, odd value sizes and GQA groups, l2
 normalisation on and off, value heads sharing a block, strided inputs, mixed gate dtypes,
 chained steps, NaN-poisoned outputs, a NaN pool whose unnamed slots must keep their bits, the
-padding slot -1), the token-by-token prefill (empty and odd-length sequences, initial states
-or none, the final state written in place), and both convolutions (slots, lengths 0 to 37,
-prior windows or none, activations, strides, mixed dtypes). Cases also run with each phase's
+padding slot -1), the token-by-token and the chunked prefill (empty sequences and lengths
+around the 16-token chunk, initial states or none, the final state written in place), and
+both convolutions (slots, lengths 0 to 37, prior windows or none, activations, strides, mixed
+dtypes). Cases also run with each phase's
 threads in reverse order and must give the same bits (a missing barrier would not).
 
 Not covered here: what nvcc or CoreX's compiler make of the source (ci/clang_check.py, the
@@ -200,10 +201,13 @@ def test_the_verify_once_check_passes_on_the_host() -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
 @pytest.mark.parametrize("l2norm", [False, True])
-def test_recurrent_prefill(dtype, heads, value_heads, head_k, head_v, l2norm) -> None:
+@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
+def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, chunked) -> None:
+    """Lengths around the 16-token chunk: 0, 1, 15, 16, 17, 33."""
     lib = emulated()
     o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU,
-                          lengths=(3, 0, 9, 1), l2norm=l2norm, stream=0)  # fmt: skip
+                          lengths=(3, 0, 17, 1, 16, 15, 33), l2norm=l2norm, chunked=chunked,
+                          stream=0)  # fmt: skip
     assert o <= TOL[dtype] and s <= 1e-5, (o, s)
 
 
@@ -217,7 +221,8 @@ def prefill_inputs(lengths, seed=0):
     )  # fmt: skip
 
 
-def test_recurrent_prefill_in_place_state_without_initial_and_thread_order() -> None:
+@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
+def test_prefill_in_place_state_without_initial_and_thread_order(chunked) -> None:
     lib = emulated()
     lengths = (4, 7)
     x = prefill_inputs(lengths)
@@ -229,7 +234,7 @@ def test_recurrent_prefill_in_place_state_without_initial_and_thread_order() -> 
         out = torch.full((11, 4, 32), float("nan"))
         launch_recurrent_prefill(lib, **x, cu_seqlens=cu, out=out, scale=0.2, l2norm=True,
                                  initial_state=state if initial else None, final_state=state,
-                                 stream=0)  # fmt: skip
+                                 chunked=chunked, stream=0)  # fmt: skip
         return out, state, before
 
     for initial in (True, False):
@@ -243,7 +248,8 @@ def test_recurrent_prefill_in_place_state_without_initial_and_thread_order() -> 
         assert rel_err(state, want_s) <= 1e-5
 
 
-def test_recurrent_prefill_reads_strided_inputs() -> None:
+@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
+def test_prefill_reads_strided_inputs(chunked) -> None:
     lib = emulated()
     x = prefill_inputs((6,), seed=2)
     wide = {n: torch.cat([t, t], dim=-1) for n, t in x.items() if n in ("q", "k", "v")}
@@ -252,7 +258,7 @@ def test_recurrent_prefill_reads_strided_inputs() -> None:
     out = torch.full((6, 4, 32), float("nan"))
     cu = torch.tensor([0, 6], dtype=torch.int32)
     launch_recurrent_prefill(lib, **strided, g=g_t, beta=x["beta"], cu_seqlens=cu, out=out,
-                             scale=0.3, l2norm=False, stream=0)  # fmt: skip
+                             scale=0.3, l2norm=False, chunked=chunked, stream=0)  # fmt: skip
     want_o, _ = reference_gated_delta(
         *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.3, cu_seqlens=cu,
     )  # fmt: skip

@@ -23,16 +23,13 @@ from attn_core.core.checks import (
     value_checks_enabled,
 )
 from attn_core.core.workspace import is_capturing
-from attn_core.linear.backend import (
-    check_linear_backend,
-    native_library,
-    refuse_native_prefill,
-)
+from attn_core.linear.backend import check_linear_backend, native_library
 from attn_core.linear.chunked import run_chunked
 from attn_core.linear.conv import conv_step, conv_varlen
 from attn_core.linear.inputs import (
     FLOATS,
     INDEX_DTYPES,
+    GatedDeltaInputs,
     check_flag,
     check_gates,
     check_heads_divide,
@@ -43,6 +40,7 @@ from attn_core.linear.inputs import (
 from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
 from attn_core.native.gated_delta import (
+    GatedDeltaLibrary,
     LinearShape,
     conv_shape,
     conv_supported,
@@ -86,16 +84,21 @@ def chunk_gated_delta_rule(
             the sequences packed in a ``B == 1`` batch, on the CPU or q's device; read on the host.
         use_qk_l2norm_in_kernel: l2-normalise q and k over K first (``eps = 1e-6``).
         plan: segment sizes (default :func:`plan_gated_delta` for these shapes, 512 MiB).
-        backend: None or ``"torch"``: the torch path; ``"native"`` raises ``ValueError`` (the
-            native family has no prefill kernel yet).
+        backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+            ``"native"``: one launch for every sequence in 16-token chunks, each block keeping
+            its slice of the state on chip (K 64 or 128, V a multiple of 32; ``plan`` sizes
+            the torch path only).
 
     Returns:
         ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``.
     """
-    refuse_native_prefill(check_linear_backend(backend), "chunk_gated_delta_rule")
+    chosen = check_linear_backend(backend)
     inputs = gated_delta_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                                 use_qk_l2norm_in_kernel)  # fmt: skip
     want_final = check_flag("output_final_state", output_final_state)
+    lib = _native_prefill_library(chosen, "chunk_gated_delta_rule", inputs, q.dtype)
+    if lib is not None:
+        return _native_prefill(lib, inputs, v, want_final, chunked=True)
     if plan is None:
         h, hv = inputs.num_heads, inputs.num_value_heads
         plan = plan_gated_delta(h, hv, q.shape[3], v.shape[3], q.element_size())
@@ -139,17 +142,9 @@ def fused_recurrent_gated_delta_rule(
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     n = len(x.lengths)
     final = torch.empty(n, hv, dk, dv, device=v.device) if want_final else None
-    key = LinearShape(x.num_heads, hv, dk, dv, q.dtype)
-    why = prefill_supported(x.q, x.k, x.v, n)
-    lib = native_library(chosen, "fused_recurrent_gated_delta_rule", v.device, key, why)
+    lib = _native_prefill_library(chosen, "fused_recurrent_gated_delta_rule", x, q.dtype)
     if lib is not None:
-        bounds = [*x.starts, x.starts[-1] + x.lengths[-1]]
-        init = None if x.initial_state is None else x.initial_state.contiguous()
-        launch_recurrent_prefill(
-            lib, x.q, x.k, x.v, x.g, x.beta, torch.tensor(bounds, device=v.device), out,
-            scale=x.scale, l2norm=x.l2norm, initial_state=init, final_state=final,
-        )  # fmt: skip
-        return out.view(v.shape), final
+        return _native_prefill(lib, x, v, want_final, chunked=False)
     if cu_seqlens is None:  # B sequences of T tokens: one batched step per token
         state = _start_states(x.initial_state, n, hv, dk, dv, v.device)
         shape = (n, x.tokens)
@@ -171,6 +166,30 @@ def fused_recurrent_gated_delta_rule(
             )  # fmt: skip
             if final is not None:
                 final[s] = state[0]
+    return out.view(v.shape), final
+
+
+def _native_prefill_library(
+    backend: Optional[str], entry: str, x: GatedDeltaInputs, dtype: torch.dtype
+) -> Optional[GatedDeltaLibrary]:
+    key = LinearShape(x.num_heads, x.num_value_heads, x.q.shape[2], x.v.shape[2], dtype)
+    why = prefill_supported(x.q, x.k, x.v, len(x.lengths))
+    return native_library(backend, entry, x.v.device, key, why)
+
+
+def _native_prefill(
+    lib: GatedDeltaLibrary, x: GatedDeltaInputs, v: torch.Tensor, want_final: bool, chunked: bool
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Every sequence in one native launch: ``(o in v's shape, final states or None)``."""
+    hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
+    out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
+    final = torch.empty(len(x.lengths), hv, dk, dv, device=v.device) if want_final else None
+    bounds = torch.tensor([*x.starts, x.starts[-1] + x.lengths[-1]], device=v.device)
+    init = None if x.initial_state is None else x.initial_state.contiguous()
+    launch_recurrent_prefill(
+        lib, x.q, x.k, x.v, x.g, x.beta, bounds, out, scale=x.scale, l2norm=x.l2norm,
+        initial_state=init, final_state=final, chunked=chunked,
+    )  # fmt: skip
     return out.view(v.shape), final
 
 

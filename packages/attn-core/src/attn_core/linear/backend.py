@@ -23,10 +23,6 @@ from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary, LinearShape
 from attn_core.native.loader import native_ready
 
 BACKENDS = ("torch", "native")
-NO_NATIVE_PREFILL = (
-    "the native Gated DeltaNet family has no chunked prefill kernel yet "
-    "(fused_recurrent_gated_delta_rule has a native token-by-token one)"
-)
 
 
 def check_linear_backend(backend: object) -> Optional[str]:
@@ -63,9 +59,3 @@ def native_library(
     if lib is None and backend == "native":
         raise ValueError(f"backend='native' cannot serve {entry} here: {why}")
     return lib
-
-
-def refuse_native_prefill(backend: Optional[str], entry: str) -> None:
-    """The chunked prefill: ``backend="native"`` raises (no kernel yet), else nothing."""
-    if backend == "native":
-        raise ValueError(f"backend='native' cannot serve {entry}: {NO_NATIVE_PREFILL}")

@@ -84,15 +84,15 @@ PREFILL = Family(
     cache_prefix="prefill-",
 )
 
-# The hybrid model's Gated DeltaNet layers (decode step, token-by-token prefill, short
-# convolutions): one library of
+# The hybrid model's Gated DeltaNet layers (decode step, token-by-token and chunked prefill,
+# short convolutions): one library of
 # CUDA-core kernels for every dtype and both head sizes (64, 128 as template parameters); it
 # builds in ~3 s with nvcc, so there is nothing to gain from variants yet.
 GATED_DELTA = Family(
     name="gated_delta",
     source="gated_delta.cu",
     prefix="attn_gdn",
-    abi_version=2,
+    abi_version=3,
     variants={"fma": ()},
     cache_prefix="gdn-",
 )

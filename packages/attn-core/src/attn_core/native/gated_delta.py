@@ -35,7 +35,7 @@ COLUMNS = 32  # value columns per block: head_v must be a multiple
 CONV_WIDTH = 4  # the convolution width compiled
 KERNELS = {
     "decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3,
-    "recurrent_prefill": 4,
+    "recurrent_prefill": 4, "chunked_prefill": 5,
 }  # fmt: skip
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
@@ -164,6 +164,9 @@ class GatedDeltaLibrary(NativeLibrary):
         "attn_gdn_recurrent_prefill": (
             ctypes.c_int, [ctypes.POINTER(GdnPrefillArgs), ctypes.c_void_p],
         ),
+        "attn_gdn_chunked_prefill": (
+            ctypes.c_int, [ctypes.POINTER(GdnPrefillArgs), ctypes.c_void_p],
+        ),
         "attn_gdn_conv_update": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_conv_prefill": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_kernel_info": (
@@ -176,10 +179,11 @@ class GatedDeltaLibrary(NativeLibrary):
         rc = self._lib.attn_gdn_decode(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native gated delta decode launch")
 
-    def recurrent_prefill(self, args: GdnPrefillArgs, stream: int) -> None:
-        """Launch the token-by-token prefill on ``stream``."""
-        rc = self._lib.attn_gdn_recurrent_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
-        self.check(rc, "native fused_recurrent_gated_delta_rule launch")
+    def prefill(self, args: GdnPrefillArgs, stream: int, *, chunked: bool) -> None:
+        """Launch the chunked (``chunk_gated_delta_rule``) or token-by-token prefill."""
+        fn = self._lib.attn_gdn_chunked_prefill if chunked else self._lib.attn_gdn_recurrent_prefill
+        rc = fn(ctypes.byref(args), ctypes.c_void_p(stream))
+        self.check(rc, f"native {'chunked' if chunked else 'token-by-token'} prefill launch")
 
     def conv_update(self, args: GdnConvArgs, stream: int) -> None:
         rc = self._lib.attn_gdn_conv_update(ctypes.byref(args), ctypes.c_void_p(stream))
@@ -330,11 +334,13 @@ def launch_recurrent_prefill(
     l2norm: bool,
     initial_state: Optional[torch.Tensor] = None,
     final_state: Optional[torch.Tensor] = None,
+    chunked: bool = False,
     stream: Optional[int] = None,
 ) -> None:
     """Every sequence of ``q, k [T, H, K]``, ``v, out [T, HV, V]``, ``g, beta [T, HV]`` token
-    by token; ``cu_seqlens [N + 1]`` on their device; ``initial_state`` / ``final_state``
-    ``[N, HV, K, V]`` fp32 contiguous or None (the same tensor: advanced in place)."""
+    by token, or in 16-token chunks (``chunked``: the same results); ``cu_seqlens [N + 1]`` on
+    their device; ``initial_state`` / ``final_state`` ``[N, HV, K, V]`` fp32 contiguous or
+    None (the same tensor: advanced in place)."""
     offsets = cu_seqlens.contiguous()  # alive until the launch
     t, h, dk = q.shape
     hv, dv = v.shape[1], v.shape[2]
@@ -354,7 +360,7 @@ def launch_recurrent_prefill(
         beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=INDEX_KINDS[offsets.dtype],
         l2norm=int(l2norm), scale=scale,
     )  # fmt: skip
-    lib.recurrent_prefill(args, _stream(q, stream))
+    lib.prefill(args, _stream(q, stream), chunked=chunked)
 
 
 def conv_supported(weight: torch.Tensor, num_seqs: int, dim: int) -> Optional[str]:
@@ -451,9 +457,10 @@ def launch_conv_prefill(
 # ------------------------------------------------------------------ check against the reference
 # One check per (device, library, dtype, head_k, head_v, GQA group): a decode step of 3
 # sequences in a pool of 6 slots (indices permuted, NaN in every slot not named), with and
-# without l2 normalisation, a token-by-token prefill of 4 sequences (1, 0, 70 and 5 tokens)
-# from random initial states, then the convolutions (update of 2 tokens, a varlen prefill of 4
-# sequences of 0, 1, 2 and 37 tokens, half with a prior window), against the float64 reference.
+# without l2 normalisation, the token-by-token and the chunked prefill of 4 sequences (1, 0, 70
+# and 5 tokens) from random initial states, then the convolutions (update of 2 tokens, a varlen
+# prefill of 4 sequences of 0, 1, 2 and 37 tokens, half with a prior window), against the
+# float64 reference.
 # Errors are relative to max(1, the reference's largest magnitude): outputs are stored in the
 # input dtype (a few of its ulps), states in fp32.
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
@@ -581,6 +588,7 @@ def prefill_errors(
     *,
     lengths: tuple[int, ...] = (1, 0, 70, 5),
     l2norm: bool = True,
+    chunked: bool = False,
     stream: Optional[int] = None,
     seed: int = 0,
 ) -> tuple[float, float]:
@@ -604,7 +612,7 @@ def prefill_errors(
     scale = head_k**-0.5
     launch_recurrent_prefill(lib, q, k, v, g, beta, cu.to(device), out, scale=scale,
                              l2norm=l2norm, initial_state=init, final_state=final,
-                             stream=stream)  # fmt: skip
+                             chunked=chunked, stream=stream)  # fmt: skip
     want_o, want_s = reference_gated_delta(
         q[None], k[None], v[None], g[None], beta[None], scale=scale, initial_state=init,
         cu_seqlens=cu, use_qk_l2norm=l2norm,
@@ -625,8 +633,10 @@ def check_library(
             return Verdict(False, "the decode step wrote a state slot it was not given")
         worst_o, worst_s = max(worst_o, o), max(worst_s, s)
     worst_c = conv_errors(lib, dtype, device, stream=stream)
-    p_o, p_s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device, stream=stream)
-    worst_o, worst_s = max(worst_o, p_o), max(worst_s, p_s)
+    for chunked in (False, True):
+        p_o, p_s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device,
+                                  chunked=chunked, stream=stream)  # fmt: skip
+        worst_o, worst_s = max(worst_o, p_o), max(worst_s, p_s)
     tol = TOLERANCE[dtype]
     ok = worst_o <= tol and worst_c <= tol and worst_s <= STATE_TOLERANCE
     return Verdict(

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#define ATTN_GDN_ABI_VERSION 2
+#define ATTN_GDN_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -125,8 +125,10 @@ int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream);
 int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream);
 int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream);
 int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream);
+// chunk_gated_delta_rule: the same arguments and results, in 16-token chunks (WY/UT form).
+int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream);
 // which: 0 decode step (head_k 64 or 128), 1 conv update, 2 conv prefill outputs, 3 conv
-// prefill states (head_k ignored), 4 recurrent prefill (head_k 64 or 128).
+// prefill states (head_k ignored), 4 recurrent prefill, 5 chunked prefill (head_k 64 or 128).
 int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info);
 
 #ifdef __cplusplus

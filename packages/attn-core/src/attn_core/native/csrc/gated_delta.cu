@@ -271,6 +271,193 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
   }
 }
 
+// Chunked prefill (chunk_gated_delta_rule) in the WY/UT form on CUDA cores, chunks of kChunk
+// tokens. Per chunk, with G_t the gates' cumulative sum from the chunk's start, S0 the state
+// before it, k and q l2-normalised (q also scaled):
+//     u_t = beta_t (v_t - e^G_t S0^T k_t) - sum_{s<t} beta_t e^(G_t - G_s) (k_t . k_s) u_s
+//     o_t = e^G_t S0^T q_t + sum_{s<=t} e^(G_t - G_s) (q_t . k_s) u_s
+//     S  <- e^G_last S0 + sum_s e^(G_last - G_s) k_s u_s^T
+// (forward substitution of the unit lower-triangular system is the UT transform's solve). The
+// block and its state slice are the token-by-token kernel's; a chunk costs six barriers instead
+// of two per token, and its loads are issued together. kChunk is 16, not 64: the chunk's k and q
+// (fp32, rows padded by one float against bank conflicts) and the row groups' partial products
+// must fit the BI-V100's 32 KiB of shared memory beside the intra-chunk matrices (25.8 KiB at
+// K = 128); 64 would need the matrix-unit layer's tiling (csrc/attn_mma.cuh), a later step.
+constexpr int kChunk = 16;
+constexpr int kNormLanes = kThreads / kChunk;  // 8 threads load and normalise one token
+
+template <int K>
+__global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a) {
+  constexpr int kRows = K / kRowGroups;
+  constexpr int kStride = K + 1;                 // padded row of kc and of q in `scratch`
+  constexpr int kPerLane = K / kNormLanes;       // elements of a token one lane loads
+  constexpr int kRed = 2 * (kRowGroups - 1) * kChunk * kCols;  // P, R partials of groups 1..3
+  constexpr int kScratch = kRed > kChunk * kStride ? kRed : kChunk * kStride;
+  constexpr int kPairs = 2 * kChunk * kChunk / kThreads;       // Gram entries per thread
+  static_assert(kPairs * kThreads == 2 * kChunk * kChunk, "Gram entries split evenly");
+  __shared__ float kc[kChunk * kStride];
+  __shared__ float scratch[kScratch];  // q rows, then the partial products (after a barrier)
+  __shared__ float akk[kChunk][kChunk], aqk[kChunk][kChunk];
+  __shared__ float wu[kChunk][kCols];
+  __shared__ float npart[kChunk][kNormLanes][2];
+  __shared__ float gcum[kChunk], graw[kChunk], gbeta[kChunk];
+  const int tid = threadIdx.x;
+  const int c = tid % kCols, r = tid / kCols;
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int kh = h / (a.num_value_heads / a.num_heads);
+  const int col = blockIdx.x * kCols + c;
+  const int64_t start = load_index(a.cu_seqlens, seq, a.offset_kind);
+  const int64_t end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
+  const int64_t state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  float s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    s[i] = a.initial_state != nullptr ? a.initial_state[state_at + (r * kRows + i) * a.head_v] : 0.f;
+  }
+  const int lt = tid / kNormLanes, lp = tid % kNormLanes;  // the token and lane this thread loads
+  for (int64_t c0 = start; c0 < end; c0 += kChunk) {
+    const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), end - c0));
+    // 1. the chunk's k, q (raw), gates and (row group 0) values; padding tokens are zeros
+    const bool live = lt < n;
+    float kk = 0.f, qq = 0.f;
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int j = lp + kNormLanes * m;
+      const int64_t t = c0 + lt;
+      const float kv = live ? load_any(a.k, t * a.k_tok_stride + kh * a.k_head_stride + j, a.qkv_kind) : 0.f;
+      const float qv = live ? load_any(a.q, t * a.q_tok_stride + kh * a.q_head_stride + j, a.qkv_kind) : 0.f;
+      kc[lt * kStride + j] = kv;
+      scratch[lt * kStride + j] = qv;
+      kk += kv * kv;
+      qq += qv * qv;
+    }
+    npart[lt][lp][0] = kk;
+    npart[lt][lp][1] = qq;
+    if (tid < kChunk) {
+      const bool in = tid < n;
+      const int64_t t = c0 + tid;
+      graw[tid] = in ? load_any(a.g, t * a.g_tok_stride + h * a.g_head_stride, a.g_kind) : 0.f;
+      gbeta[tid] = in ? load_any(a.beta, t * a.beta_tok_stride + h * a.beta_head_stride, a.beta_kind) : 0.f;
+    }
+    float vreg[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      vreg[t] = r == 0 && t < n
+                    ? load_any(a.v, (c0 + t) * a.v_tok_stride + h * a.v_head_stride + col, a.qkv_kind)
+                    : 0.f;
+    }
+    __syncthreads();
+    // 2. normalise this thread's elements; cumulative gates
+    {
+      float sk2 = 0.f, sq2 = 0.f;
+#pragma unroll
+      for (int p = 0; p < kNormLanes; ++p) {
+        sk2 += npart[lt][p][0];
+        sq2 += npart[lt][p][1];
+      }
+      const float inv_k = a.l2norm ? 1.0f / sqrtf(sk2 + kL2Eps) : 1.0f;
+      const float inv_q = (a.l2norm ? 1.0f / sqrtf(sq2 + kL2Eps) : 1.0f) * a.scale;
+#pragma unroll
+      for (int m = 0; m < kPerLane; ++m) {
+        const int j = lp + kNormLanes * m;
+        kc[lt * kStride + j] *= inv_k;
+        scratch[lt * kStride + j] *= inv_q;
+      }
+    }
+    if (tid == 0) {
+      float total = 0.f;
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) {
+        total += graw[t];
+        gcum[t] = total;
+      }
+    }
+    __syncthreads();
+    // 3. the decayed Gram matrices (kPairs entries a thread) and S0^T k, S0^T q partial sums
+#pragma unroll
+    for (int x = 0; x < kPairs; ++x) {  // into akk / aqk at once: read only after two barriers
+      const int pair = tid + kThreads * x;
+      const int mat = pair / (kChunk * kChunk), t = (pair / kChunk) % kChunk, u = pair % kChunk;
+      const float* left = mat == 0 ? &kc[t * kStride] : &scratch[t * kStride];
+      const float* right = &kc[u * kStride];
+      float dot = 0.f;
+#pragma unroll 16
+      for (int j = 0; j < K; ++j) dot += left[j] * right[j];
+      const float decay = expf(gcum[t] - gcum[u]);
+      if (mat == 0) {
+        akk[t][u] = u < t ? dot * decay * gbeta[t] : 0.f;
+      } else {
+        aqk[t][u] = u <= t ? dot * decay : 0.f;
+      }
+    }
+    float pk[kChunk], pq[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      float sum_k = 0.f, sum_q = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        sum_k += kc[t * kStride + r * kRows + i] * s[i];
+        sum_q += scratch[t * kStride + r * kRows + i] * s[i];
+      }
+      pk[t] = sum_k;
+      pq[t] = sum_q;
+    }
+    __syncthreads();  // every read of q is done: `scratch` takes the partial sums
+    if (r > 0) {
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) {
+        scratch[((0 * (kRowGroups - 1) + r - 1) * kChunk + t) * kCols + c] = pk[t];
+        scratch[((1 * (kRowGroups - 1) + r - 1) * kChunk + t) * kCols + c] = pq[t];
+      }
+    }
+    __syncthreads();
+    // 4. row group 0, one value column a thread: the solve for u, the outputs, u for the state
+    if (r == 0) {
+      // Full-length inner loops over zeros (u past t is 0, akk and aqk are masked): with
+      // `j < t` bounds clang 16 unrolled the inner loops before the outer one and kept u in
+      // local memory (ci/clang_check.py).
+      float u[kChunk];
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) u[t] = 0.f;
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) {
+#pragma unroll
+        for (int g = 0; g < kRowGroups - 1; ++g) {
+          pk[t] += scratch[((0 * (kRowGroups - 1) + g) * kChunk + t) * kCols + c];
+          pq[t] += scratch[((1 * (kRowGroups - 1) + g) * kChunk + t) * kCols + c];
+        }
+        const float gamma = expf(gcum[t]);
+        float acc = gbeta[t] * (vreg[t] - gamma * pk[t]);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) acc -= akk[t][j] * u[j];
+        u[t] = acc;
+        float o = gamma * pq[t];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o += aqk[t][j] * u[j];
+        if (t < n) {
+          store_any(a.out, (c0 + t) * a.out_tok_stride + h * a.out_head_stride + col, a.qkv_kind, o);
+        }
+        wu[t][c] = expf(gcum[kChunk - 1] - gcum[t]) * acc;
+      }
+    }
+    __syncthreads();
+    // 5. the state: decayed over the chunk, plus the chunk's keys times their new values
+    const float chunk_decay = expf(gcum[kChunk - 1]);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      float acc = s[i] * chunk_decay;
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) acc += kc[t * kStride + r * kRows + i] * wu[t][c];
+      s[i] = acc;
+    }
+    __syncthreads();  // kc, wu and the gates are read: the next chunk may load
+  }
+  if (a.final_state != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
+  }
+}
+
 // The state slot of sequence `seq` (its own index without `indices`) and whether it is one.
 ATTN_DEVICE int64_t conv_slot(const AttnGdnConvArgs& a, int seq, bool& valid) {
   const int64_t slot = a.indices != nullptr ? load_index(a.indices, seq, a.index_kind) : seq;
@@ -429,8 +616,20 @@ inline PrefillKernel prefill_for(int head_k) {
   return head_k == 64 ? recurrent_prefill<64> : head_k == 128 ? recurrent_prefill<128> : nullptr;
 }
 
+inline PrefillKernel chunked_for(int head_k) {
+  return head_k == 64 ? chunked_prefill<64> : head_k == 128 ? chunked_prefill<128> : nullptr;
+}
+
 inline bool kind_ok(int kind) { return kind == kFloat32 || kind == kFloat16 || kind == kBFloat16; }
 inline bool index_ok(int kind) { return kind == 0 || kind == 1; }
+
+inline bool prefill_ok(const AttnGdnPrefillArgs& a) {
+  return a.num_seqs >= 1 && a.num_seqs <= kMaxGrid && a.num_heads >= 1 &&
+         a.num_value_heads % a.num_heads == 0 && a.num_value_heads <= kMaxGrid &&
+         a.head_v >= kCols && a.head_v % kCols == 0 && a.cu_seqlens != nullptr &&
+         kind_ok(a.qkv_kind) && kind_ok(a.g_kind) && kind_ok(a.beta_kind) &&
+         index_ok(a.offset_kind);
+}
 
 inline bool conv_ok(const AttnGdnConvArgs& a) {
   return a.num_seqs >= 1 && a.dim >= 1 && a.tokens >= 0 && a.width == kWidth &&
@@ -473,13 +672,17 @@ int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream) {
   using namespace attn::gdn;
   const AttnGdnPrefillArgs& a = *args;
   const PrefillKernel kernel = prefill_for(a.head_k);
-  if (kernel == nullptr || a.num_seqs < 1 || a.num_seqs > kMaxGrid || a.num_heads < 1 ||
-      a.num_value_heads % a.num_heads != 0 || a.num_value_heads > kMaxGrid ||
-      a.head_v < kCols || a.head_v % kCols != 0 || a.cu_seqlens == nullptr ||
-      !kind_ok(a.qkv_kind) || !kind_ok(a.g_kind) || !kind_ok(a.beta_kind) ||
-      !index_ok(a.offset_kind)) {
-    return cudaErrorInvalidValue;
-  }
+  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
+  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnPrefillArgs& a = *args;
+  const PrefillKernel kernel = chunked_for(a.head_k);
+  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
   const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
   kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   return static_cast<int>(cudaGetLastError());
@@ -526,6 +729,7 @@ int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info) {
   if (which == 2) kernel = reinterpret_cast<const void*>(conv_prefill_out<kWidth>);
   if (which == 3) kernel = reinterpret_cast<const void*>(conv_prefill_state<kWidth>);
   if (which == 4) kernel = reinterpret_cast<const void*>(prefill_for(head_k));
+  if (which == 5) kernel = reinterpret_cast<const void*>(chunked_for(head_k));
   if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
