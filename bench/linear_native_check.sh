@@ -7,11 +7,14 @@
 # OUT_DIR/steps.txt (a failing step does not stop the others):
 #   build       load csrc/gated_delta.cu through attn-core's loader (nvcc or CoreX; ~5 s with
 #               nvcc 13) and print its kernels' registers, shared memory, spills and occupancy;
+#               then the float64 reference check of the model's configuration (bf16, 128 x 128,
+#               group 2), its verdict printed;
 #   cuda_tests  the family's CUDA tests and the linear layers' (which now take the native
-#               decode and conv steps by default);
+#               kernels by default: prefill, decode and conv);
 #   bench       native vs torch decode at batch 1 / 8 / 64 (eager and CUDA-graph replay), then
 #               prefill at 32K, 128K and 2 x 16K: the torch chunked path against the native
-#               token-by-token kernel, bench/linear_attn_bench.py (OUT_DIR/linear_attn_bench.json).
+#               chunked and token-by-token kernels, bench/linear_attn_bench.py
+#               (OUT_DIR/linear_attn_bench.json).
 set -u
 OUT_DIR="${1:-${OUT:-results/linear_native}}"
 mkdir -p "$OUT_DIR"
@@ -33,7 +36,7 @@ step() {
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT_DIR/device.txt"
 "$PY" -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT_DIR/device.txt"
 
-step build 240 "$PY" - <<'PYEOF'
+step build 60 "$PY" - <<'PYEOF'
 import torch
 from attn_core.core.settings import current_overrides
 from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary
@@ -43,14 +46,20 @@ lib, status = load_library(GatedDeltaLibrary, VARIANT, current_overrides().nativ
 print(status)
 if lib is None:
     raise SystemExit(1)
-for which in ("decode", "conv_update", "conv_prefill", "conv_prefill_state"):
-    for head_k in (64, 128) if which == "decode" else (128,):
+for which in ("decode", "recurrent_prefill", "chunked_prefill", "conv_update", "conv_prefill",
+              "conv_prefill_state"):
+    for head_k in (64, 128) if "conv" not in which else (128,):
         print(which, head_k, lib.kernel_info(which, head_k))
+from attn_core.native.gated_delta import check_library
+print("reference check bf16 128x128 group 2:",
+      check_library(lib, torch.device("cuda"), (lib.path.name, torch.bfloat16, 128, 128, 2)))
 PYEOF
 
-step cuda_tests 270 "$PY" -m pytest -q -m cuda -p no:cacheprovider -p no:xdist \
+step cuda_tests 240 "$PY" -m pytest -q -m cuda -p no:cacheprovider -p no:xdist \
     packages/attn-core/tests/test_native_gated_delta_cuda.py \
     packages/attn-core/tests/test_linear_cuda.py
 
-step bench 200 "$PY" bench/linear_attn_bench.py --out "$OUT_DIR" --prefill 32768,131072 \
-    --varlen 2x16384 --decode-batches 1,8,64 --iters 5 --budget-s 170
+# limits: 60 + 240 + 170 s, under 8 minutes with the device query; the bench starts no row
+# after 130 s and rewrites its JSON after every row, so a step cut short keeps what it measured
+step bench 170 "$PY" bench/linear_attn_bench.py --out "$OUT_DIR" --prefill 32768,131072 \
+    --varlen 2x16384 --decode-batches 1,8,64 --iters 3 --budget-s 130
