@@ -214,3 +214,23 @@ def test_native_chunked_prefill_at_32k_matches_torch() -> None:
     o_t, s_t = chunk_gated_delta_rule(**x, backend="torch")
     torch.testing.assert_close(o_n[:, -256:].float(), o_t[:, -256:].float(), atol=3e-2, rtol=0)
     torch.testing.assert_close(s_n, s_t, atol=2e-3, rtol=2e-3)
+
+
+def test_sizes_the_kernels_do_not_cover_take_torch_or_name_why_when_forced() -> None:
+    """K = 96 (no instantiation) and V = 48 (not a multiple of 32): the default serves them on
+    the torch path; a forced native call raises naming the size, and writes nothing."""
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    for dk, dv, why in ((96, 64, "head_k must be one of (64, 128), got 96"),
+                        (64, 48, "head_v must be a multiple of 32, got 48")):  # fmt: skip
+        q = torch.randn(2, 2, dk, generator=gen, device=DEV)
+        x = dict(q=q, k=q.clone(), v=torch.randn(2, 4, dv, generator=gen, device=DEV),
+                 g=-torch.rand(2, 4, generator=gen, device=DEV),
+                 beta=torch.rand(2, 4, generator=gen, device=DEV),
+                 state_indices=torch.tensor([1, 0], device=DEV))  # fmt: skip
+        pool = torch.zeros(3, 4, dk, dv, device=DEV)
+        with pytest.raises(ValueError, match=f"cannot serve gated_delta_decode here: {why}"):
+            gated_delta_decode(**x, state_pool=pool, backend="native")
+        assert not pool.any(), "a refused call wrote the pool"
+        got = gated_delta_decode(**x, state_pool=pool)  # the torch path
+        want = gated_delta_decode(**x, state_pool=torch.zeros_like(pool), backend="torch")
+        torch.testing.assert_close(got, want)
