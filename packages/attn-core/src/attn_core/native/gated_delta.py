@@ -2,10 +2,11 @@
 
 ``csrc/gated_delta.cu`` (ABI ``csrc/attn_gated_delta_abi.h``) is one library
 (:data:`attn_core.native.family.GATED_DELTA`, variant ``fma``): the recurrent decode step on a
-state pool (head_k 64 or 128, head_v a multiple of 32) and the width-4 causal convolution,
-decode and varlen prefill. The launch functions trust their inputs: ``attn_core.linear.api``
-has validated shapes, dtypes, devices and layouts (:func:`decode_supported`,
-:func:`conv_supported` say which layouts the kernels read). Every launch goes to the current
+state pool, the chunked and the token-by-token prefill (head_k 64 or 128, head_v a multiple of
+32) and the width-4 causal convolution, decode and varlen prefill. The launch functions trust
+their inputs: ``attn_core.linear.api`` has validated shapes, dtypes, devices and layouts
+(:func:`decode_supported`, :func:`prefill_supported`, :func:`conv_supported` say which layouts
+the kernels read). Every launch goes to the current
 CUDA stream of its tensors' device (a graph capture records it), or stream 0 on CPU tensors
 for a host-emulated library (ci/host_emulation.py). The family's check against the float64
 reference (:mod:`attn_core.reference.gated_delta`) is registered with the verify-once registry

@@ -1,24 +1,25 @@
 // Gated DeltaNet (the hybrid model's linear-attention layers): the recurrent decode step on a
-// state pool and the width-4 depthwise causal convolution before it, decode and varlen prefill.
+// state pool, the prefill in chunks and token by token, and the width-4 depthwise causal
+// convolution before them, decode and varlen prefill.
 //
 // Decode step, per (sequence, value head h, key head h / (HV / H)), fp32 state S [K, V]:
 //     S <- S * exp(g);  delta = beta * (v - S^T k);  S <- S + k delta^T;  o = S^T (q * scale)
 // computed as o = scale * (S_dec^T q + (q . k) delta), so every state element is read once and
 // written once (the step is a pure stream of the pool: 64 KiB per head at K = V = 128).
 // Grid (V / 32 value slices, HV / heads_per_block, N): one sequence of 32 value heads at V = 128
-// is 128 blocks, enough to stream the H100's bandwidth; a block of 128 threads is 4 row groups x
-// 32 value columns, each thread holding K / 4 rows of its column in registers (32 floats at
-// K = 128, a compile-time count: K is a template parameter, 64 or 128). The products S^T k and
+// is 128 blocks, about one per H100 SM (not yet timed on a GPU); a block of 128 threads is 4
+// row groups x 32 value columns, each thread holding K / 4 rows of its column in registers (32
+// floats at K = 128, a compile-time count: K is a template parameter, 64 or 128). S^T k and
 // S^T q are summed over the row groups through shared memory, never warp shuffles: CoreX warps
 // are 64 lanes (attn_platform.cuh). heads_per_block value heads of one key head share the key
 // and query loads and their norms; the reduction buffer alternates by head parity, so each head
 // costs one barrier. l2 normalisation is a scalar per vector, so it is folded in after the
 // reduction (S^T k_hat = |k|^-1 S^T k) and the raw k and q are what shared memory holds.
 //
-// Token-by-token prefill (fused_recurrent_gated_delta_rule): the same mapping, one block per
-// (V slice, value head, sequence) walking its sequence with the state in registers, read from
-// the initial state once and written to the final state once; the chunked (WY) prefill stays on
-// the torch path for now.
+// Prefill, chunked (chunk_gated_delta_rule, 16-token chunks in the WY/UT form) and token by
+// token (fused_recurrent_gated_delta_rule): the same mapping, one block per (V slice, value
+// head, sequence) walking its sequence with the state in registers, read from the initial state
+// once and written to the final state once (no transient device memory).
 //
 // Convolution, width W = 4 (the model's; other widths take the torch path): one thread per
 // (sequence, channel) for the update, sliding its W - 1 inputs in registers over the new tokens;
@@ -199,7 +200,8 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
   float s[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    s[i] = a.initial_state != nullptr ? a.initial_state[state_at + (r * kRows + i) * a.head_v] : 0.f;
+    const int64_t at = state_at + (r * kRows + i) * a.head_v;
+    s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
   }
   // Tokens t + 1 and t + 2 are in flight while token t runs: a load issued during token t is
   // first used two tokens later, so its latency hides behind two tokens' barriers and sums
@@ -312,7 +314,8 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
   float s[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    s[i] = a.initial_state != nullptr ? a.initial_state[state_at + (r * kRows + i) * a.head_v] : 0.f;
+    const int64_t at = state_at + (r * kRows + i) * a.head_v;
+    s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
   }
   const int lt = tid / kNormLanes, lp = tid % kNormLanes;  // the token and lane this thread loads
   for (int64_t c0 = start; c0 < end; c0 += kChunk) {
@@ -324,8 +327,10 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
     for (int m = 0; m < kPerLane; ++m) {
       const int j = lp + kNormLanes * m;
       const int64_t t = c0 + lt;
-      const float kv = live ? load_any(a.k, t * a.k_tok_stride + kh * a.k_head_stride + j, a.qkv_kind) : 0.f;
-      const float qv = live ? load_any(a.q, t * a.q_tok_stride + kh * a.q_head_stride + j, a.qkv_kind) : 0.f;
+      const int64_t kat = t * a.k_tok_stride + kh * a.k_head_stride + j;
+      const int64_t qat = t * a.q_tok_stride + kh * a.q_head_stride + j;
+      const float kv = live ? load_any(a.k, kat, a.qkv_kind) : 0.f;
+      const float qv = live ? load_any(a.q, qat, a.qkv_kind) : 0.f;
       kc[lt * kStride + j] = kv;
       scratch[lt * kStride + j] = qv;
       kk += kv * kv;
@@ -337,14 +342,14 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
       const bool in = tid < n;
       const int64_t t = c0 + tid;
       graw[tid] = in ? load_any(a.g, t * a.g_tok_stride + h * a.g_head_stride, a.g_kind) : 0.f;
-      gbeta[tid] = in ? load_any(a.beta, t * a.beta_tok_stride + h * a.beta_head_stride, a.beta_kind) : 0.f;
+      const int64_t bat = t * a.beta_tok_stride + h * a.beta_head_stride;
+      gbeta[tid] = in ? load_any(a.beta, bat, a.beta_kind) : 0.f;
     }
     float vreg[kChunk];
 #pragma unroll
     for (int t = 0; t < kChunk; ++t) {
-      vreg[t] = r == 0 && t < n
-                    ? load_any(a.v, (c0 + t) * a.v_tok_stride + h * a.v_head_stride + col, a.qkv_kind)
-                    : 0.f;
+      const int64_t vat = (c0 + t) * a.v_tok_stride + h * a.v_head_stride + col;
+      vreg[t] = r == 0 && t < n ? load_any(a.v, vat, a.qkv_kind) : 0.f;
     }
     __syncthreads();
     // 2. normalise this thread's elements; cumulative gates
@@ -435,7 +440,8 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) o += aqk[t][j] * u[j];
         if (t < n) {
-          store_any(a.out, (c0 + t) * a.out_tok_stride + h * a.out_head_stride + col, a.qkv_kind, o);
+          const int64_t oat = (c0 + t) * a.out_tok_stride + h * a.out_head_stride + col;
+          store_any(a.out, oat, a.qkv_kind, o);
         }
         wu[t][c] = expf(gcum[kChunk - 1] - gcum[t]) * acc;
       }
@@ -508,7 +514,9 @@ __global__ void __launch_bounds__(kThreads) conv_update(AttnGdnConvArgs a) {
   }
   if (valid) {
 #pragma unroll
-    for (int j = 0; j < W - 1; ++j) store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, win[j]);
+    for (int j = 0; j < W - 1; ++j) {
+      store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, win[j]);
+    }
   }
 }
 
@@ -600,7 +608,9 @@ __global__ void __launch_bounds__(kThreads) conv_prefill_state(AttnGdnConvArgs a
     fresh[j] = value;
   }
 #pragma unroll
-  for (int j = 0; j < W - 1; ++j) store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, fresh[j]);
+  for (int j = 0; j < W - 1; ++j) {
+    store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, fresh[j]);
+  }
 }
 
 typedef void (*DecodeKernel)(AttnGdnDecodeArgs);
@@ -633,7 +643,8 @@ inline bool prefill_ok(const AttnGdnPrefillArgs& a) {
 
 inline bool conv_ok(const AttnGdnConvArgs& a) {
   return a.num_seqs >= 1 && a.dim >= 1 && a.tokens >= 0 && a.width == kWidth &&
-         kind_ok(a.x_kind) && kind_ok(a.weight_kind) && (a.bias == nullptr || kind_ok(a.bias_kind)) &&
+         kind_ok(a.x_kind) && kind_ok(a.weight_kind) &&
+         (a.bias == nullptr || kind_ok(a.bias_kind)) &&
          (a.conv_state == nullptr || kind_ok(a.state_kind)) &&
          (a.indices == nullptr || index_ok(a.index_kind)) && a.num_seqs <= kMaxGrid;
 }
