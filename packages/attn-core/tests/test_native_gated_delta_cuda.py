@@ -195,7 +195,8 @@ def test_native_prefills_match_torch_at_model_sizes(dtype) -> None:
 
 def test_native_chunked_prefill_at_32k_matches_torch() -> None:
     """One 32K-token sequence at the model's sizes, bf16: the state after it and the last
-    outputs agree with the torch chunked path."""
+    outputs agree with the torch chunked path; the native call's transient device memory
+    (above its inputs and outputs) stays under the issue's 64 MiB."""
     h, hv, dk, dv = MODEL
     gen = torch.Generator(device=DEV).manual_seed(7)
     t = 32768
@@ -210,7 +211,15 @@ def test_native_chunked_prefill_at_32k_matches_torch() -> None:
         beta=torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16(),
         use_qk_l2norm_in_kernel=True, output_final_state=True,
     )  # fmt: skip
+    chunk_gated_delta_rule(**x, backend="native")  # loads and verifies first
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     o_n, s_n = chunk_gated_delta_rule(**x, backend="native")
+    torch.cuda.synchronize()
+    kept = o_n.numel() * o_n.element_size() + s_n.numel() * s_n.element_size()
+    transient = torch.cuda.max_memory_allocated() - base - kept
+    assert transient <= 64 << 20, transient / 2**20
     o_t, s_t = chunk_gated_delta_rule(**x, backend="torch")
     torch.testing.assert_close(o_n[:, -256:].float(), o_t[:, -256:].float(), atol=3e-2, rtol=0)
     torch.testing.assert_close(s_n, s_t, atol=2e-3, rtol=2e-3)
