@@ -9,11 +9,18 @@ q/k (as the model calls it). Implementations, each where it can run here:
 
 - ``attn-core torch``: :func:`attn_core.chunk_gated_delta_rule` (prefill) and
   :func:`attn_core.gated_delta_decode` on a state pool of 2 x batch slots (decode);
+- ``attn-core native`` (decode): the same call with ``backend="native"`` (csrc/gated_delta.cu,
+  built through the loader on first use; a row with a note where it cannot run);
 - ``transformers``: ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule`` from
   ``transformers.models.qwen3_next`` (q/k repeated to the value heads as the model does; the
   varlen case runs as a batch of equal rows, which it is); skipped with a note when transformers
   is not importable;
-- ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100).
+- ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100);
+- ``attn-core native chunked`` / ``attn-core native recurrent`` (prefill):
+  :func:`attn_core.chunk_gated_delta_rule` / :func:`attn_core.fused_recurrent_gated_delta_rule`
+  with ``backend="native"``: one block per (32 value columns, value head, sequence) walking its
+  sequence in 16-token chunks / token by token with its state slice on chip. The ``attn-core
+  torch`` rows pass ``backend="torch"`` (the default is native where verified).
 
 Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
 CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
@@ -33,6 +40,7 @@ finish on a CPU in seconds.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -56,7 +64,11 @@ from _timing import (  # noqa: E402
     write_results,
 )
 
-from attn_core import chunk_gated_delta_rule, gated_delta_decode  # noqa: E402
+from attn_core import (  # noqa: E402
+    chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
+    gated_delta_decode,
+)
 from attn_core.reference import reference_gated_delta  # noqa: E402
 
 SHAPE = {"heads": 16, "value_heads": 32, "head_k": 128, "head_v": 128}
@@ -79,14 +91,20 @@ def main(argv: Optional[list[str]] = None) -> int:
                      "copy_bandwidth_bytes_s": copy})  # fmt: skip
     say(f"matrix {rate / 1e12:.1f} TFLOP/s, copy {copy / 1e9:.0f} GB/s")
     impls = _baselines()
+    # attn-core's native prefill kernels: 16-token chunks, and token by token (varlen)
+    native_chunked = functools.partial(chunk_gated_delta_rule, backend="native")
+    impls["attn-core native chunked"] = (native_chunked, None, "")
+    native_recurrent = functools.partial(fused_recurrent_gated_delta_rule, backend="native")
+    impls["attn-core native recurrent"] = (native_recurrent, None, "")
     for name, (_, _, note) in impls.items():
         if note:
             say(f"{name}: {note}")
             run.payload.setdefault("skipped_impls", {})[name] = note
-    for lens in [[n] for n in args.prefill] + ([args.varlen] if args.varlen else []):
-        _prefill_rows(run, lens, shape, device, impls)
+    # decode first: its rows take seconds, and a long prefill row must not spend their budget
     for batch in args.decode_batches:
         _decode_rows(run, batch, shape, device, impls)
+    for lens in [[n] for n in args.prefill] + ([args.varlen] if args.varlen else []):
+        _prefill_rows(run, lens, shape, device, impls)
     run.payload["complete"] = not run.payload["skipped"]
     path = run.save()
     say(f"done in {run.elapsed():.0f} s; {len(run.payload['skipped'])} skipped; {path}")
@@ -261,7 +279,8 @@ def _prefill_rows(run: Run, lens: list[int], shape: dict, device: torch.device, 
     floor = 1e3 * _prefill_flops(total, shape) / run.payload["matrix_flops"]
     base = {"kind": "prefill", "case": label, "mode": "eager", "floor_ms": floor}
     group = shape["value_heads"] // shape["heads"]
-    ours = _prefill_call(chunk_gated_delta_rule, "attn-core torch", x, cu, lens, group)
+    torch_chunked = functools.partial(chunk_gated_delta_rule, backend="torch")
+    ours = _prefill_call(torch_chunked, "attn-core torch", x, cu, lens, group)
     first = _measure(run, {**base, "impl": "attn-core torch"}, ours, device, out_bytes)
     ours_out = first[0] if first is not None else None
     del first
@@ -327,12 +346,26 @@ def _decode_rows(run: Run, batch: int, shape: dict, device: torch.device, impls)
     floor = 1e3 * 2 * state_bytes * batch / run.payload["copy_bandwidth_bytes_s"]
     base = {"kind": "decode", "case": label, "floor_ms": floor}
 
-    def ours():
-        return gated_delta_decode(**x, state_pool=pool, state_indices=idx,
-                                  use_qk_l2norm_in_kernel=True, out=out)  # fmt: skip
+    def step(backend: str, states: torch.Tensor) -> Callable:
+        kw = dict(state_pool=states, state_indices=idx, out=out, backend=backend)
+        return lambda: gated_delta_decode(**x, **kw, use_qk_l2norm_in_kernel=True)
 
-    _measure(run, {**base, "impl": "attn-core torch", "mode": "eager"}, ours, device, 0)
-    _graph_row(run, {**base, "impl": "attn-core torch", "mode": "graph"}, ours, device)
+    first = None
+    for impl, backend in (("attn-core torch", "torch"), ("attn-core native", "native")):
+        row = {**base, "impl": impl, "mode": "eager"}
+        try:  # one step from the same pool: the native row's max_err is its diff to torch's
+            got = step(backend, pool.clone())().float().clone()
+        except ValueError as exc:  # no native library here: the row says why
+            run.add({**row, "note": str(exc)[:120]})
+            continue
+        if first is None:
+            first = got
+        else:
+            row["max_err"] = float((got - first).abs().max())
+            row["note"] = "max_err: diff to attn-core torch"
+        ours = step(backend, pool.clone())
+        _measure(run, row, ours, device, 0)
+        _graph_row(run, {**row, "mode": "graph"}, ours, device)
     group = hv // shape["heads"]
     states = pool[:batch].clone()
     for name, (_, recurrent, _) in impls.items():

@@ -49,11 +49,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
 HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
 # name -> (source, defines, file name): the decode library of one head-slot count, the prefill
-# library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers).
+# library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers), the Gated DeltaNet
+# library (decode step and convolutions).
 PREFILL_FMA = ("-D__ILUVATAR__", "-DATTN_PREFILL_MMA=0")
 LIBRARIES = {
     "decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so"),
     "prefill": ("paged_prefill.cu", PREFILL_FMA, "libattn_prefill_fma.so"),
+    "gated_delta": ("gated_delta.cu", ("-D__ILUVATAR__",), "libattn_gdn_fma.so"),
 }
 # -O1: one head-slot library builds in 33 s (clang 16, a 2-core CI machine) and the
 # tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and
@@ -157,7 +159,8 @@ def build(
     compiler: str | None = None,
     asan: bool = False,
 ) -> Path:
-    """The host library ``library`` ("decode" for ``slots`` head slots, or "prefill"), built
+    """The host library ``library`` ("decode" for ``slots`` head slots, "prefill" or
+    "gated_delta"), built
     into ``out_dir/<key>/`` unless it is there already (safe for concurrent callers: the
     file appears whole or not at all); ``asan``: instrumented by AddressSanitizer.
 

@@ -46,7 +46,9 @@ def test_small_segments_on_the_device() -> None:
     per = plan_gated_delta(h, hv, dk, dv, 2).bytes_per_chunk
     plan = plan_gated_delta(h, hv, dk, dv, 2, budget_bytes=2 * per)
     want_o, want_s = reference_gated_delta(**case.reference_kwargs())
-    o, s = chunk_gated_delta_rule(**case.kwargs(), output_final_state=True, plan=plan)
+    o, s = chunk_gated_delta_rule(
+        **case.kwargs(), output_final_state=True, plan=plan, backend="torch"
+    )  # the plan sizes the torch path's segments
     assert_linear_close(o, want_o, torch.bfloat16)
     assert_linear_close(s, want_s, torch.float16)
 
@@ -71,7 +73,8 @@ def test_prefill_transient_memory_stays_in_the_plan_budget() -> None:
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     o, s = chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True,
-                                  use_qk_l2norm_in_kernel=True, plan=plan)  # fmt: skip
+                                  use_qk_l2norm_in_kernel=True, plan=plan,
+                                  backend="torch")  # fmt: skip
     torch.cuda.synchronize()
     kept = o.numel() * o.element_size() + s.numel() * s.element_size()
     transient = torch.cuda.max_memory_allocated() - base - kept

@@ -266,3 +266,42 @@ def _refuses(fn, args, state_name, name, spoil, message) -> None:
     assert message in str(err.value), str(err.value)
     if before is not None and name != state_name:
         assert torch.equal(args[state_name], before), "a refused call wrote its state"
+
+
+BACKEND_CALLS = [
+    (chunk_gated_delta_rule, prefill_args, "initial_state"),
+    (fused_recurrent_gated_delta_rule, prefill_args, "initial_state"),
+    (gated_delta_decode, decode_args, "state_pool"),
+    (causal_conv1d_fn, conv_args, "conv_states"),
+    (causal_conv1d_update, update_args, "conv_state"),
+]
+
+
+@pytest.mark.parametrize(("fn", "make", "state"), BACKEND_CALLS)
+@pytest.mark.parametrize("backend", ["cuda", "", 1, ["native"]])
+def test_every_entry_refuses_an_unknown_backend(fn, make, state, backend) -> None:
+    _refuses(fn, make(), state, "backend", lambda a: backend,
+             "backend must be None or one of torch, native, got")  # fmt: skip
+
+
+@pytest.mark.parametrize(("fn", "make", "state"), BACKEND_CALLS)
+def test_forced_native_names_why_it_cannot_serve(fn, make, state) -> None:
+    """On the CPU every native kernel needs a CUDA device; nothing is written."""
+    why = "needs a CUDA device"
+    args = make()
+    before = args[state].clone()
+    with pytest.raises(ValueError, match=f"backend='native' cannot serve {fn.__name__}.*{why}"):
+        fn(**args, backend="native")
+    assert torch.equal(args[state], before), "a refused call wrote its state"
+
+
+@pytest.mark.parametrize(("fn", "make", "state"), BACKEND_CALLS)
+def test_torch_and_default_backends_agree_on_the_cpu(fn, make, state) -> None:
+    outs = []
+    for backend in (None, "torch"):
+        torch.manual_seed(7)  # conv_args draws from the global generator
+        args = make()
+        got = fn(**args, backend=backend)
+        outs.append((got, args[state]))
+    first, second = outs
+    torch.testing.assert_close(first, second, rtol=0, atol=0)

@@ -3,8 +3,9 @@ compatible: :func:`chunk_gated_delta_rule`, :func:`fused_recurrent_gated_delta_r
 :func:`gated_delta_decode`, :func:`causal_conv1d_fn`, :func:`causal_conv1d_update`.
 
 Each validates (:mod:`.inputs`; see there which checks read values and when), plans where a
-plan decides anything (:mod:`.plan`), and runs the torch executor. Nothing is written outside
-the returned outputs, ``out=`` and the named state slots.
+plan decides anything (:mod:`.plan`), and runs an executor: ``backend=`` (:mod:`.backend`)
+picks the native Gated DeltaNet library (decode step, convolutions) or the torch path. Nothing
+is written outside the returned outputs, ``out=`` and the named state slots.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from attn_core.core.checks import (
     value_checks_enabled,
 )
 from attn_core.core.workspace import is_capturing
+from attn_core.linear.backend import check_linear_backend, native_library
 from attn_core.linear.chunked import run_chunked
 from attn_core.linear.conv import conv_step, conv_varlen
 from attn_core.linear.inputs import (
     FLOATS,
     INDEX_DTYPES,
+    GatedDeltaInputs,
     check_flag,
     check_gates,
     check_heads_divide,
@@ -36,6 +39,18 @@ from attn_core.linear.inputs import (
 )
 from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
+from attn_core.native.gated_delta import (
+    GatedDeltaLibrary,
+    LinearShape,
+    conv_shape,
+    conv_supported,
+    decode_supported,
+    launch_conv_prefill,
+    launch_conv_update,
+    launch_decode,
+    launch_recurrent_prefill,
+    prefill_supported,
+)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -52,6 +67,7 @@ def chunk_gated_delta_rule(
     cu_seqlens: Optional[torch.Tensor] = None,
     use_qk_l2norm_in_kernel: bool = False,
     plan: Optional[GatedDeltaPlan] = None,
+    backend: Optional[str] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The gated delta rule over whole sequences (prefill), in 64-token chunks.
 
@@ -68,13 +84,21 @@ def chunk_gated_delta_rule(
             the sequences packed in a ``B == 1`` batch, on the CPU or q's device; read on the host.
         use_qk_l2norm_in_kernel: l2-normalise q and k over K first (``eps = 1e-6``).
         plan: segment sizes (default :func:`plan_gated_delta` for these shapes, 512 MiB).
+        backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+            ``"native"``: one launch for every sequence in 16-token chunks, each block keeping
+            its slice of the state on chip (K 64 or 128, V a multiple of 32; ``plan`` sizes
+            the torch path only).
 
     Returns:
         ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``.
     """
+    chosen = check_linear_backend(backend)
     inputs = gated_delta_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                                 use_qk_l2norm_in_kernel)  # fmt: skip
     want_final = check_flag("output_final_state", output_final_state)
+    lib = _native_prefill_library(chosen, "chunk_gated_delta_rule", inputs, q.dtype)
+    if lib is not None:
+        return _native_prefill(lib, inputs, v, want_final, chunked=True)
     if plan is None:
         h, hv = inputs.num_heads, inputs.num_value_heads
         plan = plan_gated_delta(h, hv, q.shape[3], v.shape[3], q.element_size())
@@ -96,10 +120,16 @@ def fused_recurrent_gated_delta_rule(
     output_final_state: bool = False,
     cu_seqlens: Optional[torch.Tensor] = None,
     use_qk_l2norm_in_kernel: bool = False,
+    backend: Optional[str] = None,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The gated delta rule token by token; same arguments and results as
     :func:`chunk_gated_delta_rule` (``g`` None: no decay; ``beta`` None: ones). One launch
-    group per token: meant for few tokens (decode, speculative verification)."""
+    group per token on the torch path: meant for few tokens (decode, speculative verification).
+
+    ``backend``: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+    ``"native"``: one launch for every sequence, each block walking its sequence's tokens with
+    its slice of the state on chip (K 64 or 128, V a multiple of 32)."""
+    chosen = check_linear_backend(backend)
     check_tensor("v", v, ndim=4, dtype=FLOATS)
     if g is None:
         g = torch.zeros(v.shape[:3], dtype=torch.float32, device=v.device)
@@ -112,6 +142,9 @@ def fused_recurrent_gated_delta_rule(
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     n = len(x.lengths)
     final = torch.empty(n, hv, dk, dv, device=v.device) if want_final else None
+    lib = _native_prefill_library(chosen, "fused_recurrent_gated_delta_rule", x, q.dtype)
+    if lib is not None:
+        return _native_prefill(lib, x, v, want_final, chunked=False)
     if cu_seqlens is None:  # B sequences of T tokens: one batched step per token
         state = _start_states(x.initial_state, n, hv, dk, dv, v.device)
         shape = (n, x.tokens)
@@ -136,6 +169,30 @@ def fused_recurrent_gated_delta_rule(
     return out.view(v.shape), final
 
 
+def _native_prefill_library(
+    backend: Optional[str], entry: str, x: GatedDeltaInputs, dtype: torch.dtype
+) -> Optional[GatedDeltaLibrary]:
+    key = LinearShape(x.num_heads, x.num_value_heads, x.q.shape[2], x.v.shape[2], dtype)
+    why = prefill_supported(x.q, x.k, x.v, len(x.lengths))
+    return native_library(backend, entry, x.v.device, key, why)
+
+
+def _native_prefill(
+    lib: GatedDeltaLibrary, x: GatedDeltaInputs, v: torch.Tensor, want_final: bool, chunked: bool
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Every sequence in one native launch: ``(o in v's shape, final states or None)``."""
+    hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
+    out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
+    final = torch.empty(len(x.lengths), hv, dk, dv, device=v.device) if want_final else None
+    bounds = torch.tensor([*x.starts, x.starts[-1] + x.lengths[-1]], device=v.device)
+    init = None if x.initial_state is None else x.initial_state.contiguous()
+    launch_recurrent_prefill(
+        lib, x.q, x.k, x.v, x.g, x.beta, bounds, out, scale=x.scale, l2norm=x.l2norm,
+        initial_state=init, final_state=final, chunked=chunked,
+    )  # fmt: skip
+    return out.view(v.shape), final
+
+
 def _start_states(
     initial: Optional[torch.Tensor], n: int, hv: int, dk: int, dv: int, device: torch.device
 ) -> torch.Tensor:
@@ -155,6 +212,7 @@ def gated_delta_decode(
     scale: Optional[float] = None,
     use_qk_l2norm_in_kernel: bool = False,
     out: Optional[torch.Tensor] = None,
+    backend: Optional[str] = None,
 ) -> torch.Tensor:
     """One decode token per sequence against states kept in a pool (vLLM's Mamba-style cache).
 
@@ -167,9 +225,14 @@ def gated_delta_decode(
             out of range is the torch error (a device-side assert on CUDA) and a repeated one
             keeps one of its writes.
         out: ``[N, HV, V]`` in v's dtype, or None (allocated).
+        backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+            ``"native"``. The native kernel serves K 64 or 128 and V a multiple of 32 with
+            contiguous last dimensions and a contiguous pool; it reads and writes each state
+            element once, in place, and leaves the pool untouched (output zeros) for an index
+            outside ``[0, slots)`` (vLLM's padding slot -1) where the torch path raises.
 
-    No host sync, no data-dependent shape: capturable in a CUDA graph (``index_select`` /
-    ``index_copy_`` on the pool).
+    No host sync, no data-dependent shape: capturable in a CUDA graph (the native launch on
+    the current stream; torch: ``index_select`` / ``index_copy_`` on the pool).
 
     Returns:
         ``out``: ``[N, HV, V]``.
@@ -188,6 +251,7 @@ def gated_delta_decode(
     check_tensor("state_pool", state_pool, shape=(None, hv, dk, dv))
     check_tensor("state_indices", state_indices, shape=(n,), dtype=INDEX_DTYPES, device=dev)
     l2 = check_flag("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
+    chosen = check_linear_backend(backend)
     resolved = resolve_scale(scale, dk)
     if out is None:
         out = torch.empty(n, hv, dv, dtype=v.dtype, device=dev)
@@ -197,6 +261,13 @@ def gated_delta_decode(
         check_slots("state_indices", state_indices, state_pool.shape[0])
         check_gates(g, beta)
     if n == 0:
+        return out
+    why = decode_supported(q, k, v, state_pool, out)
+    shape = LinearShape(h, hv, dk, dv, q.dtype)
+    lib = native_library(chosen, "gated_delta_decode", dev, shape, why)
+    if lib is not None:
+        launch_decode(lib, q, k, v, g, beta, state_pool, state_indices, out, scale=resolved,
+                      l2norm=l2)  # fmt: skip
         return out
     idx = state_indices.long()
     state = state_pool.index_select(0, idx)
@@ -243,6 +314,7 @@ def causal_conv1d_fn(
     cache_indices: Optional[torch.Tensor] = None,
     has_initial_state: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
+    backend: Optional[str] = None,
 ) -> torch.Tensor:
     """Depthwise causal convolution over whole sequences (prefill), vLLM's conventions.
 
@@ -257,6 +329,8 @@ def causal_conv1d_fn(
         cache_indices: ``[N]`` int32/int64, distinct slots; has_initial_state: ``[N]`` bool
             (default: no sequence has one).
         activation: None, ``"silu"`` or ``"swish"``.
+        backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+            ``"native"`` (width 4 only).
 
     Values (offsets, slots) are checked on every call (one sync; see :mod:`.inputs`).
 
@@ -266,6 +340,7 @@ def causal_conv1d_fn(
     check_tensor("x", x, dtype=FLOATS)
     dev = x.device
     act = _check_activation(activation)
+    chosen = check_linear_backend(backend)
     if x.dim() == 3:
         if query_start_loc is not None:
             raise ValueError("query_start_loc must be None for x of shape [B, dim, T]")
@@ -294,6 +369,15 @@ def causal_conv1d_fn(
     slots = _check_prefill_states(conv_states, cache_indices, has_initial_state, n, dim, width, dev)
     if x.dim() == 2:
         check_offsets("query_start_loc", offsets, flat.shape[1])
+    lib = native_library(chosen, "causal_conv1d_fn", dev, conv_shape(x.dtype),
+                         conv_supported(weight, n, dim))  # fmt: skip
+    if lib is not None and n > 0:
+        out = torch.empty(dim, flat.shape[1], dtype=x.dtype, device=dev)
+        launch_conv_prefill(lib, flat, offsets, weight, bias, conv_states, slots, has_initial_state,
+                            out, silu=act is not None)  # fmt: skip
+        if x.dim() == 3:
+            return out.view(dim, x.shape[0], x.shape[2]).permute(1, 0, 2).contiguous()
+        return out
     window = torch.zeros(n, dim, width - 1, device=dev)
     if conv_states is not None and slots is not None:
         if has_initial_state is not None:  # where, not a product: a fresh slot may hold NaN
@@ -348,6 +432,7 @@ def causal_conv1d_update(
     bias: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
     conv_state_indices: Optional[torch.Tensor] = None,
+    backend: Optional[str] = None,
 ) -> torch.Tensor:
     """Depthwise causal convolution of new tokens (decode), the conv state updated in place.
 
@@ -359,6 +444,11 @@ def causal_conv1d_update(
         weight: ``[dim, W]``; bias: ``[dim]`` or None; activation: None, "silu" or "swish".
         conv_state_indices: ``[N]`` int32/int64, distinct, in range: checked only with
             ``ATTN_CORE_CHECKS=1`` outside graph capture (no sync otherwise).
+        backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
+            ``"native"`` (width 4 only; a slot out of range is left untouched and its outputs
+            are zeros, where the torch path raises).
+
+    No host sync unless checks are on: capturable in a CUDA graph.
 
     Returns:
         ``out``: x's shape and dtype.
@@ -372,6 +462,7 @@ def causal_conv1d_update(
     dev = x.device
     n, dim = x.shape[0], x.shape[1]
     act = _check_activation(activation)
+    chosen = check_linear_backend(backend)
     width = _check_conv_weights(weight, bias, dim, dev)
     _check_state("conv_state", conv_state, dim, width, dev)
     if conv_state_indices is None:
@@ -388,6 +479,13 @@ def causal_conv1d_update(
             check_slots("conv_state_indices", conv_state_indices, conv_state.shape[0])
         idx = conv_state_indices.long()
     seq = x if x.dim() == 3 else x[:, :, None]
+    lib = native_library(chosen, "causal_conv1d_update", dev, conv_shape(x.dtype),
+                         conv_supported(weight, n, dim))  # fmt: skip
+    if lib is not None and n > 0:
+        out = torch.empty(seq.shape, dtype=x.dtype, device=dev)
+        launch_conv_update(lib, seq, conv_state, weight, bias, conv_state_indices, out,
+                           silu=act is not None)  # fmt: skip
+        return out.view(x.shape)
     lanes = conv_state[:, :, : width - 1]
     out, new = conv_step(seq, lanes.index_select(0, idx), weight, bias, act)
     lanes.index_copy_(0, idx, new.to(conv_state.dtype))

@@ -28,7 +28,6 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.settings import NativeSettings
-from attn_core.core.shapes import AttentionShape
 from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
 from attn_core.native.build import (
@@ -108,6 +107,15 @@ class NativeLibrary:
 
     def probe(self) -> None:
         """Raise (``NativeError``) unless the library has code for the current device."""
+
+    def verify_config(self, shape: Any) -> tuple:
+        """The verify-once registry's ``config`` of this library for ``shape`` (the file name
+        names the family and variant); an attention family's ``shape`` is an
+        :class:`~attn_core.core.shapes.AttentionShape`, another family's is its own."""
+        return (
+            self.path.name, shape.dtype, shape.kv_cache_dtype, shape.head_size,
+            shape.block_size, shape.group,
+        )  # fmt: skip
 
 
 Library = TypeVar("Library", bound=NativeLibrary)
@@ -250,16 +258,13 @@ def _describe(toolchain: Toolchain) -> str:
     return f"{toolchain.kind} {toolchain.version} {','.join(toolchain.archs)}"
 
 
-def verify_config(lib: NativeLibrary, shape: AttentionShape) -> tuple:
-    """The verify-once registry's ``config`` of ``lib`` for ``shape`` (the file names the
-    family and variant)."""
-    return (
-        lib.path.name, shape.dtype, shape.kv_cache_dtype, shape.head_size, shape.block_size,
-        shape.group,
-    )  # fmt: skip
+def verify_config(lib: NativeLibrary, shape: Any) -> tuple:
+    """The verify-once registry's ``config`` of ``lib`` for ``shape``
+    (:meth:`NativeLibrary.verify_config`)."""
+    return lib.verify_config(shape)
 
 
-def verify(lib: NativeLibrary, device: torch.device, shape: AttentionShape) -> verify_once.Verdict:
+def verify(lib: NativeLibrary, device: torch.device, shape: Any) -> verify_once.Verdict:
     """The kept verdict of ``lib`` for ``shape`` on ``device``, checking it now if none."""
     return verify_once.verdict(lib.VERIFY_KIND, device, verify_config(lib, shape), lib)
 
@@ -269,7 +274,7 @@ def native_ready(
     variant: str,
     settings: NativeSettings,
     device: torch.device,
-    shape: AttentionShape,
+    shape: Any,
 ) -> tuple[Optional[Library], str]:
     """``(library, "")`` when ``cls``'s ``variant`` may serve ``shape`` on ``device``: loaded
     and matched the float64 reference here; else ``(None, why)``."""
