@@ -41,91 +41,56 @@ KERNELS = {
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
-class GdnDecodeArgs(ctypes.Structure):
-    _fields_ = [
-        ("out", ctypes.c_void_p),
-        ("q", ctypes.c_void_p),
-        ("k", ctypes.c_void_p),
-        ("v", ctypes.c_void_p),
-        ("g", ctypes.c_void_p),
-        ("beta", ctypes.c_void_p),
-        ("state_pool", ctypes.c_void_p),
-        ("state_indices", ctypes.c_void_p),
-        *[(f"{t}_{a}_stride", ctypes.c_int64)
-          for t in ("q", "k", "v", "out", "g", "beta") for a in ("seq", "head")],
-        ("num_slots", ctypes.c_int64),
-        ("num_seqs", ctypes.c_int32),
-        ("num_heads", ctypes.c_int32),
-        ("num_value_heads", ctypes.c_int32),
-        ("head_k", ctypes.c_int32),
-        ("head_v", ctypes.c_int32),
-        ("heads_per_block", ctypes.c_int32),
-        ("qkv_kind", ctypes.c_int32),
-        ("g_kind", ctypes.c_int32),
-        ("beta_kind", ctypes.c_int32),
-        ("index_kind", ctypes.c_int32),
-        ("l2norm", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-    ]  # fmt: skip
+GdnDecodeArgs = abi.c_struct(
+    "GdnDecodeArgs",
+    ("pointer", "out q k v g beta state_pool state_indices"),
+    (
+        "int64",
+        "q_seq_stride q_head_stride k_seq_stride k_head_stride v_seq_stride v_head_stride "
+        "out_seq_stride out_head_stride g_seq_stride g_head_stride beta_seq_stride "
+        "beta_head_stride "
+        "num_slots",
+    ),
+    (
+        "int32",
+        "num_seqs num_heads num_value_heads head_k head_v heads_per_block qkv_kind g_kind "
+        "beta_kind index_kind l2norm",
+    ),
+    ("float32", "scale"),
+)
 
+GdnPrefillArgs = abi.c_struct(
+    "GdnPrefillArgs",
+    ("pointer", "out q k v g beta initial_state final_state cu_seqlens"),
+    (
+        "int64",
+        "q_tok_stride q_head_stride k_tok_stride k_head_stride v_tok_stride v_head_stride "
+        "out_tok_stride out_head_stride g_tok_stride g_head_stride beta_tok_stride "
+        "beta_head_stride",
+    ),
+    (
+        "int32",
+        "num_seqs num_heads num_value_heads head_k head_v qkv_kind g_kind beta_kind "
+        "offset_kind l2norm",
+    ),
+    ("float32", "scale"),
+)
 
-class GdnPrefillArgs(ctypes.Structure):
-    _fields_ = [
-        ("out", ctypes.c_void_p),
-        ("q", ctypes.c_void_p),
-        ("k", ctypes.c_void_p),
-        ("v", ctypes.c_void_p),
-        ("g", ctypes.c_void_p),
-        ("beta", ctypes.c_void_p),
-        ("initial_state", ctypes.c_void_p),
-        ("final_state", ctypes.c_void_p),
-        ("cu_seqlens", ctypes.c_void_p),
-        *[(f"{t}_{a}_stride", ctypes.c_int64)
-          for t in ("q", "k", "v", "out", "g", "beta") for a in ("tok", "head")],
-        ("num_seqs", ctypes.c_int32),
-        ("num_heads", ctypes.c_int32),
-        ("num_value_heads", ctypes.c_int32),
-        ("head_k", ctypes.c_int32),
-        ("head_v", ctypes.c_int32),
-        ("qkv_kind", ctypes.c_int32),
-        ("g_kind", ctypes.c_int32),
-        ("beta_kind", ctypes.c_int32),
-        ("offset_kind", ctypes.c_int32),
-        ("l2norm", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-    ]  # fmt: skip
-
-
-class GdnConvArgs(ctypes.Structure):
-    _fields_ = [
-        ("out", ctypes.c_void_p),
-        ("x", ctypes.c_void_p),
-        ("conv_state", ctypes.c_void_p),
-        ("weight", ctypes.c_void_p),
-        ("bias", ctypes.c_void_p),
-        ("indices", ctypes.c_void_p),
-        ("query_start_loc", ctypes.c_void_p),
-        ("has_initial_state", ctypes.c_void_p),
-        *[(f"{t}_stride{i}", ctypes.c_int64) for t in ("x", "out") for i in range(3)],
-        ("state_slot_stride", ctypes.c_int64),
-        ("state_dim_stride", ctypes.c_int64),
-        ("state_pos_stride", ctypes.c_int64),
-        ("weight_dim_stride", ctypes.c_int64),
-        ("weight_tap_stride", ctypes.c_int64),
-        ("bias_stride", ctypes.c_int64),
-        ("num_slots", ctypes.c_int64),
-        ("num_seqs", ctypes.c_int32),
-        ("dim", ctypes.c_int32),
-        ("tokens", ctypes.c_int32),
-        ("width", ctypes.c_int32),
-        ("x_kind", ctypes.c_int32),
-        ("weight_kind", ctypes.c_int32),
-        ("bias_kind", ctypes.c_int32),
-        ("state_kind", ctypes.c_int32),
-        ("index_kind", ctypes.c_int32),
-        ("offset_kind", ctypes.c_int32),
-        ("silu", ctypes.c_int32),
-    ]  # fmt: skip
+GdnConvArgs = abi.c_struct(
+    "GdnConvArgs",
+    ("pointer", "out x conv_state weight bias indices query_start_loc has_initial_state"),
+    (
+        "int64",
+        "x_stride0 x_stride1 x_stride2 out_stride0 out_stride1 out_stride2 "
+        "state_slot_stride state_dim_stride state_pos_stride weight_dim_stride "
+        "weight_tap_stride bias_stride num_slots",
+    ),
+    (
+        "int32",
+        "num_seqs dim tokens width x_kind weight_kind bias_kind state_kind index_kind "
+        "offset_kind silu",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -175,22 +140,22 @@ class GatedDeltaLibrary(NativeLibrary):
         ),
     }  # fmt: skip
 
-    def decode(self, args: GdnDecodeArgs, stream: int) -> None:
+    def decode(self, args: ctypes.Structure, stream: int) -> None:
         """Launch one decode step on ``stream`` (a ``cudaStream_t`` as an int)."""
         rc = self._lib.attn_gdn_decode(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native gated delta decode launch")
 
-    def prefill(self, args: GdnPrefillArgs, stream: int, *, chunked: bool) -> None:
+    def prefill(self, args: ctypes.Structure, stream: int, *, chunked: bool) -> None:
         """Launch the chunked (``chunk_gated_delta_rule``) or token-by-token prefill."""
         fn = self._lib.attn_gdn_chunked_prefill if chunked else self._lib.attn_gdn_recurrent_prefill
         rc = fn(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, f"native {'chunked' if chunked else 'token-by-token'} prefill launch")
 
-    def conv_update(self, args: GdnConvArgs, stream: int) -> None:
+    def conv_update(self, args: ctypes.Structure, stream: int) -> None:
         rc = self._lib.attn_gdn_conv_update(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native causal_conv1d_update launch")
 
-    def conv_prefill(self, args: GdnConvArgs, stream: int) -> None:
+    def conv_prefill(self, args: ctypes.Structure, stream: int) -> None:
         rc = self._lib.attn_gdn_conv_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native causal_conv1d_fn launch")
 
@@ -383,7 +348,7 @@ def _conv_args(
     state: Optional[torch.Tensor],
     indices: Optional[torch.Tensor],
     silu: bool,
-) -> GdnConvArgs:
+) -> ctypes.Structure:
     xs, os_ = list(x.stride()) + [0], list(out.stride()) + [0]
     args = GdnConvArgs(
         out=out.data_ptr(), x=x.data_ptr(), weight=weight.data_ptr(),

@@ -129,9 +129,7 @@ def find_toolchain(
     if corex is not None:
         clang = str(Path(corex) / "bin" / "clang++")
         arch = archs or (DEFAULT_COREX_ARCH,)
-        found: Optional[Toolchain] = Toolchain(
-            "corex-clang", clang, corex, tuple(arch), _version(clang)
-        )
+        found = Toolchain("corex-clang", clang, corex, tuple(arch), _version(clang))
     else:
         nvcc = _nvcc(cuda_home)
         if nvcc is None:

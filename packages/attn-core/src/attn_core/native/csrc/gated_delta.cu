@@ -654,13 +654,7 @@ inline bool conv_ok(const AttnGdnConvArgs& a) {
 
 extern "C" {
 
-int attn_gdn_abi_version(void) { return ATTN_GDN_ABI_VERSION; }
-
-const char* attn_gdn_platform(void) { return ATTN_PLATFORM; }
-
-const char* attn_gdn_error_string(int code) {
-  return cudaGetErrorString(static_cast<cudaError_t>(code));
-}
+ATTN_COMMON_EXPORTS(attn_gdn, ATTN_GDN_ABI_VERSION)
 
 int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream) {
   using namespace attn::gdn;
