@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -99,7 +100,7 @@ def is_profile_path(name_or_path: str) -> bool:
 def load_profile_file(path: Union[str, Path]) -> DeviceSpec:
     """The profile a JSON file describes (``~`` expanded); ``ValueError`` naming the file and
     field otherwise."""
-    path = Path(path).expanduser()
+    path = Path(os.path.expanduser(path))  # ~user unknown: as given (Path.expanduser raises)
     if not path.is_file():
         why = "is a directory" if path.is_dir() else "does not exist"
         raise ValueError(
