@@ -1,12 +1,14 @@
 """Sessions that tie the monorepo together.
 
     nox -s sim      (default) CPU tests of attn-core, engine-patch and sim, then the simulator
-                    report and its gates on the default BI-V100 profile
+                    report and its gates on the default BI-V100 profile; `-- ARGS` go to the
+                    report alone (e.g. `nox -s sim -- --full`)
     nox -s tests    everything that runs on this machine: the above, the HIL runner against a
                     Docker engine, engine-patch inside the real vLLM 0.6.3, attn-core on torch 2.1
     nox -s lint     ruff check + ruff format --check; mypy on attn-core
     nox -s clang    upstream clang (CUDA mode) builds every native kernel with no warning and no
-                    local memory, NVIDIA and -D__ILUVATAR__ (needs clang++-16; no CUDA toolkit)
+                    local memory, NVIDIA and -D__ILUVATAR__ (needs clang++-16; no CUDA toolkit),
+                    and one library from a regular (non-editable) install of attn-core
     nox -s vllm     engine-patch's tests inside vllm==0.6.3 (installed without its CUDA deps)
     nox -s compat   attn-core's tests on torch 2.1 / Python 3.10, the vendor's stack
     nox -s bench    GPU benchmarks (decode, prefill) on whatever device is present
@@ -88,8 +90,10 @@ def sim(session: nox.Session) -> None:
     _install_stack(session)
     _cpu_tests(session, "-m", "not long and not cuda")
     out = os.environ.get("SIM_REPORT_DIR", "sim-report")
+    # posargs are the report's flags (--full, --shape, --profile): gates takes other ones
+    # (--profiles, --gates, --baseline) and would refuse them
     session.run("python", "-m", "attn_sim", "report", "--out", out, *session.posargs)
-    session.run("python", "-m", "attn_sim", "gates", "--out", out, *session.posargs)
+    session.run("python", "-m", "attn_sim", "gates", "--out", out)
 
 
 @nox.session
@@ -124,7 +128,7 @@ def _install_one_wheel_at_a_time(session: nox.Session, *requirements: str) -> No
 
     One pip call downloads every wheel into its temporary directory before it installs any: for
     torch 2.1.2's CUDA build that is ~2.7 GB of wheels beside the ~4.7 GB they unpack to. The
-    CI machine ran out of disk there (2026-12-03, stop 28); one wheel at a time the temporary
+    CI machine ran out of disk there; one wheel at a time the temporary
     peak is the largest wheel (cuDNN, 732 MB).
     """
     report = Path(session.create_tmp()) / "resolved.json"
@@ -168,10 +172,50 @@ def clang(session: nox.Session) -> None:
     """Every native kernel under clang's CUDA mode: no warning, no local memory (CoreX's compiler
     is a clang). CUDA headers and libdevice come from the registry's wheels, not a toolkit."""
     # Representative decode libraries by default (MHA, Qwen3.6's group 6, the widest): the 23
-    # compilations of every library and layer take ~17 CPU-minutes at -O3 (all clean on
-    # 2026-12-01); these 9 about 6. `nox -s clang -- --slots 1,2,3,4,5,6,7,8` checks them all.
+    # compilations of every library and layer take ~17 CPU-minutes at -O3 (all clean when
+    # last run); these 9 about 6. `nox -s clang -- --slots 1,2,3,4,5,6,7,8` checks them all.
     args = session.posargs or ["--slots", "1,6,8"]
     session.run("python", f"{ATTN_CORE}/ci/clang_check.py", *args)
+    # The lab install: attn-core as a regular `pip install` makes it (no torch: the build
+    # modules are standard-library only), then one library built by upstream clang from the
+    # installed sources. A wheel without csrc/ once failed only on the lab machine. ~1 min.
+    session.install("--no-deps", ATTN_CORE, env={"ATTN_CORE_NATIVE_BUILD": "0"})
+    installed_build = """
+import importlib.util, shutil, subprocess, sys
+from pathlib import Path
+sys.path.insert(0, "packages/attn-core/ci")
+from clang_check import cuda_path
+from clang_library import install_shim
+cache, clang = Path(sys.argv[1]).resolve(), sys.argv[2]
+native = Path(importlib.util.find_spec("attn_core").submodule_search_locations[0]) / "native"
+assert Path("packages").resolve() not in native.parents, f"not an installed package: {native}"
+def load(name):  # by path, as setup.py does: attn_core/__init__ imports torch
+    spec = importlib.util.spec_from_file_location("installed_" + name, native / (name + ".py"))
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+toolchain, family, build = load("toolchain"), load("family"), load("build")
+fatbinary = shutil.which("fatbinary")
+if fatbinary is None:  # the CUDA 12 wheels lack it; CUDA 13's nvcc wheel has one
+    site = cache / "fatbinary-site"
+    if not (site / "nvidia/cu13/bin/fatbinary").is_file():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                        str(site), "nvidia-cuda-nvcc==13.0.*"], check=True)
+    fatbinary = str(site / "nvidia/cu13/bin/fatbinary")
+farm = cuda_path(cache)
+install_shim(farm, str(Path(fatbinary).resolve()))
+(farm / "lib64").mkdir()
+runtime = cache / "site/nvidia/cuda_runtime/lib/libcudart_static.a"
+(farm / "lib64/libcudart_static.a").symlink_to(runtime)
+tc = toolchain.Toolchain("clang", clang, str(farm), ("sm_80",), toolchain._version(clang))
+out = cache / "installed-build"
+shutil.rmtree(out, ignore_errors=True)
+path, seconds = build.build_variant(tc, out, family.DECODE, "g1")
+assert not build.damage(path, log=True), build.damage(path, log=True)
+print(f"installed attn-core ({native}): {path.name} built by {clang} in {seconds:.0f} s")
+"""
+    clang_exe = os.environ.get("CLANG", "clang++-16")
+    session.run("python", "-c", installed_build, ".ci-cache/clang-cuda", clang_exe)
 
 
 @nox.session

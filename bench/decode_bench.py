@@ -30,6 +30,7 @@ from typing import Any, Optional, Union
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _args  # noqa: E402
 import _timing  # noqa: E402
 
 from attn_core import (  # noqa: E402
@@ -125,7 +126,7 @@ class Case:
 
 # ------------------------------------------------------------------------------- baselines
 def old_way(c: Case) -> torch.Tensor:
-    """Gather whole blocks, repeat K/V to every query head, matmul (what issue 2 replaces)."""
+    """Gather whole blocks, repeat K/V to every query head, matmul (the torch path replaced it)."""
     kg = c.key_cache[c.block_tables.long()]  # [B, nblk, KVH, D/x, BS, x]
     k = kg.permute(0, 2, 1, 4, 3, 5).reshape(c.batch, KV_HEADS, -1, HEAD)[:, :, : c.tokens]
     vg = c.value_cache[c.block_tables.long()]  # [B, nblk, KVH, D, BS]
@@ -411,22 +412,45 @@ COLUMNS = [
 ]
 
 
+def _shapes(text: str) -> list[tuple[int, int]]:
+    """``--shapes``: comma-separated ``BATCHxCONTEXT``, each part an integer >= 1."""
+    shapes = []
+    for item in text.split(","):
+        parts = item.split("x")
+        try:
+            pair = tuple(int(v) for v in parts)
+        except ValueError:
+            pair = ()
+        if len(pair) != 2 or min(pair) < 1:
+            raise argparse.ArgumentTypeError(
+                f"must be comma-separated BATCHxCONTEXT (integers >= 1), got {text!r} "
+                f"({item!r} is not)"
+            )
+        shapes.append(pair)
+    return shapes
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="results", help="directory for decode_bench.json")
+    ap.add_argument(
+        "--out", type=_args.writable_dir, default="results", help="directory for decode_bench.json"
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes (CPU-friendly)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--iters", type=int, default=None, help="timed iterations per variant")
+    ap.add_argument(
+        "--device", type=_args.device, default="cuda" if torch.cuda.is_available() else "cpu"
+    )
+    ap.add_argument(
+        "--iters", type=_args.positive_int, default=None, help="timed iterations per variant"
+    )
     ap.add_argument(
         "--shapes",
+        type=_shapes,
         default=None,
         help="comma-separated BATCHxCONTEXT to run instead of the defaults, e.g. 1x100000,8x8192",
     )
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
-    shapes = QUICK_SHAPES if args.quick else FULL_SHAPES
-    if args.shapes:
-        shapes = [tuple(int(v) for v in item.split("x")) for item in args.shapes.split(",")]
+    device = args.device
+    shapes = args.shapes or (QUICK_SHAPES if args.quick else FULL_SHAPES)
     iters = args.iters or (3 if args.quick else 20)
     copy_bw = _timing.copy_bandwidth(device, (1 << 24) if args.quick else (1 << 30))
     info = _timing.device_info(device)

@@ -13,7 +13,7 @@ there) and is built with ``-DATTN_TUNING_ONLY`` (fp16 queries, head bucket 256) 
 block starts, when its queries are staged, when their tiles are done, after the warps' fold and
 after the partial stores; each merge block before and after it waits on the partition grid, and
 at its end. Prints, per shape, microseconds from the first partition block's start: medians over
-the blocks, and the spread of the blocks' ends (docs/benchmarks.md, issue 17 round 14). Needs a
+the blocks, and the spread of the blocks' ends (docs/benchmarks.md#decode-kernel-choices). Needs a
 CUDA device (and nvcc unless ``--lib``); measures, asserts nothing.
 """
 

@@ -4,8 +4,8 @@
 # move by more than 10%.
 #
 #   bash bench/device_facts_h200.sh            # full sizes (under 90 s of suite on an H200)
-#   bash bench/device_facts_h200.sh --quick    # quick sizes (a smoke run; on an H100 on
-#                                              # 2026-12-05 still in its prefill section at 60 s)
+#   bash bench/device_facts_h200.sh --quick    # quick sizes (a smoke run; on an H100
+#                                              # 80GB it was still in its prefill section at 60 s)
 #
 # Full sizes: 1 GiB bandwidth buffers, 8192^3 fp16/bf16/fp32 matmuls (median of 20), 1000
 # tiny launches (eager overhead, graph gap), decode tiers at batch 1/4/16 x context
@@ -19,13 +19,19 @@
 # profiles, device-free). Where $OUT is set (the device tool), the facts file, its table and the
 # profile are copied there.
 set -euo pipefail
+QUICK=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) QUICK=(--quick) ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "device_facts_h200.sh: error: unknown argument '$arg' (takes only --quick)" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 export PYTHONPATH="packages/attn-core/src:packages/engine-patch/src:packages/sim/src:hil/src${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PYTHON:-python3}
 RESULTS=${RESULTS:-results/hil}
 RUN_ID=facts-$(date -u +%Y%m%dT%H%M%SZ)
-QUICK=()
-if [ "${1:-}" = "--quick" ]; then QUICK=(--quick); fi
 if [ "${BUILD_NATIVE:-0}" = "1" ]; then
   # the arch must be the one attn-core loads for this device (sm_90): a build for the default
   # arch list lands under another cache key and the suite would not find it

@@ -7,7 +7,7 @@ block tables):
 
 - ``eager``: CUDA events around one ``attn_core.paged_decode`` call on an idle stream, median
   of 20 after warm-up. The GPU waits for the host to launch, so this is host work plus kernel
-  (issue 17's method: 0.32 ms at 1 x 8K at commit 9b96aa2);
+  (0.32 ms at 1 x 8K at commit 9b96aa2, before the steady-state call);
 - ``host``: ``time.perf_counter`` around the same call with the stream kept busy by a long
   kernel in front, so the call only enqueues: the Python cost alone;
 - ``graph``: the same call captured once in a CUDA graph and replayed back to back (the kernel

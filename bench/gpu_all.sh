@@ -7,7 +7,8 @@
 #        native_build native_status native_tests native_sanitize native_bench vllm_build
 # Each step runs under its own timeout, writes OUT_DIR/STEP.log, and appends "STEP rc=N" to
 # OUT_DIR/steps.txt; a failing or hung step does not stop the others. No nox needed: the
-# packages run from the tree. Record what it prints in docs/benchmarks.md.
+# packages run from the tree. Current numbers go in docs/benchmarks.md (one section per
+# capability, with device, date, commit and command).
 set -u
 OUT="${1:-results}"
 shift || true
@@ -29,8 +30,9 @@ step() {
 
 run() {
     case "$1" in
-    # the whole CUDA suite: 430 tests took 254 s on the H200 with 14 workers (2026-12-04), so
-    # the step spreads over the host's cores (pytest-xdist) and stops one test hung past 300 s
+    # the whole CUDA suite: 430 tests took 254 s on the H200 with 14 workers
+    # (docs/benchmarks.md#cuda-tests), so the step spreads over the host's cores (pytest-xdist)
+    # and stops one test hung past 300 s
     cuda_tests) step cuda_tests 570 python3 -m pytest -q -m cuda -p no:cacheprovider \
         -n "${CUDA_TEST_WORKERS:-14}" --timeout 300 \
         packages/attn-core/tests packages/engine-patch/tests packages/sim/tests ;;

@@ -21,7 +21,7 @@ registers or shared memory the split is sized from): each build then runs at its
 the table gains each build's partition count. Prints, per row, each build's median
 and best over the rounds and its difference from the first build, plus each build's largest
 error against a float64 reference; writes ``native_ab.json``. One run of a shape's graphs moves
-tenths of a microsecond between rounds on the H200 (docs/benchmarks.md, issue 17 round 11):
+tenths of a microsecond between rounds on the H200 (docs/benchmarks.md#decode-kernel-choices):
 read differences below that as no difference. Measures, never asserts.
 """
 

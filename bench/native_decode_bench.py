@@ -19,7 +19,7 @@ does, plus ``-DATTN_GROUP_SLOTS=6 -DATTN_TUNING_ONLY``) on the same inputs and s
     python3 bench/native_decode_bench.py --out results [--sweep] [--previous LIB] [--no-vllm]
     python3 bench/native_decode_bench.py --shapes 6/1/1x8192,12/2/1x4096 --sweep --no-vllm
 
-Prints a table per row and a summary against issue 17's targets; writes
+Prints a table per row and a summary against the targets below; writes
 ``native_decode_bench.json``. Measures, never asserts.
 """
 
@@ -46,7 +46,8 @@ from _timing import (  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 K = 1024
-# (query heads, KV heads, batch, tokens, kv cache dtype): issue 17's table, then the per-GPU
+# (query heads, KV heads, batch, tokens, kv cache dtype): the Qwen3.6 table of
+# docs/benchmarks.md#native-decode, then the per-GPU
 # shapes under tensor parallelism 2 and 4
 ROWS = (
     (24, 4, 1, 8 * K, "auto"), (24, 4, 1, 32 * K, "auto"), (24, 4, 1, 100 * K, "auto"),
@@ -55,7 +56,7 @@ ROWS = (
     (12, 2, 1, 100 * K, "auto"), (12, 2, 8, 100 * K, "auto"),
     (6, 1, 1, 100 * K, "auto"), (6, 1, 8, 100 * K, "auto"),
 )  # fmt: skip
-# issue 17's targets (H200, graph replay, ms); fp8 rows: at most 0.65 x the fp16 row's time
+# the decode targets (H200, graph replay, ms); fp8 rows: at most 0.65 x the fp16 row's time
 TARGETS_MS = {(1, 100 * K): 0.115, (8, 100 * K): 0.90, (64, 8 * K): 0.60, (1, 256 * K): 0.29,
               (1, 8 * K): 0.022}  # fmt: skip
 FP8_TARGET = 0.65
@@ -156,7 +157,7 @@ def partition_candidates(c: PagedKV, sm_count: int) -> list[tuple[int, int]]:
     partitions in 128-token tiles (the plan's rule) and, beside them, in cache blocks (the
     kernel walks a partial tile; only a partition's start must be block-aligned): the block
     grain lets the blocks fill the resident slots where the tile grain leaves some empty
-    (docs/benchmarks.md, issue 17 round 2: 1 x 102400 fills 87 % of them in tiles)."""
+    (1 x 102400 fills 87 % of them in tiles; docs/benchmarks.md#decode-split)."""
     rows = c.batch * c.kv_heads
     seen, out = set(), []
     for grain in (128, BLOCK):

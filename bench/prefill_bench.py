@@ -54,6 +54,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _args  # noqa: E402
 from _timing import (  # noqa: E402
     copy_bandwidth,
     device_info,
@@ -145,8 +146,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = _parse(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = QUICK_SHAPE if args.quick else SHAPE
-    contexts = _ints(args.contexts) or ([300, 120] if args.quick else [100_000, 32768])
-    chunks = sorted(_ints(args.chunks) or ([200, 64] if args.quick else [8192, 2048]))[::-1]
+    contexts = args.contexts or ([300, 120] if args.quick else [100_000, 32768])
+    chunks = sorted(args.chunks or ([200, 64] if args.quick else [8192, 2048]))[::-1]
     matmul_rate = matmul_flops(device, torch.float16, n=1024 if args.quick else 8192)
     bandwidth = copy_bandwidth(device, nbytes=(1 << 24) if args.quick else (1 << 30))
     run = Run(
@@ -180,27 +181,27 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="results")
+    p.add_argument("--out", type=_args.writable_dir, default="results")
     p.add_argument("--quick", action="store_true", help="tiny sizes (CPU smoke run)")
-    p.add_argument("--contexts", default="", help="comma-separated, run in this order")
-    p.add_argument("--chunks", default="", help="comma-separated, run largest first")
-    p.add_argument("--iters", type=int, default=5, help="timed calls per attn-core/SDPA row")
-    p.add_argument("--slow-iters", type=int, default=2, help="timed calls of the baseline loop")
+    ints = _args.positive_ints
+    p.add_argument("--contexts", type=ints, default=[], help="comma-separated, in this order")
+    p.add_argument("--chunks", type=ints, default=[], help="comma-separated, run largest first")
+    count = _args.positive_int
+    p.add_argument("--iters", type=count, default=5, help="timed calls per attn-core/SDPA row")
+    p.add_argument("--slow-iters", type=count, default=2, help="timed calls of the baseline loop")
     p.add_argument(
         "--budget-s",
-        type=float,
+        type=_args.non_negative_float,
         default=120.0,
         help="start no new row after this many seconds (the default run takes ~60-90 s on an "
         "H200; 120 leaves the table printed before a 150 s kill)",
     )
     p.add_argument("--sweep", action="store_true", help="also sweep the torch path's tiles")
-    p.add_argument("--sweep-budget-s", type=float, default=60.0, help="seconds for --sweep")
+    p.add_argument(
+        "--sweep-budget-s", type=_args.non_negative_float, default=60.0, help="seconds for --sweep"
+    )
     p.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     return p.parse_args(argv)
-
-
-def _ints(text: str) -> list[int]:
-    return [int(t) for t in text.split(",") if t.strip()]
 
 
 def _bench_context(run, ctx, chunks, shape, device, sweep_at) -> None:

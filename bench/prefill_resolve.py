@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402
 from _timing import device_info, median_time_s, print_table  # noqa: E402
 
 # (context, chunk) per sequence, heads, KV heads, head size, dtype
@@ -66,12 +68,12 @@ def _row(seqs, heads, kv_heads, head_size, dtype, device, iters) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--iters", type=int, default=200)
-    args = parser.parse_args()
-    device = torch.device(args.device)
+    parser.add_argument("--device", type=_args.device, default="cpu")
+    parser.add_argument("--iters", type=_args.positive_int, default=200)
+    args = parser.parse_args(argv)
+    device = args.device
     if device.type == "cpu":
         torch.set_num_threads(1)
     print(device_info(device))

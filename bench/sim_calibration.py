@@ -39,6 +39,7 @@ from typing import Any, Optional
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _args  # noqa: E402
 from _timing import copy_bandwidth, device_info, kernel_launches, median_time_s  # noqa: E402
 
 K = 1024
@@ -194,18 +195,29 @@ def _line(rec: dict[str, Any]) -> str:
     )
 
 
+def _profile(text: str):
+    """``--profile``: a built-in name or a profile file, checked before anything is measured."""
+    from attn_sim.cli_args import profile
+
+    return profile(text)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="h200")
-    parser.add_argument("--out", default="results")
+    parser.add_argument("--profile", type=_profile, default="h200", help="name or profile JSON")
+    parser.add_argument("--out", type=_args.writable_dir, default="results")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--budget-s", type=float, default=90.0, help="stop measuring after this")
+    parser.add_argument(
+        "--budget-s",
+        type=_args.non_negative_float,
+        default=90.0,
+        help="stop measuring after this",
+    )
     args = parser.parse_args(argv)
 
     from tabulate import tabulate
 
     from attn_sim import calibrate
-    from attn_sim.profiles import load_profile
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
@@ -220,7 +232,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     }
     src.write_text(json.dumps(payload, indent=1, default=str))
     measured_s = time.perf_counter() - t0
-    result = calibrate.run(load_profile(args.profile), src, out, variant=None)
+    result = calibrate.run(args.profile, src, out, variant=None)
     print(tabulate(calibrate.compact_rows(result["rows"]), headers="keys", tablefmt="github"))
     fields = [
         (k, result["before"][k], v, "fitted" if k in result["fitted_terms"] else "kept")

@@ -393,7 +393,8 @@ def test_prefill_section_reports_each_variant_and_why(monkeypatch):
     import device_facts_prefill as prefill
 
     from attn_core.core import verify_once
-    from attn_core.native import loader, prefill as native_prefill
+    from attn_core.native import loader
+    from attn_core.native import prefill as native_prefill
 
     kind = native_prefill.PrefillLibrary.VERIFY_KIND
 
@@ -419,8 +420,9 @@ def test_prefill_section_reports_each_variant_and_why(monkeypatch):
         verify_once.forget(kind)
         verify_once.register(kind, native_prefill._check)
     rows = facts["native_prefill"]["value"]
-    assert rows["wmma"] == {"builds": True, "library": "cached build: /fake/libattn_prefill_wmma.so",
-                            "verified": False, "detail": "3e-1"}  # fmt: skip
+    library = "cached build: /fake/libattn_prefill_wmma.so"
+    assert rows["wmma"] == {"builds": True, "library": library, "verified": False,
+                            "detail": "3e-1"}  # fmt: skip
     assert rows["corex_wmma"] == {"builds": False, "library": "no CoreX toolkit"}
     assert rows["fma"] == {"builds": False, "library": "raised OSError: bad ELF"}
     assert "verify against the float64 reference" in facts["native_prefill"]["method"]

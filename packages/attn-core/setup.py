@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from setuptools import setup
@@ -57,6 +58,10 @@ class BuildPyWithNative(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return  # a source checkout builds on first use (attn_core.native.loader)
+        out_dir = Path(self.build_lib) / "attn_core" / "native" / "_prebuilt"
+        # build/ outlives an interrupted install: its half-built libraries, locks and temporary
+        # folders would be copied into site-packages by the next one, so nothing of them stays
+        shutil.rmtree(out_dir, ignore_errors=True)
         settings = _load("core/settings.py")
         env = os.environ
         wanted = env.get("ATTN_CORE_NATIVE_BUILD")
@@ -76,21 +81,41 @@ class BuildPyWithNative(build_py):
         if toolchain is None:
             print(f"attn-core: native kernel not built: {why} (the torch path will run)")
             return
-        out_dir = Path(self.build_lib) / "attn_core" / "native" / "_prebuilt"
         print(
             f"attn-core: building the native kernels for {','.join(toolchain.archs)}: minutes per "
             "library (ATTN_CORE_NATIVE_BUILD=0 skips it; the torch path then runs)",
             flush=True,
         )
-        try:
-            seconds = build_mod.build_all(
-                toolchain, family_mod.FAMILIES.values(), out_dir=out_dir,
-                progress=lambda line: print(f"attn-core: {line}", flush=True),
-            )  # fmt: skip
-        except build_mod.BuildError as exc:
-            print(f"attn-core: WARNING: native kernel build failed, the torch path runs.\n{exc}")
-            return
+        # a fresh folder outside build/, and only finished libraries (each with its log and
+        # build record) move into the package: an output is complete or absent
+        with tempfile.TemporaryDirectory(prefix="attn-core-native-") as fresh, \
+                build_mod.stop_on_signals():  # fmt: skip
+            try:
+                seconds = build_mod.build_all(
+                    toolchain, family_mod.FAMILIES.values(), out_dir=Path(fresh),
+                    progress=lambda line: print(f"attn-core: {line}", flush=True),
+                )  # fmt: skip
+            except build_mod.BuildError as exc:
+                # the libraries that did build still ship; the others' kernels take the torch path
+                _move_finished(build_mod, Path(fresh), out_dir)
+                print(
+                    f"attn-core: WARNING: native kernel build failed, the torch path runs.\n{exc}"
+                )
+                return
+            _move_finished(build_mod, Path(fresh), out_dir)
         print(f"attn-core: native kernel built for {','.join(toolchain.archs)} in {seconds:.0f} s")
+
+
+def _move_finished(build_mod, fresh: Path, out_dir: Path) -> None:
+    """Every library in ``fresh`` its build record vouches for, with its log and record, into
+    ``out_dir`` (the record last: a library without one is never served)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for library in sorted(fresh.glob("*.so")):
+        if build_mod.damage(library):
+            continue
+        for path in (library, build_mod.log_path(library), build_mod.record_path(library)):
+            if path.is_file():
+                shutil.move(str(path), str(out_dir / path.name))
 
 
 class BinaryDistribution(Distribution):

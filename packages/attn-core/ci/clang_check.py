@@ -1,12 +1,14 @@
 """Upstream clang's CUDA mode builds every native kernel cleanly (standard library only).
 
     python packages/attn-core/ci/clang_check.py [--clang clang++-16] [--cache DIR] [--slots 1,6]
+        [--families decode,prefill,gated_delta]
 
 CoreX's compiler is a clang, so a kernel that upstream clang compiles with a warning, or whose
 register arrays clang puts in local memory, is suspect on BI-V100 however clean nvcc is. For
 every decode library (one per head-slot count, csrc/paged_decode.cu ATTN_GROUP_SLOTS), the
 prefill kernel's CUDA-core and NVIDIA wmma tile layers (csrc/paged_prefill.cu
 ATTN_PREFILL_MMA; the CoreX wmma layer needs CoreX's headers and is first compiled on the lab),
+the Gated DeltaNet library (csrc/gated_delta.cu; ``--families`` narrows the check to some),
 and both modes (NVIDIA, ``-D__ILUVATAR__``) this compiles the device code to PTX for sm_80 and
 fails on:
 
@@ -41,28 +43,43 @@ MODES = {"nvidia": (), "iluvatar": ("-D__ILUVATAR__",)}
 # 3 query kinds x 3 cache kinds (its own, fp8 e4m3, fp8 e5m2) x 3 head buckets, + 3 merges
 KERNELS_PER_LIBRARY = 3 * 3 * 3 + 3
 # csrc/paged_prefill.cu: 2 query kinds x 3 cache kinds x 3 head buckets x 2 tile configs, + 2
-# merges (counted in clang's PTX, 2026-12-01); the NVIDIA wmma layer's large tile also comes
+# merges (counted in clang's PTX); the NVIDIA wmma layer's large tile also comes
 # with two K / V buffers (another 2 x 3 x 3). That layer compiles to nothing but the merges
 # under __ILUVATAR__ (CoreX has its own layer), so that pair is not a build.
 PREFILL_KERNELS = {"fma": 2 * 3 * 3 * 2 + 2, "wmma": 2 * 3 * 3 * 3 + 2}
 # prefill libraries build with subnormals flushed (attn_core.native.toolchain.CLANG_FTZ)
 PREFILL_FTZ = "-fgpu-flush-denormals-to-zero"
 PREFILL_LAYERS = {"fma": ("ATTN_PREFILL_MMA=0", MODES), "wmma": ("ATTN_PREFILL_MMA=1", ("nvidia",))}
+# csrc/gated_delta.cu: the decode step, the token-by-token and the chunked prefill at head_k 64
+# and 128, the conv update, the conv prefill's outputs and states kernels
+GATED_DELTA_KERNELS = 9
+FAMILIES = ("decode", "prefill", "gated_delta")
 
 
-def jobs_for(slots: tuple[int, ...]) -> list[tuple[str, str, tuple[str, ...], int]]:
-    """``(label, source, defines, expected kernels)`` of every compilation the check makes."""
-    jobs = [
-        (f"paged_decode.cu slots={n} {mode}", "paged_decode.cu",
-         (f"-DATTN_GROUP_SLOTS={n}", *MODES[mode]), KERNELS_PER_LIBRARY)
-        for n in slots for mode in MODES
-    ]  # fmt: skip
-    for layer, (define, modes) in PREFILL_LAYERS.items():
+def jobs_for(
+    slots: tuple[int, ...], families: tuple[str, ...] = FAMILIES
+) -> list[tuple[str, str, tuple[str, ...], int]]:
+    """``(label, source, defines, expected kernels)`` of every compilation the check makes
+    (decode: one library per head-slot count of ``slots``)."""
+    jobs = []
+    if "decode" in families:
         jobs += [
-            (f"paged_prefill.cu {layer} {mode}", "paged_prefill.cu",
-             (f"-D{define}", PREFILL_FTZ, *MODES[mode]), PREFILL_KERNELS[layer])
-            for mode in modes
+            (f"paged_decode.cu slots={n} {mode}", "paged_decode.cu",
+             (f"-DATTN_GROUP_SLOTS={n}", *MODES[mode]), KERNELS_PER_LIBRARY)
+            for n in slots for mode in MODES
         ]  # fmt: skip
+    if "prefill" in families:
+        for layer, (define, modes) in PREFILL_LAYERS.items():
+            jobs += [
+                (f"paged_prefill.cu {layer} {mode}", "paged_prefill.cu",
+                 (f"-D{define}", PREFILL_FTZ, *MODES[mode]), PREFILL_KERNELS[layer])
+                for mode in modes
+            ]  # fmt: skip
+    if "gated_delta" in families:
+        jobs += [
+            (f"gated_delta.cu {mode}", "gated_delta.cu", MODES[mode], GATED_DELTA_KERNELS)
+            for mode in MODES
+        ]
     return jobs
 
 
@@ -120,7 +137,14 @@ def kernels_with_local_memory(ptx: str) -> list[str]:
     return [name for name, body in pairs if _LOCAL.search(body)]
 
 
-def check(clang: str, cuda: Path, slots: tuple[int, ...], work: Path, jobs: int) -> list[str]:
+def check(
+    clang: str,
+    cuda: Path,
+    slots: tuple[int, ...],
+    work: Path,
+    jobs: int,
+    families: tuple[str, ...] = FAMILIES,
+) -> list[str]:
     """Every problem found, one line each (empty: clean)."""
 
     def one(job):
@@ -137,7 +161,7 @@ def check(clang: str, cuda: Path, slots: tuple[int, ...], work: Path, jobs: int)
         return problems
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return [p for found in pool.map(one, jobs_for(slots)) for p in found]
+        return [p for found in pool.map(one, jobs_for(slots, families)) for p in found]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=".ci-cache/clang-cuda", help="wheels + --cuda-path")
     ap.add_argument("--slots", default=",".join(map(str, SLOTS)), help="libraries to check")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--families", default=",".join(FAMILIES), help="kernel families to check")
     args = ap.parse_args(argv)
     if shutil.which(args.clang) is None:
         print(f"--clang must name a clang++ on PATH, got {args.clang!r} (apt-get install clang-16)")
@@ -155,16 +180,20 @@ def main(argv: list[str] | None = None) -> int:
     if bad or not slots:
         print(f"--slots must list values in {SLOTS}, got {args.slots!r}")
         return 2
+    families = tuple(f.strip() for f in args.families.split(",") if f.strip())
+    if not families or any(f not in FAMILIES for f in families):
+        print(f"--families must list values in {FAMILIES}, got {args.families!r}")
+        return 2
     cache = Path(args.cache).resolve()
     cuda = cuda_path(cache)
     work = cache / "ptx"
     work.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    problems = check(args.clang, cuda, slots, work, max(1, args.jobs))
+    problems = check(args.clang, cuda, slots, work, max(1, args.jobs), families)
     seconds = time.monotonic() - began
     for line in problems:
         print(line)
-    n = len(jobs_for(slots))
+    n = len(jobs_for(slots, families))
     verdict = "FAILED" if problems else "clean"
     print(f"clang CUDA check: {n} compilations in {seconds:.0f} s, {verdict} "
           f"({len(problems)} problems)")  # fmt: skip

@@ -49,20 +49,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
 HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
 # name -> (source, defines, file name): the decode library of one head-slot count, the prefill
-# library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers).
+# library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers), the Gated DeltaNet
+# library (decode step and convolutions).
 PREFILL_FMA = ("-D__ILUVATAR__", "-DATTN_PREFILL_MMA=0")
 LIBRARIES = {
     "decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so"),
     "prefill": ("paged_prefill.cu", PREFILL_FMA, "libattn_prefill_fma.so"),
+    "gated_delta": ("gated_delta.cu", ("-D__ILUVATAR__",), "libattn_gdn_fma.so"),
 }
-# -O1: one head-slot library builds in 33 s (clang 16, this 2-core machine, 2026-12-05) and the
+# -O1: one head-slot library builds in 33 s (clang 16, a 2-core CI machine) and the
 # tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and
 # halves through reinterpret_cast, as device code does, which a host optimiser may assume never
 # happens. -w: what a host compiler thinks of device idioms is not this check's business
 # (ci/clang_check.py gates clang's device diagnostics).
 FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-fno-strict-aliasing", "-w")
 MAX_SLOTS = 8  # csrc/paged_decode.cu kGroupMax: head slots a decode block serves at most
-# g++ first: one decode library in 6.5 s against clang 16's 33 s at -O1, same results (2026-12-05);
+# g++ first: one decode library in 6.5 s against clang 16's 33 s at -O1, same results;
 # which compiler emulates does not matter to what the tests check (ci/clang_check.py is where
 # clang, CoreX's compiler family, sees the device code).
 COMPILERS = ("g++", "c++", "clang++-16", "clang++")
@@ -123,7 +125,7 @@ def asan_preload(compiler: str) -> list[Path] | None:
     libraries: its ASan runtime (each compiler has its own; clang's would find GCC's libasan too,
     which its code cannot use), then the C++ runtime. Python does not link libstdc++, and ASan,
     initialised before it was loaded, cannot intercept its ``__cxa_throw``: torch 2.1's import
-    then stopped at "CHECK failed: ... real___cxa_throw" (2026-12-05). None: no ASan runtime."""
+    then stopped at "CHECK failed: ... real___cxa_throw". None: no ASan runtime."""
     clang = "clang" in _compiler_identity(compiler)
     names = (f"libclang_rt.asan-{platform.machine()}.so" if clang else "libasan.so", "libstdc++.so")
     found = []
@@ -157,7 +159,8 @@ def build(
     compiler: str | None = None,
     asan: bool = False,
 ) -> Path:
-    """The host library ``library`` ("decode" for ``slots`` head slots, or "prefill"), built
+    """The host library ``library`` ("decode" for ``slots`` head slots, "prefill" or
+    "gated_delta"), built
     into ``out_dir/<key>/`` unless it is there already (safe for concurrent callers: the
     file appears whole or not at all); ``asan``: instrumented by AddressSanitizer.
 

@@ -23,8 +23,13 @@ from attn_core.native.decode import DecodeLibrary
 from attn_core.native.loader import NativeLibrary
 from attn_core.native.prefill import PrefillLibrary
 from attn_core.native.split import group_slots
-from attn_core.reference import PagedCase, make_paged_case, poison_tails
-from attn_core.testing import PrefillCase, make_prefill_case
+from attn_core.reference import (
+    PagedCase,
+    PrefillCase,
+    make_paged_case,
+    make_prefill_case,
+    poison_tails,
+)
 
 
 def builder():

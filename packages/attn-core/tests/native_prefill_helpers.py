@@ -23,7 +23,7 @@ from attn_core.native.prefill import (
     launch_prefill,
     poison_past_context,
 )
-from attn_core.testing import PrefillCase, make_prefill_case, reference_prefix_prefill
+from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 MMAS = ("wmma", "fma")
 

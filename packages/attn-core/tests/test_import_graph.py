@@ -28,6 +28,7 @@ PLANNERS = (
     "attn_core.prefill.plan_native",
     "attn_core.prefill.cost",
     "attn_core.native.split",
+    "attn_core.linear.plan",
 )
 # what builds (family: what a library is built from), loads, launches or verifies a kernel:
 # the loader and each family's binding (its library class, launch and reference check)
@@ -38,6 +39,7 @@ KERNEL_STEPS = {
     "attn_core.native.loader",
     "attn_core.native.decode",
     "attn_core.native.prefill",
+    "attn_core.native.gated_delta",
     "attn_core.core.verify_once",
     "attn_core.runtime.resolve",
 }
@@ -45,8 +47,8 @@ KERNEL_STEPS = {
 NATIVE = {
     "attn_core.native", "attn_core.native.__main__", "attn_core.native.abi",
     "attn_core.native.build", "attn_core.native.decode", "attn_core.native.facts",
-    "attn_core.native.family", "attn_core.native.loader", "attn_core.native.prefill",
-    "attn_core.native.split", "attn_core.native.toolchain",
+    "attn_core.native.family", "attn_core.native.gated_delta", "attn_core.native.loader",
+    "attn_core.native.prefill", "attn_core.native.split", "attn_core.native.toolchain",
 }  # fmt: skip
 # setup.py loads these by path at ``pip install``, where there may be no torch and the package
 # is not importable: the standard library only (imports under ``TYPE_CHECKING`` may name each
@@ -57,9 +59,9 @@ STANDARD_LIBRARY_ONLY = (
     "attn_core.native.toolchain",
     "attn_core.core.settings",
 )
-ABOVE_NATIVE = {"decode", "prefill", "runtime"}
+ABOVE_NATIVE = {"decode", "prefill", "linear", "runtime"}
 # Each kernel family's run-time binding: a loader subclass with its structs, launch and check.
-BINDINGS = ("attn_core.native.decode", "attn_core.native.prefill")
+BINDINGS = ("attn_core.native.decode", "attn_core.native.prefill", "attn_core.native.gated_delta")
 # Folders in import order: a module may import its own folder and the folders of lower floors
 # only (equal floors do not import each other). The package's __init__ is the top.
 FLOORS = {
@@ -69,8 +71,8 @@ FLOORS = {
     "native": 2,
     "decode": 3,
     "prefill": 3,
+    "linear": 3,
     "runtime": 4,
-    "testing": 5,
 }
 EXECUTORS = {
     "attn_core.runtime.decode",

@@ -162,10 +162,10 @@ def test_iluvatar_plans_read_corex_records_and_nvidia_plans_nvccs(tmp_path):
         native_split(QWEN, 1, 8192, bi, body=MMA)
 
 
-# docs/benchmarks.md (native decode, matrix-unit body of eight warps a block at head 256, issue
-# 17 round 13, 2026-12-04, `native_decode_bench.py --sweep`, one run): the fastest split of each
-# swept row, (query heads, KV heads, batch, context) -> (partitions, tokens each), and where the
-# rule picks another, its pick. 12 / 2 1 x 100K read 9 % over the fastest in the sweep's one run
+# docs/history/benchmarks-log.md (native decode, matrix-unit body of eight warps a block at head
+# 256, issue 17 round 13, 2026-12-04, `native_decode_bench.py --sweep`, one run): the fastest split
+# of each swept row, (query heads, KV heads, batch, context) -> (partitions, tokens each), and where
+# the rule picks another, its pick. 12 / 2 1 x 100K read 9 % over the fastest in the sweep's one run
 # but 0.3 % in round 13's other sweep, and the table run a minute later timed the rule's split at
 # 0.0594 ms, under the sweep's fastest (0.0596): that row's sweep was noisy.
 SWEPT_BEST = {
@@ -190,11 +190,11 @@ RULE_MISSES = {
 }
 
 
-# issue 17 round 9 (H200, 2026-12-03, docs/benchmarks.md): where partitions of 256 tokens leave
-# over half the SMs without a block, the rule takes 128 (the faster of the two at every row).
-# Round 13 (eight warps a block) again: 128 faster than 256 at the four rows its sweep held both
-# (24 / 4 1 x 4K 0.0137 ms against 0.0144, 12 / 2 1 x 8K 0.0138 / 0.0145, 6 / 1 1 x 16K 0.0143 /
-# 0.0148, 6 / 1 2 x 8K 0.0139 / 0.0146); 64 tokens beat 128 by 0.3-0.5 us at three 2K-4K rows.
+# issue 17 round 9 (H200, 2026-12-03, docs/history/benchmarks-log.md): where partitions of 256
+# tokens leave over half the SMs without a block, the rule takes 128 (the faster of the two at every
+# row). Round 13 (eight warps a block) again: 128 faster than 256 at the four rows its sweep held
+# both (24 / 4 1 x 4K 0.0137 ms against 0.0144, 12 / 2 1 x 8K 0.0138 / 0.0145, 6 / 1 1 x 16K 0.0143
+# / 0.0148, 6 / 1 2 x 8K 0.0139 / 0.0146); 64 tokens beat 128 by 0.3-0.5 us at three 2K-4K rows.
 SHORT_FLOOR_FASTER = {
     (24, 4, 1, 2048): (16, 128),  # 0.0145 ms against 8 x 256's 0.0171
     (24, 4, 1, 4096): (32, 128),  # 0.0161 against 0.0178
@@ -227,7 +227,7 @@ def test_the_cuda_core_rule_at_the_measured_shapes():
     # the CUDA-core body works in 128-token tiles (fp32 queries on the H200); fp8 caches take the
     # matrix-unit body there: 16-token tiles, eight warps a block at head 256, one block per SM:
     # 33 x 3104 at 1 x 100K (0.0606 ms; four warps a block at their own split, 64 x 1600,
-    # 0.0625; 2026-12-04, docs/benchmarks.md round 13)
+    # 0.0625; 2026-12-04, docs/history/benchmarks-log.md round 13)
     fp32 = AttentionShape(dtype=torch.float32)
     assert native_split(fp32, 1, 102400, H200).partition_size % 128 == 0
     fp8 = native_split(AttentionShape(kv_cache_dtype="fp8_e4m3"), 1, 102400, H200)

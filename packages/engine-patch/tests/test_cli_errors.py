@@ -66,7 +66,7 @@ ISSUE_ITEMS = {
     "v1 limit -5": (
         {"ENGINE_PATCH_V1_MAX_SEQ_LEN": "-5"},
         [],
-        ["ENGINE_PATCH_V1_MAX_SEQ_LEN must be an integer >= 0, got '-5'"],
+        ["ENGINE_PATCH_V1_MAX_SEQ_LEN must be an integer in [0, 65536], got '-5'"],
     ),
     "head size 100": (
         {"ENGINE_PATCH_HEAD_SIZE": "100"},

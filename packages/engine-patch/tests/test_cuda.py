@@ -21,11 +21,11 @@ from attn_core.reference import (
     reference_decode,
     reference_prefix_prefill,
 )
-
-NATIVE_PREFILL = PrefillLibrary.VERIFY_KIND
 from engine_patch import cli, ops, register
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.selftest import run_self_test
+
+NATIVE_PREFILL = PrefillLibrary.VERIFY_KIND
 
 clean_state = pytest.fixture(ep_helpers.clean_state)
 

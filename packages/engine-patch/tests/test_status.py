@@ -229,7 +229,7 @@ def test_prefill_plans_report_the_native_backend_and_reason(monkeypatch, clean_s
     assert row["backend"] == "unavailable" and "needs a CUDA device" in row["reason"]
     from vllm.attention.ops.paged_attn import PagedAttention
 
-    from attn_core.testing import make_prefill_case
+    from attn_core.reference import make_prefill_case
 
     case = make_prefill_case(
         [(20, 5)], half.num_heads, half.num_kv_heads, half.head_size, 16, torch.float16

@@ -13,6 +13,7 @@ import pytest
 from _cli import assert_bad_input, run, stop_before
 
 from attn_sim import report
+from attn_sim.report_text import COREX_CAVEAT
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = Path(__file__).parent / "data" / "device_facts_sample.json"
@@ -115,8 +116,11 @@ def test_report_prints_a_summary_and_where_the_full_report_is(tmp_path, monkeypa
     assert "## Assumptions" in full and "## Assumptions" not in r.out
     assert "Decode per layer" in r.out and str(Path("rep") / "report.md") in r.out
     assert len(r.out.splitlines()) < len(full.splitlines()) / 2
+    assert r.out.splitlines()[0] == COREX_CAVEAT  # said first, once
+    assert r.out.count(COREX_CAVEAT) == 1 and r.out.splitlines()[-1].startswith("verdict: ")
     r = run("report", "--out", "rep", "--full")
-    assert r.code == 0 and full.strip() in r.out
+    assert r.code == 0 and full.replace(f"{COREX_CAVEAT}\n\n", "").strip() in r.out
+    assert r.out.splitlines()[0] == COREX_CAVEAT
 
 
 @pytest.mark.parametrize("argv0, name", [("/usr/bin/attn-sim", "attn-sim"), ("x.py", "python -m")])

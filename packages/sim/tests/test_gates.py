@@ -194,3 +194,32 @@ def test_update_baseline_replaces_a_profile_whole(good):
     assert "decode b1 ctx3" not in fresh["profiles"]["bi-v100"]
     assert fresh["profiles"]["a100"] == {"x": {}}  # profiles not simulated are kept
     assert set(fresh["profiles"]["bi-v100"]) == {r.label for r in results}
+
+
+def test_cli_output_for_a_person(tmp_path, good):
+    """The gates command prints what failed (not every case), says what its "N gate checks"
+    are, and ends with a plain verdict and what to do next."""
+    from _cli import run
+
+    gates, baseline = good
+    toml = tmp_path / "gates.toml"
+    toml.write_text(_to_toml(gates))
+    base = tmp_path / "baseline.json"
+    base.write_text(json.dumps(baseline))
+    args = ["gates", "--gates", str(toml), "--baseline", str(base), "--out", ""]
+    ok = run(*args)
+    assert ok.code == 0, ok.err
+    lines = ok.out.strip().splitlines()
+    assert "gate checks" in ok.out and "each threshold" in ok.out  # what a check is
+    assert lines[-1].startswith("verdict: gates passed")
+    assert "| case " not in ok.out  # no table of cases that passed
+    slower = json.loads(base.read_text())
+    first = sorted(slower["profiles"]["bi-v100"])[0]
+    slower["profiles"]["bi-v100"][first]["time_s"] *= 0.5
+    base.write_text(json.dumps(slower))
+    bad = run(*args)
+    assert bad.code == 1
+    lines = bad.out.strip().splitlines()
+    assert lines[-1].startswith("verdict: gates FAILED") and "update-baseline" in lines[-1]
+    table = [ln for ln in lines if ln.startswith("| bi-v100")]
+    assert table and all(first in ln for ln in table), table  # only what failed

@@ -126,10 +126,10 @@ def test_the_matrix_unit_body_takes_its_tile_roof_when_it_is_longer():
     assert bi_part.serial_tiles == 0
 
 
-# The native decode table measured on the H200 (2026-12-04 16:02 UTC, eight warp streams a block
-# at head 256, the first reads together, the merge a programmatic dependent; build key
-# 8b2e98f84bf687d21e51, CUDA-graph replays back to back; docs/benchmarks.md, "Issue 17 round
-# 14"): (query heads, KV heads, batch, context, cache dtype) -> ms.
+# The native decode table measured on the H200 (2026-12-04 16:02 UTC, eight warp streams a block at
+# head 256, the first reads together, the merge a programmatic dependent; build key
+# 8b2e98f84bf687d21e51, CUDA-graph replays back to back; docs/history/benchmarks-log.md, "Issue 17
+# round 14"): (query heads, KV heads, batch, context, cache dtype) -> ms.
 H200_TABLE_20261204 = {
     (24, 4, 1, 8192, "auto"): 0.0163,
     (24, 4, 1, 32768, "auto"): 0.0412,
@@ -146,15 +146,14 @@ H200_TABLE_20261204 = {
 }
 
 
-# The simulator's stated error against the device at the plan's split, both tables above and
-# below: -11.7 % (6 / 1 heads at 1 x 100K, whose block-end spread of 2.2 us and 131-partition
-# merge of 2.7 us the model has no term for) to +11.8 % (6 / 1 at 1 x 4K). One constant was
-# fit to the twenty rows (MMA_FIRST_TILE_S, 0.6 us); the block's other fixed phases and the
-# dependent merge's gap come from the per-block stamps of the same kernel, the tile from round
-# 8. A model change that moves any row past it either found something the kernel does not do
-# or needs a new measurement. Away from the plan's split the model is coarser (-41 % to +47 %
-# over a 70-point split sweep, docs/benchmarks.md round 8): it prices the plan, it does not
-# choose the split.
+# The simulator's stated error against the device at the plan's split, both tables above and below:
+# -11.7 % (6 / 1 heads at 1 x 100K, whose block-end spread of 2.2 us and 131-partition merge of 2.7
+# us the model has no term for) to +11.8 % (6 / 1 at 1 x 4K). One constant was fit to the twenty
+# rows (MMA_FIRST_TILE_S, 0.6 us); the block's other fixed phases and the dependent merge's gap come
+# from the per-block stamps of the same kernel, the tile from round 8. A model change that moves any
+# row past it either found something the kernel does not do or needs a new measurement. Away from
+# the plan's split the model is coarser (-41 % to +47 % over a 70-point split sweep,
+# docs/history/benchmarks-log.md round 8): it prices the plan, it does not choose the split.
 H200_STATED_ERROR = 0.12
 
 
@@ -165,12 +164,12 @@ def test_the_datasheet_h200_prediction_is_within_the_stated_error_of_the_table(r
     assert _h200_ms(*row) == pytest.approx(measured_ms, rel=H200_STATED_ERROR)
 
 
-# Short contexts (H200, 2026-12-04 16:02 UTC, issue 17 round 14, the plan's split with its
-# 128-token floor; docs/benchmarks.md), where the fixed costs are most of the step: 32-128
+# Short contexts (H200, 2026-12-04 16:02 UTC, issue 17 round 14, the plan's split with its 128-token
+# floor; docs/history/benchmarks-log.md), where the fixed costs are most of the step: 32-128
 # partition blocks on 132 SMs, one or two tiles a warp. Out of sample until 2026-12-04's second
-# model (they were +2 % to +37 % over: the busy SMs' share of bandwidth under the tile roof
-# priced every step near 13.3 us whatever its bytes, and the merge paid a 2.8 us launch gap);
-# now half of the twenty rows MMA_FIRST_TILE_S was fit to.
+# model (they were +2 % to +37 % over: the busy SMs' share of bandwidth under the tile roof priced
+# every step near 13.3 us whatever its bytes, and the merge paid a 2.8 us launch gap); now half of
+# the twenty rows MMA_FIRST_TILE_S was fit to.
 H200_SHORT_ROWS_20261204 = {
     (24, 4, 1, 2048): 0.0100,
     (24, 4, 1, 4096): 0.0124,
@@ -223,27 +222,27 @@ def _h200_ms(heads: int, kv_heads: int, batch: int, context: int, cache: str = "
     return native_step_s(H200, native_designs(H200, shape, batch, context)) * 1e3
 
 
-# The CUDA-core body (the BI-V100's, and NVIDIA's fp32 queries) against the H200 at that body's
-# own split: the portable (-DATTN_DECODE_MMA=0) libraries, bench/native_ab.py --body cuda_core.
-# Rows whose split nvcc's shared-memory spilling moved (groups 2-4; S) are S's times at its own
-# split, 2026-12-05 09:56-10:00 UTC (docs/benchmarks.md "Issue 17 round 19"). The others are
-# main's before S, 04:2x-04:3x UTC ("round 17"; the rows timed in both of that session's runs
-# agreed within 0.5 %), whose split S leaves as it was: round 17 timed S at main's split within 1
-# % of these (fp8 caches 2-3 % faster). The model adds streaming and fp32 arithmetic at the
-# datasheet rate and has no term for the body's latency: it prices these rows from 44 % low to 1 %
-# high, worst where the bytes are few for the work (fp8 caches, 1 x 8K, 400 partitions at 6 / 1
-# heads) or the group is 6-8. Nor does it see occupancy hide that latency: S's 4 -> 6 blocks a SM
-# made 16 / 4 fp32 9-12 % faster, and the model, given each build's facts, moves those rows by
-# +0.1 to +1.3 % (round 19). Round 15's fp32 rows, which this test held before (0.3666 ms at 12 /
-# 4, 0.7697 at 24 / 4), are 1.8-2.6x the same rows here and are not used. Not refit: what the
-# CUDA-core body's latency costs on the BI-V100, a GPU four times richer in fp32 per byte, is
-# unmeasured; this states the error so that a change to the model has to say what moved.
-# S2 (the same pragma at groups 5-8, round 20) moved the split of the three rows marked "before S2":
-# they still hold the H200's time of the kernel before it, because S2 was timed on an H100 only
-# (there 24 / 4 fp32 1 x 100K -8.3 %, 32 / 4 -14 %, at S2's own split): an H200 re-time is owed. The
-# model prices them at S2's split, 1-2 % below its price at the old one. Two more group-6 rows (6 /
-# 1 fp16, 24 / 4 fp16 1 x 8K) keep their split, but their kernels' records changed and the model
-# prices them 7-8 % higher; their times are also from before S2.
+# The CUDA-core body (the BI-V100's, and NVIDIA's fp32 queries) against the H200 at that body's own
+# split: the portable (-DATTN_DECODE_MMA=0) libraries, bench/native_ab.py --body cuda_core. Rows
+# whose split nvcc's shared-memory spilling moved (groups 2-4; S) are S's times at its own split,
+# 2026-12-05 09:56-10:00 UTC (docs/history/benchmarks-log.md "Issue 17 round 19"). The others are
+# main's before S, 04:2x-04:3x UTC ("round 17"; the rows timed in both of that session's runs agreed
+# within 0.5 %), whose split S leaves as it was: round 17 timed S at main's split within 1 % of
+# these (fp8 caches 2-3 % faster). The model adds streaming and fp32 arithmetic at the datasheet
+# rate and has no term for the body's latency: it prices these rows from 44 % low to 1 % high, worst
+# where the bytes are few for the work (fp8 caches, 1 x 8K, 400 partitions at 6 / 1 heads) or the
+# group is 6-8. Nor does it see occupancy hide that latency: S's 4 -> 6 blocks a SM made 16 / 4 fp32
+# 9-12 % faster, and the model, given each build's facts, moves those rows by +0.1 to +1.3 % (round
+# 19). Round 15's fp32 rows, which this test held before (0.3666 ms at 12 / 4, 0.7697 at 24 / 4),
+# are 1.8-2.6x the same rows here and are not used. Not refit: what the CUDA-core body's latency
+# costs on the BI-V100, a GPU four times richer in fp32 per byte, is unmeasured; this states the
+# error so that a change to the model has to say what moved. S2 (the same pragma at groups 5-8,
+# round 20) moved the split of the three rows marked "before S2": they still hold the H200's time of
+# the kernel before it, because S2 was timed on an H100 only (there 24 / 4 fp32 1 x 100K -8.3 %, 32
+# / 4 -14 %, at S2's own split): an H200 re-time is owed. The model prices them at S2's split, 1-2 %
+# below its price at the old one. Two more group-6 rows (6 / 1 fp16, 24 / 4 fp16 1 x 8K) keep their
+# split, but their kernels' records changed and the model prices them 7-8 % higher; their times are
+# also from before S2.
 H200_CUDA_CORE_20261205 = {
     ("float32", 8, 4, 1, 102400, "auto"): 0.2001,  # round 19 (S)
     ("float32", 12, 4, 1, 102400, "auto"): 0.2023,  # round 19 (S)

@@ -48,3 +48,16 @@ def test_rates_carry_their_provenance() -> None:
     assert {r["what"].split()[1] for r in rows if r["what"].startswith("efficiency")} == set(
         EFFICIENCY
     )
+
+
+def test_each_profile_is_priced_only_with_variants_its_vendor_runs(rows) -> None:
+    """``native:wmma`` is NVIDIA's (nvcc's wmma): a bi-v100 plan may pick CoreX's matrix
+    variant or fma, never it; an NVIDIA profile never picks ``corex_wmma``."""
+    for r in rows:
+        picks = r["plan_picks"]
+        if r["profile"] == "bi-v100":
+            assert "native:wmma" not in picks, r
+        else:
+            assert "native:corex_wmma" not in picks, r
+    s = prompt_seconds(QWEN36, SPECS[0], 16 * 1024, 2 * 1024)
+    assert "native:wmma" not in s and "native:corex_wmma" in s

@@ -8,6 +8,7 @@ the prefill table called its backend a "tier" and its key tile "partitions"; not
 
 from __future__ import annotations
 
+import matplotlib.colors
 import pytest
 
 from attn_sim import report, report_plot, report_text
@@ -72,36 +73,80 @@ def test_legends_explain_launches_and_analytic_time(built):
     assert analytic_ms < traced["graph_ms"]  # the torch code is slower than its own design
 
 
+def _panels(fig):
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_visible() and ax.has_data()}
+
+
 def test_plot_has_time_memory_waves_and_shared_memory_panels(built):
+    """A title on every panel; memory per layer in GiB; the red limit lines at the device's
+    memory and the per-block budget, and no data line in their colour."""
     fig = report_plot.figure(built)
-    labels = [ax.get_ylabel() for ax in fig.axes]
-    assert labels == [label for _, label, _ in report_plot.PANELS]
-    mem_ax, smem_ax = fig.axes[1], fig.axes[3]
-    limit_lines = [ln.get_ydata()[0] for ln in mem_ax.lines if ln.get_color() == "red"]
-    assert limit_lines == [BI.memory_bytes]
-    budget_lines = [ln.get_ydata()[0] for ln in smem_ax.lines if ln.get_color() == "red"]
-    assert budget_lines == [BI.shared_mem_per_block]
-    waves_ax = fig.axes[2]
+    panels = _panels(fig)
+    assert list(panels) == [title for title, *_ in report_plot.PANELS]
+    assert all(title for title in panels)
+    mem_ax = panels[report_plot.MEMORY_TITLE]
+    assert "GiB" in mem_ax.get_ylabel() and "per layer" in mem_ax.get_ylabel()
+    limits = [ln.get_ydata()[0] for ln in mem_ax.lines if ln.get_color() == report_plot.LIMIT]
+    assert limits == [pytest.approx(BI.memory_bytes / 2**30)]
+    smem_ax = panels[report_plot.SMEM_TITLE]
+    budgets = [ln.get_ydata()[0] for ln in smem_ax.lines if ln.get_color() == report_plot.LIMIT]
+    assert budgets == [BI.shared_mem_per_block]
+    for ax in panels.values():
+        data = [ln for ln in ax.lines if list(ln.get_xdata()) != [0, 1]]  # not an axhline
+        colours = {matplotlib.colors.to_hex(ln.get_color()) for ln in data}
+        assert not colours & {matplotlib.colors.to_hex(report_plot.LIMIT), "#d62728"}, ax
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert {"32K", "100K", "256K"} <= set(ticks), ticks
+    waves_ax = panels[report_plot.WAVES_TITLE]
     plotted = {max(ln.get_ydata()) for ln in waves_ax.lines}
     assert max(r["max_waves"] for r in built["results"]) in plotted
 
 
-def test_plot_shows_the_native_kernel_and_the_torch_path_and_flags_memory(built):
-    """Issue 18: the time panel draws what runs (native and torch decode where both exist),
-    every panel has a legend, cases beyond device memory are drawn apart, and memory is in
-    bytes like the assumptions table's memory_bytes."""
+def test_plot_never_mixes_graph_and_eager_in_one_panel(built):
+    """Issue 18: the time panels draw what runs (native and torch decode, graph-replayed;
+    prefill eager, apart), every panel has a legend, cases beyond device memory are drawn
+    apart."""
     fig = report_plot.figure(built)
-    time_ax, mem_ax = fig.axes[0], fig.axes[1]
-    names = [ln.get_label() for ln in time_ax.lines]
+    panels = _panels(fig)
+    for title, ax in panels.items():
+        names = " ".join(ln.get_label() for ln in ax.lines)
+        assert not ("graph" in names and "eager" in names), (title, names)
+    decode = panels[report_plot.DECODE_TIME_TITLE]
+    names = [ln.get_label() for ln in decode.lines]
     native = [r for r in built["native"] if "native_ms" in r]
     assert native and any("native" in n for n in names) and any("torch" in n for n in names)
-    native_line = next(ln for ln in time_ax.lines if ln.get_label().startswith("decode native"))
+    native_line = next(ln for ln in decode.lines if ln.get_label().startswith("decode native"))
     assert set(native_line.get_ydata()) <= {r["native_ms"] for r in native}
-    assert all(ax.get_legend() is not None for ax in fig.axes)
-    assert "bytes" in mem_ax.get_ylabel()
-    limit = [ln.get_ydata()[0] for ln in mem_ax.lines if ln.get_color() == "red"]
-    assert limit == [BI.memory_bytes]
+    assert "eager" in " ".join(
+        ln.get_label() for ln in panels[report_plot.PREFILL_TIME_TITLE].lines
+    )
+    assert all(ax.get_legend() is not None for ax in panels.values())
+    mem_ax = panels[report_plot.MEMORY_TITLE]
     assert built["over_device_memory"]  # the fixture has a case beyond memory ...
     crosses = [c for c in mem_ax.collections if c.get_label() == "beyond device memory"]
     assert crosses and len(crosses[0].get_offsets()) >= 1  # ... drawn apart
     assert "native" in fig._suptitle.get_text()
+
+
+def test_coreX_caveat_comes_first_in_one_sentence(built):
+    md = report_text.markdown(built).splitlines()
+    assert md[2] == report_text.COREX_CAVEAT
+    assert len(report_text.COREX_CAVEAT) < 100 and report_text.COREX_CAVEAT.count(". ") == 0
+    from attn_sim.native_design import NATIVE_LEGEND
+
+    assert "until the lab records CoreX" not in NATIVE_LEGEND
+
+
+def test_terminal_summary_starts_with_the_caveat_and_ends_with_a_verdict(built, tmp_path):
+    from attn_sim import cli
+    from attn_sim.gates import GateReport
+
+    text = report_text.markdown(built)
+    passed = GateReport(checks=12)
+    lines = cli.report_summary(built, text, tmp_path, passed, full=False).splitlines()
+    assert lines[0] == report_text.COREX_CAVEAT
+    assert lines[-1].startswith("verdict: gates passed") and "next:" in lines[-1]
+    failed = GateReport(checks=12)
+    failed.violations.append(object())
+    last = cli.report_summary(built, text, tmp_path, failed, full=False).splitlines()[-1]
+    assert last.startswith("verdict: gates FAILED") and "gates" in last

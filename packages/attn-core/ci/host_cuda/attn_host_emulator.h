@@ -73,7 +73,7 @@ namespace attn_emu {
 // A fiber's stack. 128 KB holds both kernels' frames under ASan's redzones (an overflow would
 // write below the stack's heap block, which the ASan run reports). 512 KB made the ASan tests
 // 3x slower (250 s against 80, the difference nearly all system time, as if ASan unpoisoned the
-// whole stack it switches to; 2026-12-05).
+// whole stack it switches to).
 constexpr size_t kStackBytes = 128 * 1024;
 
 enum ErrorCode : int { kOk = 0, kDivergentBarrier = 1, kBadLaunch = 2 };

@@ -9,6 +9,11 @@ kernel), their resolving wrappers :func:`decode_plan_for` / :func:`prefill_plan_
 plan), and :class:`DeviceSpec` profiles. The environment is read into
 :mod:`attn_core.core.settings` once; ``attn_core.core.settings.reload()`` makes a changed
 ``ATTN_CORE_*`` variable take effect.
+
+The hybrid model's linear-attention layers (:mod:`attn_core.linear`): the gated delta rule,
+flash-linear-attention compatible (:func:`chunk_gated_delta_rule`,
+:func:`fused_recurrent_gated_delta_rule`, :func:`gated_delta_decode`), the short convolution, vLLM
+compatible (:func:`causal_conv1d_fn`, :func:`causal_conv1d_update`), and :func:`plan_gated_delta`.
 """
 
 from attn_core.core.cache_write import write_to_paged_cache
@@ -20,6 +25,14 @@ from attn_core.decode.plan_native import NativeDecodePlan
 from attn_core.device.capabilities import Capabilities, probe_capabilities, profile_capabilities
 from attn_core.device.detect import detect_device_spec
 from attn_core.device.spec import DEVICE_SPECS, DeviceSpec, get_device_spec
+from attn_core.linear.api import (
+    causal_conv1d_fn,
+    causal_conv1d_update,
+    chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
+    gated_delta_decode,
+)
+from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.prefill.plan import PrefillLengths, PrefillPlan, plan_prefill
 from attn_core.prefill.plan_native import NativePrefillPlan
 from attn_core.runtime.decode import paged_decode
@@ -53,4 +66,11 @@ __all__ = [
     "plan_decode",
     "plan_prefill",
     "write_to_paged_cache",
+    "GatedDeltaPlan",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+    "gated_delta_decode",
+    "plan_gated_delta",
 ]

@@ -44,7 +44,27 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+# Bounds of the numbers status plans for (it allocates nothing for them; the bounds keep a typo
+# from planning for days): a batch past vLLM's largest max_num_seqs default (1024) by 64x, a
+# context of 16M tokens (attn-core's own bound on plan overrides), a tensor-parallel size past
+# any one host's GPUs.
+MAX_NUM_SEQS = 65536
+MAX_CONTEXT = 1 << 24
+MAX_TP = 1024
+
+
+def _bounded_int(text: str, maximum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= maximum:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 and <= {maximum}, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
+    """An integer >= 1; the shape's own bounds are checked with its origin (invocation)."""
     try:
         value = int(text)
     except ValueError:
@@ -52,6 +72,14 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
     return value
+
+
+def _num_seqs(text: str) -> int:
+    return _bounded_int(text, MAX_NUM_SEQS)
+
+
+def _tp(text: str) -> int:
+    return _bounded_int(text, MAX_TP)
 
 
 def _contexts(text: str) -> tuple[int, ...]:
@@ -62,12 +90,13 @@ def _contexts(text: str) -> tuple[int, ...]:
     items = text.split(",")
     for item in items:
         try:
-            ok = int(item) >= 1
+            ok = 1 <= int(item) <= MAX_CONTEXT
         except ValueError:
             ok = False
         if not ok:
             raise argparse.ArgumentTypeError(
-                f"must be comma-separated context lengths, each an integer >= 1, got {text!r} "
+                f"must be comma-separated context lengths, each an integer >= 1 and "
+                f"<= {MAX_CONTEXT}, got {text!r} "
                 f"({item!r} is not)"
             )
     return tuple(int(item) for item in items)
@@ -113,8 +142,8 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     add("--dtype", choices=sorted(DTYPE_NAMES), help="(ENGINE_PATCH_DTYPE; float16)")
     add("--block-size", type=_positive_int, help="(ENGINE_PATCH_BLOCK_SIZE; 16)")
     add("--model", help="checkpoint dir: take heads and head size from its config.json")
-    add("--tp", type=_positive_int, help="tensor-parallel size for --model (default 1)")
-    add("--num-seqs", type=_positive_int, default=1, help="decode batch for the plans (1)")
+    add("--tp", type=_tp, help="tensor-parallel size for --model (default 1)")
+    add("--num-seqs", type=_num_seqs, default=1, help="decode batch for the plans (1)")
     add(
         "--contexts",
         type=_contexts,

@@ -10,6 +10,7 @@ argument or variable, the expected and the actual value.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -21,6 +22,7 @@ import attn_core.core.settings
 from attn_core import detect_device_spec
 from attn_core.core.settings import Overrides
 from attn_core.core.shapes import QWEN36, AttentionShape, dtype_from_name
+from attn_core.device.profile_file import parse_json_text
 from engine_patch import settings
 from engine_patch.exit_codes import ConfigurationError
 
@@ -107,12 +109,19 @@ def check_device_profile(device: torch.device, overrides: Overrides) -> None:
 
 def checkpoint_shape(path: str, tp: int) -> Layer:
     """One tensor-parallel rank's heads and head size from a checkpoint's ``config.json``."""
+    path = os.path.expanduser(path)  # the shell leaves ~ as is after "=" (--model=~/ckpt)
     config_file = Path(path) / "config.json"
     if not config_file.is_file():  # checked here: transformers would try the Hub with a bare name
         raise ConfigurationError(
             f"--model must be a checkpoint directory containing config.json, got {path!r} "
             f"({config_file} is not a file)"
         )
+    try:  # bounded first: transformers' json.load meets no depth or digit limit
+        parse_json_text(config_file.read_text(encoding="utf-8"), f"--model: {config_file}")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"--model: {config_file} cannot be read: {exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     try:
         from transformers import AutoConfig
     except ImportError as exc:
@@ -173,6 +182,12 @@ def resolve_shape(layers: list[Layer]) -> AttentionShape:
     }
     for layer in layers:
         merged.update(layer)
+    for field in ("num_heads", "num_kv_heads"):  # before AttentionShape or any tensor sees them
+        value, origin = merged[field]
+        if value > settings.MAX_HEADS:
+            raise ConfigurationError(
+                f"{origin}: {field} must be <= {settings.MAX_HEADS} (heads per rank), got {value}"
+            )
     try:
         return AttentionShape(**{name: value for name, (value, _) in merged.items()})
     except ValueError as exc:

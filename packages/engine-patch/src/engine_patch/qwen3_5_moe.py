@@ -55,6 +55,27 @@ TEXT_DEFAULTS = {
 }
 
 
+# The largest published models have a few hundred layers; the bound is checked before the list
+# of layer kinds is built (10**10 layers was a MemoryError).
+MAX_LAYERS = 4096
+
+
+def _bounded(name: str, value: Any, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValueError(f"{name} must be an integer in [1, {high}], got {value!r}")
+
+
+def layer_pattern(num_layers: Any, interval: Any, layer_types: Optional[Any]) -> list[str]:
+    """``layer_types`` as a list, or the default pattern (:func:`default_layer_types`); the
+    sizes are checked first: ``num_hidden_layers`` in [1, :data:`MAX_LAYERS`] and, when the
+    pattern is derived, ``full_attention_interval`` in [1, ``num_hidden_layers``]."""
+    _bounded("num_hidden_layers", num_layers, MAX_LAYERS)
+    if layer_types is not None:
+        return list(layer_types)
+    _bounded("full_attention_interval", interval, num_layers)
+    return default_layer_types(num_layers, interval)
+
+
 def default_layer_types(num_layers: int, interval: int) -> list[str]:
     """Layer ``i`` is full attention when ``(i + 1) % interval == 0``."""
     return [
@@ -93,11 +114,9 @@ if PretrainedConfig is not None:
         def __init__(self, **kwargs: Any) -> None:
             for name, default in TEXT_DEFAULTS.items():
                 setattr(self, name, kwargs.pop(name, default))
-            if self.layer_types is None:
-                self.layer_types = default_layer_types(
-                    self.num_hidden_layers, self.full_attention_interval
-                )
-            self.layer_types = list(self.layer_types)
+            self.layer_types = layer_pattern(
+                self.num_hidden_layers, self.full_attention_interval, self.layer_types
+            )
             _check_text_fields(self)
             super().__init__(**kwargs)
 

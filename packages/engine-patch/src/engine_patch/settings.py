@@ -31,6 +31,13 @@ FORCE_ENV = "ENGINE_PATCH_FORCE"
 V1_LIMIT_ENV = "ENGINE_PATCH_V1_MAX_SEQ_LEN"
 PLATFORM_ENV = "ENGINE_PATCH_PLATFORM"
 PLATFORMS = ("iluvatar", "generic")
+# V1 keeps every score of a sequence in shared memory as fp32 (4 bytes a token): 65536 tokens
+# are 256 KiB, more than any GPU's shared memory per block (H100 / H200: 227 KiB), so a larger
+# limit cannot describe V1; it would only grow status's self-test (524288: a 5.5 GB case).
+V1_LIMIT_MAX = 65536
+# Heads per rank: the largest published models have 128 query heads; 1024 leaves room and keeps
+# status's self-test small (1048576 heads asked for a 14.7 GB cache).
+MAX_HEADS = 1024
 # attn_core.core.shapes.AttentionShape field -> the variable that sets it for `status`.
 SHAPE_ENV = {
     "num_heads": "ENGINE_PATCH_HEADS",
@@ -52,7 +59,7 @@ def force_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
 
 def v1_limit_override(environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
     """``ENGINE_PATCH_V1_MAX_SEQ_LEN`` if set (0 disables native V1), else None."""
-    return parse_int(V1_LIMIT_ENV, _env(environ).get(V1_LIMIT_ENV), minimum=0)
+    return parse_int(V1_LIMIT_ENV, _env(environ).get(V1_LIMIT_ENV), minimum=0, maximum=V1_LIMIT_MAX)
 
 
 def platform_override(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
@@ -74,7 +81,8 @@ def shape_env(environ: Optional[Mapping[str, str]] = None) -> dict[str, tuple[An
             value = parse_choice(name, raw, tuple(DTYPE_NAMES))
             value = None if value is None else DTYPE_NAMES[value]
         else:
-            value = parse_int(name, raw, minimum=1)
+            top = MAX_HEADS if field in ("num_heads", "num_kv_heads") else None
+            value = parse_int(name, raw, minimum=1, maximum=top)
         if value is not None:
             fields[field] = (value, f"{name}={raw}")
     return fields

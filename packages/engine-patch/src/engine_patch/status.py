@@ -20,7 +20,13 @@ from attn_core.core import verify_once
 from attn_core.core.shapes import AttentionShape
 from attn_core.runtime.prefill_status import native_prefill_report, prefill_plan_row
 from engine_patch import native_v2, routing, triton_guard
-from engine_patch.exit_codes import EXIT_INACTIVE, EXIT_OK, EXIT_SELF_TEST, EXIT_TRITON
+from engine_patch.exit_codes import (
+    EXIT_CONFIG,
+    EXIT_INACTIVE,
+    EXIT_OK,
+    EXIT_SELF_TEST,
+    EXIT_TRITON,
+)
 from engine_patch.native_decode import native_decode_report
 from engine_patch.platform import detect_platform
 from engine_patch.qwen3_5_moe import vllm_architecture_support
@@ -218,11 +224,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "", 1)
 
 
+def unavailable_prefill(report: dict[str, Any]) -> str:
+    """The reason of the first prefill plan whose forced backend (``ATTN_CORE_PREFILL_BACKEND``)
+    cannot run here, "" when none: a configuration error, as the same forcing is for decode
+    (whose planner refuses it outright)."""
+    rows = [r for r in report["prefill_plans"] if r.get("backend") == "unavailable"]
+    return rows[0].get("reason", "") if rows else ""
+
+
 def exit_code(report: dict[str, Any]) -> int:
     if report["triton_guard"]["refused"]:
         return EXIT_TRITON
     if report["vllm"]["present"] and not report["patch_active"]:
         return EXIT_INACTIVE
+    if unavailable_prefill(report):  # the prefix self-test then fails for the same reason
+        return EXIT_CONFIG
     if any(not c["passed"] for c in report["self_test"]):
         return EXIT_SELF_TEST
     if report["native_decode"].get("verified") is False:  # built, but wrong on this device
@@ -290,6 +306,8 @@ def render(report: dict[str, Any]) -> str:
     verdict = {
         EXIT_OK: "OK",
         EXIT_SELF_TEST: "FAIL: a self-test did not match the reference",
+        EXIT_CONFIG: "FAIL: configuration error: the prefill backend ATTN_CORE_PREFILL_BACKEND "
+        f"forces cannot run here ({unavailable_prefill(report)})",
         EXIT_INACTIVE: "FAIL: vLLM is present but the engine-patch plugin is not active "
         "(is engine-patch installed, and does VLLM_PLUGINS include engine_patch?)",
         EXIT_TRITON: "FAIL: a setting asks for Triton attention on Iluvatar: "

@@ -1,5 +1,5 @@
 import sys
 
-from attn_sim.cli import main
+from attn_sim.launch import main
 
 sys.exit(main())

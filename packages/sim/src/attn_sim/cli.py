@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -30,21 +31,57 @@ def prog() -> str:
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
+def plain(text: str) -> str:
+    """A docstring's text for ``--help``: reST's double backticks dropped (argparse prints them
+    as they are)."""
+    return text.replace("``", "")
+
+
 def _report(args) -> int:
     from attn_sim import report
+    from attn_sim.gates import run_gates
 
     out = cli_args.writable_dir(args.out, "--out")
     built = report.build(args.profile, args.shape)
     paths = report.write(built, out)
-    text = report.markdown(built)
-    print(text if args.full else report.headline(text))
-    if not args.full:
-        print(
-            f"(the headline table; the full report, {len(text.splitlines())} lines: "
-            f"{out / 'report.md'}, or --full)"
-        )
-    print(f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s")
+    # the gates on this profile (a few seconds next to the report's minutes), for the verdict
+    gated = run_gates([args.profile], config.load_gates(), config.load_baseline())
+    wrote = f"wrote {', '.join(map(str, paths))} in {built['elapsed_s']:.1f} s"
+    print(report_summary(built, report.markdown(built), out, gated, full=args.full, wrote=wrote))
     return EXIT_OK
+
+
+def report_summary(built: dict, text: str, out: Path, gated, *, full: bool, wrote: str = "") -> str:
+    """What ``report`` prints: the BI-V100 caveat first (one sentence), the headline table (or
+    the whole report), where the rest is, and last a verdict of the gates on this profile with
+    what to do next."""
+    from attn_sim.report import headline
+    from attn_sim.report_text import caveat
+
+    lines = [caveat(built) or ""] if caveat(built) else []
+    body = text if full else headline(text)
+    if lines:  # said once, first: not again inside the headline
+        body = body.replace(f"{lines[0]}\n\n", "", 1)
+    lines.append(body)
+    if not full:
+        lines.append(
+            f"(the headline table; the full report, {len(text.splitlines())} lines: "
+            f"{out / 'report.md'}, or --full; the plot: {out / 'report.png'})"
+        )
+    if wrote:
+        lines.append(wrote)
+    profile = built["profile"]
+    if gated.ok:
+        lines.append(
+            f"verdict: gates passed on {profile} ({gated.checks} gate checks); next: read "
+            f"{out / 'report.md'}, or run `{prog()} gates` for every gated profile"
+        )
+    else:
+        lines.append(
+            f"verdict: gates FAILED on {profile} ({len(gated.violations)} of {gated.checks} "
+            f"gate checks); next: `{prog()} gates --profiles {profile}` names each failure"
+        )
+    return "\n".join(lines)
 
 
 def _gate_specs(args, gates: dict) -> list:
@@ -67,13 +104,18 @@ def _gates(args) -> int:
     gates = config.load_gates(args.gates)
     baseline = config.load_baseline(args.baseline, missing_ok=args.baseline is None)
     specs = _gate_specs(args, gates)
-    out = cli_args.writable_dir(args.out, "--out") if args.out else None
+    # '' writes nothing, so --out takes no path_text; ~ expanded as there
+    out = cli_args.writable_dir(os.path.expanduser(args.out), "--out") if args.out else None
     where = "--profiles" if args.profiles is not None else f"{args.gates or config.GATES_FILE}"
     print(f"gates on {', '.join(s.name for s in specs)} (from {where})")
     report = run_gates(specs, gates, baseline)
-    print(tabulate(_case_rows(report.results, baseline), headers="keys", tablefmt="github"))
+    failed = {(v.profile, v.case) for v in report.violations}
+    rows = [r for r in _case_rows(report.results, baseline) if (r["profile"], r["case"]) in failed]
+    if rows:  # the cases that failed a check; the rest are in gates.json
+        print(tabulate(rows, headers="keys", tablefmt="github"))
     text = format_violations(report)
     print(text)
+    print(_gates_verdict(report.ok, out))
     if out is not None:
         payload = {
             "ok": report.ok,
@@ -85,6 +127,17 @@ def _gates(args) -> int:
         (out / "gates.json").write_text(json.dumps(payload, indent=1, default=str))
         (out / "gates.txt").write_text(text + "\n")
     return EXIT_OK if report.ok else EXIT_GATE_FAILED
+
+
+def _gates_verdict(ok: bool, out: Optional[Path]) -> str:
+    """The last line: passed or failed, and what to do next."""
+    where = f" (every case: {out / 'gates.json'})" if out is not None else ""
+    if ok:
+        return f"verdict: gates passed; nothing to do{where}"
+    return (
+        f"verdict: gates FAILED; fix what the table names, or, if the change is intended, "
+        f"accept the new numbers with `{prog()} update-baseline` and commit baseline.json{where}"
+    )
 
 
 def _case_rows(results, baseline: dict) -> list:
@@ -191,7 +244,7 @@ def _path(text: str) -> Path:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog(),
-        description=__doc__.split("\n\n")[0],
+        description=plain(__doc__.split("\n\n")[0]),
         epilog="exit codes: 0 done, 1 a gate failed (gates), 2 bad usage or input",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def path_text(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"must name a path, got {text!r} (an empty path would mean the working directory)"
         )
-    return text
+    return os.path.expanduser(text)  # the shell leaves ~ as is after "=" (--out=~/r)
 
 
 def readable_file(path: str, arg: str) -> Path:

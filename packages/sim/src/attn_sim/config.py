@@ -14,12 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from attn_core.device.spec import DEVICE_SPECS
+from attn_sim import files
 from attn_sim import schema as s
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 DATA = Path(__file__).parent / "data"
 GATES_FILE = DATA / "gates.toml"
@@ -94,7 +90,7 @@ GATES_SCHEMA = s.table(
 def load_gates(path: Optional[Path] = None) -> dict:
     """The thresholds file, validated (see the module docstring)."""
     p = Path(path or GATES_FILE)
-    data = _read(p, "gates file", lambda f: tomllib.load(f), binary=True)
+    data = files.read_toml(p, "gates file")
     try:
         check_gates(data)
     except ValueError as err:
@@ -144,7 +140,7 @@ def load_baseline(path: Optional[Path] = None, *, missing_ok: bool = True) -> di
         raise ValueError(
             f"baseline file {p} does not exist (`update-baseline --baseline {p}` writes one)"
         )
-    data = _read(p, "baseline file", json.load, binary=False)
+    data = files.read_json(p, "baseline file")
     try:
         BASELINE_SCHEMA("", data)
     except ValueError as err:
@@ -158,16 +154,3 @@ def save_baseline(baseline: dict, path: Optional[Path] = None) -> Path:
         json.dump(baseline, f, indent=1, sort_keys=True)
         f.write("\n")
     return p
-
-
-def _read(path: Path, what: str, parse, *, binary: bool) -> Any:
-    """Parse ``path``; ``ValueError`` naming it when it is missing, a directory or unparsable."""
-    if path.is_dir():
-        raise ValueError(f"{what} {path} is a directory, not a file")
-    if not path.exists():
-        raise ValueError(f"{what} {path} does not exist")
-    try:
-        with open(path, "rb" if binary else "r", encoding=None if binary else "utf-8") as f:
-            return parse(f)
-    except (OSError, UnicodeDecodeError, ValueError) as err:  # TOMLDecodeError, JSONDecodeError
-        raise ValueError(f"{what} {path}: cannot be parsed ({err})") from None

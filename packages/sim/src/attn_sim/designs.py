@@ -238,7 +238,7 @@ def gqa_partitioned(
             kv_bytes_read=_kv_bytes(shape, num_seqs, max_seq_len, shape.num_kv_heads),
             other_bytes=partials,
             flops=_attn_flops(shape, num_seqs, max_seq_len),
-            source=f"issue 5 GQA design, partition {partition_size}, tile {tile_tokens}",
+            source=f"GQA design, partition {partition_size}, tile {tile_tokens}",
         ),
         KernelDesign(
             name="gqa_reduce",
@@ -249,7 +249,7 @@ def gqa_partitioned(
             registers=REGISTERS_REDUCE,
             other_bytes=partials + out,
             flops=4 * num_seqs * shape.num_heads * parts * shape.head_size,
-            source="issue 5 GQA design, reduce on KV heads",
+            source="GQA design, reduce on KV heads",
         ),
     ]
 

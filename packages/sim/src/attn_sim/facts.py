@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 from attn_core.device.spec import DeviceSpec
+from attn_sim import files
 from attn_sim import schema as s
 
 SCHEMA = "bi100-attn/device-facts/1"
@@ -92,14 +92,7 @@ class DeviceFacts:
 def read_facts(path: Path) -> DeviceFacts:
     """The facts file at ``path``, checked; ``ValueError`` naming the file and the fact."""
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"facts file {path} is a directory, not a file")
-    if not path.exists():
-        raise ValueError(f"facts file {path} does not exist")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"facts file {path}: not readable JSON ({err})") from None
+    data = files.read_json(path, "facts file")
     try:
         return parse_facts(data)
     except ValueError as err:

@@ -214,9 +214,17 @@ def baseline_from(results: list[CaseResult], previous: Optional[dict] = None) ->
     return base
 
 
+# What one of "N gate checks" is, for the line that counts them.
+CHECKS_MEAN = (
+    "a gate check is one threshold of gates.toml (shared memory, launches, syncs, transient "
+    "memory, time against baseline.json) on one case of one profile, each threshold checked "
+    "separately"
+)
+
+
 def format_violations(report: GateReport) -> str:
     if report.ok:
-        return f"all {report.checks} gate checks passed"
+        return f"all {report.checks} gate checks passed ({CHECKS_MEAN})"
     rows = [
         (
             v.profile,
@@ -232,7 +240,9 @@ def format_violations(report: GateReport) -> str:
     ]
     head = ("profile", "gate", "case", "value", "limit", "over by", "over %", "detail")
     table = tabulate(rows, headers=head, tablefmt="github")
-    return f"{len(report.violations)} of {report.checks} gate checks FAILED\n{table}"
+    return (
+        f"{len(report.violations)} of {report.checks} gate checks FAILED ({CHECKS_MEAN})\n{table}"
+    )
 
 
 def _num(x: float) -> str:

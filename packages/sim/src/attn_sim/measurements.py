@@ -20,11 +20,11 @@ size attn-core does not support is a ``ValueError`` naming the record (``rows[3]
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 from attn_core.core.shapes import AttentionShape
+from attn_sim import files
 from attn_sim import schema as s
 from attn_sim.config import DECODE_TIERS, MAX_BATCH, MAX_CONTEXT
 from attn_sim.workloads import DTYPES, Case
@@ -68,14 +68,7 @@ class Timing:
 def read_timings(path: Path, variant: Optional[str] = None) -> list[Timing]:
     """:func:`parse_timings` of a file; every error names the file."""
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"measurements file {path} is a directory, not a file")
-    if not path.exists():
-        raise ValueError(f"measurements file {path} does not exist")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"measurements file {path}: not readable JSON ({err})") from None
+    data = files.read_json(path, "measurements file")
     try:
         return parse_timings(data, variant)
     except ValueError as err:

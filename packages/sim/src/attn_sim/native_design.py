@@ -111,33 +111,33 @@ def native_designs(
     return [partition, merge]
 
 
-# The matrix-unit body's latency roof: each of a block's warps works through its 16-token
-# tiles one after another with one tile's loads in flight, and a tile takes a warp at least
-# MMA_WARP_TILE_S whatever the bytes; fit with the merge's round trip (H200, 2026-12-03, build
-# b546514573a34bfb3004; docs/benchmarks.md "issue 17 round 8") to the twelve-row table and to
-# Nsight Compute's per-kernel times (the partition kernel at 1 x 8K, 4 tiles a warp, 15.4 us).
-# The roof is what one SM's warps can have in flight, so a launch priced by it streams its
-# bytes at the whole device's rate, not at its busy SMs' share (``Waves.memory_efficiency``
-# would count the same limit twice): at 2K-16K tokens, 32-128 blocks on 132 SMs, the step grew
-# with its bytes at 3.4-4.3 TB/s (round 14: 24 / 4 heads 1 x 2K, 64 blocks, 0.0100 ms; 1 x 4K,
-# 128 blocks, 0.0124; 1 x 8K 0.0163), where the busy-SM share priced all three alike.
+# The matrix-unit body's latency roof: each of a block's warps works through its 16-token tiles one
+# after another with one tile's loads in flight, and a tile takes a warp at least MMA_WARP_TILE_S
+# whatever the bytes; fit with the merge's round trip (H200, build b546514573a34bfb3004;
+# docs/benchmarks.md#simulator-calibration) to the twelve-row table and to Nsight Compute's
+# per-kernel times (the partition kernel at 1 x 8K, 4 tiles a warp, 15.4 us). The roof is what one
+# SM's warps can have in flight, so a launch priced by it streams its bytes at the whole device's
+# rate, not at its busy SMs' share (``Waves.memory_efficiency`` would count the same limit twice):
+# at 2K-16K tokens, 32-128 blocks on 132 SMs, the step grew with its bytes at 3.4-4.3 TB/s
+# (docs/benchmarks.md#native-decode: 24 / 4 heads 1 x 2K, 64 blocks, 0.0100 ms; 1 x 4K, 128 blocks,
+# 0.0124; 1 x 8K 0.0163), where the busy-SM share priced all three alike.
 MMA_TILE_TOKENS = 16
 MMA_WARP_TILE_S = 2.2e-6
 # A partition block's fixed phases, from the per-block %globaltimer stamps of
-# bench/decode_timeline.py on the committed kernel (H200, 2026-12-04, "issue 17 round 14"; five
-# shapes, 1 x 8K to 1 x 100K): its queries ready 1.5-1.7 us after it starts (the length, the
-# queries and the first tiles' page ids requested together), then its tiles, then 2.2-2.3 us to
-# fold its warps (0.6-0.7) and store its partials (1.5-1.6). MMA_FIRST_TILE_S is what the step
-# times leave beyond those and the roof, fit to round 14's table and its short rows together
-# (twenty rows): the first tile's keys, waited on with nothing else in flight, and the spread
-# of block ends (0.3-0.6 us at 8K, 2.2-2.8 at 100K in the stamps), which the model has no term
-# for. The merge waits on one round trip beyond bandwidth (the streaming merge requests the
-# log-sum-exps and the partials together, round 12): MERGE_LATENCY_S, one kernel on every
-# profile, so it applies to the BI-V100 too. On NVIDIA compute 9.0+ the merge is a programmatic
-# dependent (``dependent_launch_gap_s``: its first work 0.5 us after the last partition block,
-# not a launch gap of 2.8). 16-bit caches stream at the DRAM rate beyond 32K and the roof does
-# not bind there. Measured on the H200 only: the tile constants apply to every NVIDIA profile
-# (CoreX builds run the CUDA-core body, which has none of them here).
+# bench/decode_timeline.py on the committed kernel (H200, docs/benchmarks.md#decode-kernel-choices;
+# five shapes, 1 x 8K to 1 x 100K): its queries ready 1.5-1.7 us after it starts (the length, the
+# queries and the first tiles' page ids requested together), then its tiles, then 2.2-2.3 us to fold
+# its warps (0.6-0.7) and store its partials (1.5-1.6). MMA_FIRST_TILE_S is what the step times
+# leave beyond those and the roof, fit to docs/benchmarks.md#native-decode's table and its short
+# rows together (twenty rows): the first tile's keys, waited on with nothing else in flight, and the
+# spread of block ends (0.3-0.6 us at 8K, 2.2-2.8 at 100K in the stamps), which the model has no
+# term for. The merge waits on one round trip beyond bandwidth (the streaming merge requests the
+# log-sum-exps and the partials together): MERGE_LATENCY_S, one kernel on every profile, so it
+# applies to the BI-V100 too. On NVIDIA compute 9.0+ the merge is a programmatic dependent
+# (``dependent_launch_gap_s``: its first work 0.5 us after the last partition block, not a launch
+# gap of 2.8). 16-bit caches stream at the DRAM rate beyond 32K and the roof does not bind there.
+# Measured on the H200 only: the tile constants apply to every NVIDIA profile (CoreX builds run the
+# CUDA-core body, which has none of them here).
 MMA_PROLOGUE_S = 1.6e-6
 MMA_EPILOGUE_S = 2.2e-6
 MMA_FIRST_TILE_S = 0.6e-6
@@ -145,14 +145,14 @@ MMA_BLOCK_FIXED_S = MMA_PROLOGUE_S + MMA_FIRST_TILE_S + MMA_EPILOGUE_S
 MERGE_LATENCY_S = 0.75e-6
 
 
-# Streaming and arithmetic added, not overlapped: on the H200 (2026-12-01, Nsight Compute,
-# 1 x 100K tokens) the CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots
-# with 16 warps per SM, neither saturated: the latency of the FMA chains is not hidden behind
-# the loads. The matrix-unit body takes the larger of that sum and its tile roof, plus its
-# block's fixed phases. Against the H200 (datasheet h200 profile; tests/test_native_design.py
-# keeps both tables): round 14's twelve-row table -11.7 % to +5.8 % and its eight short rows
-# (2K-16K tokens) -3.5 % to +11.8 %, where the model before this (no dependent launch, the
-# busy-SM share under the roof) was -9.6 % to +6.8 % and +2 % to +37 %.
+# Streaming and arithmetic added, not overlapped: on the H200 (Nsight Compute, 1 x 100K tokens) the
+# CUDA-core kernel sat at 50 % of DRAM bandwidth and 50 % of issue slots with 16 warps per SM,
+# neither saturated: the latency of the FMA chains is not hidden behind the loads. The matrix-unit
+# body takes the larger of that sum and its tile roof, plus its block's fixed phases. Against the
+# H200 (datasheet h200 profile; tests/test_native_design.py keeps both tables): the twelve-row table
+# of docs/benchmarks.md#native-decode -11.7 % to +5.8 % and its eight short rows (2K-16K tokens)
+# -3.5 % to +11.8 %, where the model before this (no dependent launch, the busy-SM share under the
+# roof) was -9.6 % to +6.8 % and +2 % to +37 %.
 def native_step_s(spec: DeviceSpec, designs: list) -> float:
     """Device seconds of one step as a CUDA graph replays it (inf if a launch cannot fit)."""
     total = 0.0
@@ -222,8 +222,8 @@ NATIVE_LEGEND = (
     "priced from its own split (`partitions` of the context per sequence, resident "
     "`blocks_per_sm` from the kernel's recorded `registers` and shared memory) with streaming "
     "and fp32 arithmetic added, not overlapped (the H200's measurement; on an Iluvatar profile "
-    "the records are `kernel_facts.json`'s `corex` stand-in, whose registers are the sm_90 "
-    "build's until the lab records CoreX's); on NVIDIA's matrix-unit body, the larger of that "
+    "the records are `kernel_facts.json`'s `corex` stand-in: see the report's first line); "
+    "on NVIDIA's matrix-unit body, the larger of that "
     "and its tile roof (each warp spends `MMA_WARP_TILE_S` on each of its 16-token tiles in "
     "turn), streaming at the whole device's rate, plus a block's fixed phases "
     "(`MMA_BLOCK_FIXED_S`: its queries, first tile, fold and stores); the merge adds one "

@@ -28,23 +28,33 @@ K = 1024
 PROMPTS = (32 * K, 128 * K, 256 * K)
 CHUNKS = (2 * K, 8 * K)
 PROFILES = ("bi-v100", "h200")
-# The matrix variant each vendor's toolkit would build (NVIDIA wmma; CoreX's own wmma).
+# The matrix variant each vendor's toolkit would build (NVIDIA wmma; CoreX's own wmma), and so
+# the variants a profile is priced with: nvcc's wmma does not run on CoreX, nor CoreX's on NVIDIA.
 MATRIX_VARIANT = {"bi-v100": "corex_wmma"}
+
+
+def runnable_variants(spec: DeviceSpec) -> tuple[str, ...]:
+    """The native prefill variants ``spec``'s vendor can build and run: its matrix variant and
+    the portable fma."""
+    matrix = MATRIX_VARIANT.get(spec.name.split("+")[0], "wmma")
+    return tuple(v for v in VARIANTS if v in (matrix, "fma"))
 
 
 def prompt_seconds(shape: AttentionShape, spec: DeviceSpec, prompt: int, chunk: int) -> dict:
     """Seconds of attention for one layer to prefill ``prompt`` tokens in ``chunk``-token
-    chunks: ``torch``, ``native:<variant>`` and ``plan`` (the plan's pick) with its backends."""
+    chunks: ``torch``, ``native:<variant>`` for each variant the vendor runs
+    (:func:`runnable_variants`) and ``plan`` (the plan's pick among those) with its backends."""
     caps = sim_capabilities(spec, shape.dtype)
-    verified = dataclasses.replace(caps, native_prefill=VARIANTS)
-    totals = {"torch": 0.0, **{f"native:{v}": 0.0 for v in VARIANTS}, "plan": 0.0}
+    variants = runnable_variants(spec)
+    verified = dataclasses.replace(caps, native_prefill=variants)
+    totals = {"torch": 0.0, **{f"native:{v}": 0.0 for v in variants}, "plan": 0.0}
     picked: dict[str, int] = {}
     for start in range(0, prompt, chunk):
         q = min(chunk, prompt - start)
         lengths = PrefillLengths(q, start)
         torch_plan = plan_prefill(shape, lengths, spec, caps, PrefillOverrides(backend="torch"))
         totals["torch"] += torch_plan.cost.seconds  # type: ignore[union-attr]
-        for v in VARIANTS:
+        for v in variants:
             native = plan_native_prefill(
                 shape, spec, v, num_seqs=1, num_tokens=q, max_query_len=q, max_context_len=start
             )

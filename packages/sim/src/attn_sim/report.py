@@ -262,6 +262,11 @@ def _ttft_specs(spec: DeviceSpec) -> list[DeviceSpec]:
     return specs if spec.name in TTFT_PROFILES else [*specs, spec]
 
 
+# Heads per rank: the largest published models have 128; the report's work grows with the
+# heads (99,999,999 of them ran for more than ten minutes), so the bound is checked first.
+MAX_HEADS = 1024
+
+
 def parse_shape(text: str) -> AttentionShape:
     """``"24,4,256"`` or ``"24,4,256,16"`` (heads, KV heads, head size[, block size]), checked as
     :class:`attn_core.core.shapes.AttentionShape` checks a shape (fp16): a ``ValueError`` naming the
@@ -274,6 +279,11 @@ def parse_shape(text: str) -> AttentionShape:
     if len(parts) not in (3, 4) or len(numbers) != len(parts):
         raise ValueError(
             f"shape must be 'heads,kv_heads,head_size[,block_size]' (integers), got {text!r}"
+        )
+    if numbers[0] > MAX_HEADS or numbers[1] > MAX_HEADS:
+        raise ValueError(
+            f"shape {text!r}: heads and kv_heads must be <= {MAX_HEADS}, got "
+            f"{numbers[0]} and {numbers[1]}"
         )
     try:
         AttentionShape(*numbers)

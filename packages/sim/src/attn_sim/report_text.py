@@ -14,6 +14,16 @@ from tabulate import tabulate
 from attn_sim.native_design import NATIVE_LEGEND
 
 REFERENCE_CONTEXT = 100 * 1024
+# The one caveat a reader of a BI-V100 report needs before any number (it was a clause deep in
+# the native table's legend).
+COREX_CAVEAT = "BI-V100 rows use the NVIDIA build's registers until the lab records CoreX's."
+
+
+def caveat(report: dict) -> Optional[str]:
+    """:data:`COREX_CAVEAT` for an Iluvatar profile (``bi-v100...``), else None."""
+    return COREX_CAVEAT if str(report["profile"]).startswith("bi-v100") else None
+
+
 BUDGET_LEGEND = (
     "Longest batch-1 context whose launches all fit one block's shared-memory budget "
     "(`budget_bytes`, the profile's `shared_mem_per_block`)."
@@ -104,8 +114,9 @@ TTFT_LEGEND = (
     "`native_matrix_s`: the native kernel's matrix variant (`matrix_variant`; never run on "
     "bi-v100: CoreX's wmma is unverified and its fp16 rate a datasheet figure); `native_fma_s`: "
     "its CUDA-core tile; `plan_s` / `plan_picks`: what attn-core's plan picks per chunk when the "
-    "traceable fused backend and every native variant are taken as verified. The native "
-    "matrix efficiency is the H200's measurement of the 8-warp wmma tile (2026-12-02, see the "
+    "traceable fused backend and every native variant the profile's vendor runs (its matrix "
+    "variant and fma; never NVIDIA's wmma on bi-v100) are taken as verified. The native "
+    "matrix efficiency is the H200's measurement of the 8-warp wmma tile (see the "
     "prices table); CoreX's is that tile's figure with its scores in shared memory (as CoreX's "
     "layer keeps them), assumed until the lab measures it."
 )
@@ -124,9 +135,11 @@ def headline(text: str) -> str:
 def markdown(report: dict) -> str:
     spec_line = {a["constant"]: a["value"] for a in report["assumptions"]}
     memory = report["memory_bytes"]
+    first = caveat(report)
     parts = [
         f"# Simulated {report['profile']}: {shape_text(report['shape'])}",
         "",
+        *([first, ""] if first else []),
         f"Assumed: {spec_line['sm_count']} SMs, {spec_line['shared_mem_per_block'] // 1024} KiB "
         f"shared memory per block, {spec_line['hbm_bandwidth'] / 1e9:.0f} GB/s, warp "
         f"{spec_line['warp_size']}. Torch under the profile: bmm writes fp32 scores: "

@@ -33,7 +33,10 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return is_num and math.isfinite(value)
+    try:
+        return is_num and math.isfinite(value)
+    except OverflowError:  # an int too large for a float (files.read_* refuse those first)
+        return False
 
 
 def integer(lo: int, hi: Optional[int] = None) -> Check:

@@ -53,7 +53,7 @@ def parse_bool(name: str, raw: Optional[str], default: Optional[bool] = False) -
 
 
 # Upper bounds of the numeric overrides. A bound keeps a typo (or 10**31) from reaching the
-# planners, where it overflowed a float in the engine-patch self-test (issue 18) or sized
+# planners, where it overflowed a float in the engine-patch self-test or sized
 # buffers for it. Tokens: 2**24 = 16 M, 16x the longest context of any model the platform
 # serves (1 M); bytes: 2**50 = 1 PiB, beyond any device's memory; the subscription factor
 # multiplies the device's thread slots (default 2): 1024 is far past any useful value.
@@ -288,14 +288,21 @@ def _text(name: str, raw: Optional[str]) -> Optional[str]:
     return raw.strip() if raw is not None and raw.strip() else None
 
 
+def _path(name: str, raw: Optional[str]) -> Optional[str]:
+    """A path with ``~`` expanded: the shell leaves it as is inside quotes or after ``=``
+    (``ATTN_CORE_NATIVE_CACHE='~/c'`` was a directory named ``~`` in the working one)."""
+    text = _text(name, raw)
+    return os.path.expanduser(text) if text is not None else None
+
+
 def _choice(choices: tuple) -> Callable[[str, Optional[str]], Any]:
     return lambda name, raw: parse_choice(name, raw, choices)
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
-    EnvVar("ATTN_CORE_DEVICE", "", "device", _text, "detected",
+    EnvVar("ATTN_CORE_DEVICE", "", "device", _path, "detected",
            "device profile the plans use: a name (bi-v100, bi-v100-smem48k, h200, a100) or a "
-           "profile JSON file (python -m attn_sim profile-from)"),
+           "profile JSON file (python -m attn_sim profile-from; ~ expanded)"),
     EnvVar("ATTN_CORE_CHECKS", "", "checks", _flag, "off",
            "also check tensor values (block ids in range, 1 <= seq_lens <= capacity and "
            "max_seq_len, cache-write slots); reads the device, so it syncs"),
@@ -332,10 +339,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "JIT-build the native kernel in a source checkout when no prebuilt one is found"),
     EnvVar("ATTN_CORE_NATIVE_ARCH", "native", "arch", _archs, "the device's",
            "targets of native builds, comma-separated (sm_90, compute_90, ivcore10, ...)"),
-    EnvVar("ATTN_CORE_NATIVE_CACHE", "native", "cache_dir", _text, "~/.cache/attn_core",
-           "directory of JIT-built native kernels"),
-    EnvVar("CUDA_HOME", "native", "cuda_home", _text, "CUDA_PATH, then /usr/local/cuda",
-           "toolkit root for native builds (/usr/local/corex on Iluvatar)"),
+    EnvVar("ATTN_CORE_NATIVE_CACHE", "native", "cache_dir", _path, "~/.cache/attn_core",
+           "directory of JIT-built native kernels (~ expanded)"),
+    EnvVar("CUDA_HOME", "native", "cuda_home", _path, "CUDA_PATH, then /usr/local/cuda",
+           "toolkit root for native builds (/usr/local/corex on Iluvatar; ~ expanded)"),
 )  # fmt: skip
 
 
@@ -359,7 +366,7 @@ def _parse(raw: tuple[Optional[str], ...]) -> Overrides:
     for var, value in zip(ENV_VARS, raw[: len(ENV_VARS)], strict=True):
         sections[var.section][var.attr] = var.parse(var.name, value)
     if sections["native"]["cuda_home"] is None:
-        sections["native"]["cuda_home"] = _text(_CUDA_PATH, raw[-1])
+        sections["native"]["cuda_home"] = _path(_CUDA_PATH, raw[-1])
     return Overrides(
         decode=DecodeOverrides(**sections["decode"]),
         prefill=PrefillOverrides(**sections["prefill"]),

@@ -20,7 +20,7 @@ assert on CUDA; ``tests/test_bad_input_decode.py`` holds the code to this list:
 - ``seq_lens[i] > block_tables.shape[1] * block_size``: the torch error, never numbers. Step
   columns beyond the table's width get block id -1 unless masked
   (:func:`attn_core.decode.gather.block_ids`), so the gather fails instead of reading a block
-  the sequence does not own (issue 11 saw relative errors of 0.14-0.36 from that);
+  the sequence does not own (reading them gave relative errors of 0.14-0.36);
 - ``max_seq_len < seq_lens[i] <= capacity``: only the sequence's own blocks are read. The result
   is exact while the step's columns (``>= max_seq_len + block_size - 1``) cover the sequence,
   else the torch error; streaming too (the last chunk's tail zeroing is not clamped,

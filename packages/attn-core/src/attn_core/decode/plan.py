@@ -65,8 +65,8 @@ SUBSCRIPTION = 2
 # Below 256 tokens a partition's fixed cost (its q load, stats, merge row) dominates its K/V
 # read; vLLM's V2 kernel uses 512. The same simulator sweep prices fixed partition sizes
 # against even-share with this floor: 256 +2.9 %, 512 +3.4 %, 1024 +5.3 % (2048 and 4096 no
-# longer fit shared memory); the H200 runs in docs/benchmarks.md use the resulting 256-token
-# partitions at 1 x 8K-100K. Not swept on a device.
+# longer fit shared memory); the H200 runs in docs/benchmarks.md#torch-path use the resulting
+# 256-token partitions at 1 x 8K-100K. Not swept on a device.
 MIN_PARTITION = 256
 # Four warps per block: one warp per 16-byte K vector lane group, as vLLM's kernels use 128
 # threads on 32-wide warps. Registers per thread assumed from vLLM's kernels (about 64-96).
@@ -375,7 +375,7 @@ def _choose_tier(inputs: _Inputs, spec: DeviceSpec) -> tuple[str, int]:
     )  # fmt: skip
     if inputs.forced_partition is not None:
         # capped at the span: a longer partition only pads the step with masked slots (a
-        # forced 2^24 for a 100-token step sized 211 MB of scratch; issue 18). Capped, the
+        # forced 2^24 for a 100-token step sized 211 MB of scratch). Capped, the
         # partitioned tier runs one partition of the span.
         ps = min(inputs.forced_partition, inputs.span)
     if inputs.forced_tier is not None:

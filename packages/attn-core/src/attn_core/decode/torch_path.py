@@ -39,7 +39,7 @@ def run_torch_decode(
     # query heads h*group..+group. The scale is applied in fp32 only: folded into q where q is
     # fp32 for the bmm, else onto the fp32 scores. Folding it into a 2-byte q (once done for
     # power-of-two scales, where it is exact) overflows: fp16 q * 65536 is inf for |q| >= 1,
-    # and the step returned NaN where the float64 reference is finite (issue 18).
+    # and the step returned NaN where the float64 reference is finite.
     qg = ws.take("q", (kv_heads, num_seqs, group, head_size), plan.score_input_dtype, query.device)
     by_head = query.reshape(num_seqs, kv_heads, group, head_size).transpose(0, 1)
     fold = qg.dtype == torch.float32

@@ -6,7 +6,7 @@ A profile file replaces some or all fields of a :class:`~attn_core.device.spec.D
      "name": "bi-v100-lab",
      "base": "bi-v100",
      "fields": {"sm_count": 16, "hbm_bandwidth": 5.9e11, ...},
-     "provenance": {"sm_count": "measured on bi-v100-lab 2026-12-01 by device-facts: ..."}}
+     "provenance": {"sm_count": "measured on bi-v100-lab by device-facts: ..."}}
 
 ``base`` (a built-in profile) supplies every field the file does not give; without it the file
 must give them all. Files written before the schema key existed (``attn_sim calibrate``'s
@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -45,14 +46,61 @@ _ZERO_OK = frozenset(
 )
 
 
+# What a data file may ask of the parser. Profiles, facts, measurements and gates nest at most
+# 4 levels; 64 is far past any of them and far below the ~1000 frames at which Python's parsers
+# raise RecursionError. 20 digits hold any 64-bit count; a longer integer can only be a typo and
+# was an OverflowError where it met a float (math.isfinite, float()).
+MAX_DEPTH = 64
+MAX_INT_DIGITS = 20
+
+
+def check_plain(data: Any, where: str) -> Any:
+    """``data`` (parsed JSON / TOML) unless it nests deeper than :data:`MAX_DEPTH` or holds an
+    integer longer than :data:`MAX_INT_DIGITS` digits: then a ``ValueError`` naming ``where``
+    (the file) and the dotted key. Iterative, so the check itself cannot overflow the stack."""
+    stack = [("", data, 0)]
+    while stack:
+        key, value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ValueError(
+                f"{where}: {key or 'the file'} is nested deeper than {MAX_DEPTH} levels"
+            )
+        if isinstance(value, int) and not isinstance(value, bool):
+            digits = len(str(abs(value)))
+            if digits > MAX_INT_DIGITS:
+                raise ValueError(
+                    f"{where}: {key or 'the file'} must be an integer of at most "
+                    f"{MAX_INT_DIGITS} digits, got one of {digits} digits"
+                )
+        elif isinstance(value, Mapping):
+            dot = f"{key}." if key else ""
+            stack.extend((f"{dot}{k}", v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{key}[{i}]", v, depth + 1) for i, v in enumerate(value))
+    return data
+
+
+def parse_json_text(text: str, where: str) -> Any:
+    """JSON text parsed and :func:`check_plain`-ed; every error a ``ValueError`` naming
+    ``where``: the one JSON reader of attn-core's files (attn_sim reads its own through it)."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError; an integer past Python's digit limit
+        raise ValueError(f"{where}: cannot be parsed: not readable JSON ({exc})") from None
+    return check_plain(data, where)
+
+
 def is_profile_path(name_or_path: str) -> bool:
     """Whether a ``--profile`` / ``ATTN_CORE_DEVICE`` value names a file, not a built-in."""
     return name_or_path not in DEVICE_SPECS
 
 
 def load_profile_file(path: Union[str, Path]) -> DeviceSpec:
-    """The profile a JSON file describes; ``ValueError`` naming the file and field otherwise."""
-    path = Path(path)
+    """The profile a JSON file describes (``~`` expanded); ``ValueError`` naming the file and
+    field otherwise."""
+    path = Path(os.path.expanduser(path))  # ~user unknown: as given (Path.expanduser raises)
     if not path.is_file():
         why = "is a directory" if path.is_dir() else "does not exist"
         raise ValueError(
@@ -60,18 +108,19 @@ def load_profile_file(path: Union[str, Path]) -> DeviceSpec:
             f"{str(path)!r} {why}"
         )
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"profile file {path}: not readable JSON ({exc})") from None
-    return profile_from_json(data, source=str(path))
+    return profile_from_json(parse_json_text(text, f"profile file {path}"), source=str(path))
 
 
 def profile_from_json(data: Any, source: str = "<profile>") -> DeviceSpec:
     """A :class:`DeviceSpec` from a parsed profile file (see the module docstring)."""
     if not isinstance(data, Mapping):
         raise ValueError(f"profile file {source}: must be a JSON object, got {type(data).__name__}")
+    check_plain(data, f"profile file {source}")
     schema = data.get("schema", SCHEMA)
-    if schema != SCHEMA:
+    if not isinstance(schema, str) or schema != SCHEMA:
         raise ValueError(f"profile file {source}: schema must be {SCHEMA!r}, got {schema!r}")
     unknown_keys = set(data) - {"schema", "name", "base", "fields", "provenance"}
     if unknown_keys:
@@ -88,7 +137,7 @@ def profile_from_json(data: Any, source: str = "<profile>") -> DeviceSpec:
     values: dict[str, Any] = {k: _checked(source, k, v) for k, v in fields.items()}
     base_name = data.get("base")
     if base_name is not None:
-        if base_name not in DEVICE_SPECS:
+        if not isinstance(base_name, str) or base_name not in DEVICE_SPECS:
             raise ValueError(
                 f"profile file {source}: base must be one of {sorted(DEVICE_SPECS)}, "
                 f"got {base_name!r}"
@@ -242,7 +291,7 @@ def _required() -> tuple[str, ...]:
 
 def _checked(source: str, key: str, value: Any) -> Union[int, float]:
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not is_number or not math.isfinite(value):
+    if not is_number or not math.isfinite(float(value)):
         raise ValueError(f"profile file {source}: {key} must be a finite number, got {value!r}")
     if key not in _FLOAT_FIELDS and not float(value).is_integer():
         raise ValueError(f"profile file {source}: {key} must be an integer, got {value!r}")

@@ -169,24 +169,22 @@ _H200 = DeviceSpec(
         "shared_mem_alloc_unit": "datasheet: CUDA occupancy calculator, cc 9.0",
         "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
         "memory_bytes": (
-            "measured: the driver's total_memory (device-facts, H200, 2026-12-01; datasheet 141 GB)"
+            "measured: the driver's total_memory (device-facts, H200; datasheet 141 GB)"
         ),
         "hbm_bandwidth": "datasheet: 4.8 TB/s",
         "fp16_flops": "datasheet: 989 TFLOPS dense fp16/bf16",
         "fp32_flops": "datasheet: 67 TFLOPS fp32",
         "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager (a host property: "
         "GPU run 1's host, torch 2.11, fitted 28 us; calibrated profiles carry their host's)",
-        "l2_bytes": (
-            "measured: the driver's L2 size (device-facts, H200, 2026-12-01; datasheet 50 MiB)"
-        ),
+        "l2_bytes": ("measured: the driver's L2 size (device-facts, H200; datasheet 50 MiB)"),
         "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 9.0",
         "max_registers_per_block": "datasheet: CUDA compute capability 9.0",
         "launch_gap_s": "measured: GPU run 1 (H200, torch 2.11), CUDA-graph replay of attn-core "
         "decode at 1x8K: 0.209 ms for 64 launches moving ~0.12 GB (~0.03 ms) => ~2.8 us each",
         "shared_mem_per_block_optin": "datasheet: 227 KiB with opt-in, cc 9.0",
-        "dependent_launch_gap_s": "measured: H200 2026-12-04, bench/decode_timeline.py "
+        "dependent_launch_gap_s": "measured: H200, bench/decode_timeline.py "
         "(%globaltimer stamps): the native merge's first work 0.5 us after the last partition "
-        "block ended, at every shape (docs/benchmarks.md, issue 17 round 14)",
+        "block ended, at every shape (docs/benchmarks.md#device-facts)",
     },
 )
 

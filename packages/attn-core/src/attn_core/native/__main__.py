@@ -16,25 +16,41 @@
 
 Builds go to ``ATTN_CORE_NATIVE_CACHE`` (default ``~/.cache/attn_core``)/<build key>.
 
+Builds go through the build records (``<library>.json``: key, size, sha256): a library they
+do not vouch for is rebuilt, and ``facts --write`` reads only logs they vouch for and never
+writes fewer or implausible records over the file's.
+
 Exit codes: 0 fine; 1 a compiler was found but the build (or loading) failed; 2 bad usage (an
-argument or ATTN_CORE_* variable, named); 3 no compiler (or no GPU for ``status``): the torch
-path runs, which is not an error unless the caller requires the kernel (``|| [ $? -eq 3 ]``
-accepts it in a Dockerfile).
+argument or ATTN_CORE_* variable, named: a target the compiler cannot build, a cache that
+cannot be created or written); 3 no compiler (or no GPU for ``status``): the torch path runs,
+which is not an error unless the caller requires the kernel (``|| [ $? -eq 3 ]`` accepts it in
+a Dockerfile); 130 / 143 stopped by SIGINT / SIGTERM (compilers killed, temporary files
+removed).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 from attn_core.core.settings import current_overrides, parse_archs, reload
-from attn_core.native.build import BuildError, build_all, default_cache_dir, family_key
+from attn_core.native.build import (
+    BuildError,
+    Terminated,
+    build_all,
+    default_cache_dir,
+    family_key,
+    lock_timeout,
+    stop_on_signals,
+)
 from attn_core.native.family import DECODE, FAMILIES
-from attn_core.native.toolchain import Toolchain, find_toolchain
+from attn_core.native.toolchain import Toolchain, find_toolchain, foreign_archs
 
 OK, FAILED, USAGE, UNAVAILABLE = 0, 1, 2, 3
+INTERRUPTED, TERMINATED = 130, 143  # the shell's 128 + SIGINT / SIGTERM
 
 
 # The prefill call status plans: Qwen3.6's full-attention layer, an 8192-token chunk over 100K.
@@ -109,11 +125,11 @@ def _status(groups: tuple[int, ...]) -> int:
 
 
 def _cache_dir(settings) -> Path:
-    """The build cache, created; ValueError naming ATTN_CORE_NATIVE_CACHE (or the default)
-    when it is not, and cannot become, a directory: a usage error, found before any compiler
-    runs."""
+    """The build cache (``~`` expanded), created; ValueError naming ATTN_CORE_NATIVE_CACHE (or
+    the default) when it is not, and cannot become, a writable directory: a usage error, found
+    before any compiler runs (a read-only cache once failed later, as exit 1)."""
     if settings.cache_dir:
-        cache, origin = Path(settings.cache_dir), "ATTN_CORE_NATIVE_CACHE"
+        cache, origin = Path(settings.cache_dir).expanduser(), "ATTN_CORE_NATIVE_CACHE"
     else:
         cache, origin = default_cache_dir(), "the default cache (set ATTN_CORE_NATIVE_CACHE)"
     try:
@@ -122,6 +138,11 @@ def _cache_dir(settings) -> Path:
         raise ValueError(f"{origin} {cache} is a file, expected a directory") from None
     except OSError as exc:
         raise ValueError(f"{origin} {cache} cannot be created ({exc.strerror or exc})") from None
+    try:
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as exc:
+        raise ValueError(f"{origin} {cache} is not writable ({exc.strerror or exc})") from None
     return cache
 
 
@@ -132,10 +153,19 @@ def _build(archs: Optional[str]) -> tuple:
     # the one validator of targets (settings.parse_archs): --arch '' is refused like a bad
     # target, since an empty list would mean every target (a 19-minute build)
     if archs is not None:
-        wanted = parse_archs("--arch", archs)
+        wanted, origin = parse_archs("--arch", archs), "--arch"
     else:  # validated when the settings were read
         wanted = parse_archs("ATTN_CORE_NATIVE_ARCH", settings.arch) if settings.arch else ()
+        origin = "ATTN_CORE_NATIVE_ARCH"
+    lock_timeout()  # a bad ATTN_CORE_NATIVE_LOCK_TIMEOUT is named before anything is built
     cache = _cache_dir(settings)
+    found, _ = find_toolchain(settings.cuda_home)
+    bad = foreign_archs(found.kind, wanted) if found is not None else []
+    if found is not None and bad:
+        raise ValueError(
+            f"{origin} names {', '.join(bad)}, which the compiler found ({found.kind}, "
+            f"{found.compiler}) cannot build"
+        )
     toolchain, why = find_toolchain(settings.cuda_home, wanted or None)
     if toolchain is None:
         print(f"native kernel not built: {why}")
@@ -173,7 +203,7 @@ def _facts(write: bool) -> int:
     from tabulate import tabulate
 
     from attn_core.native import facts
-    from attn_core.native.build import log_path, source_digest
+    from attn_core.native.build import cached_damage, log_path, source_digest
 
     code, toolchain, out_dir = _build(None)
     if code != OK:
@@ -185,6 +215,15 @@ def _facts(write: bool) -> int:
         corex_dir = _build_variant(toolchain, out_dir, "-corex", facts.COREX_DEFINES)
     if portable_dir is None or corex_dir is None:
         return FAILED
+    builds_made = ((out_dir, ()), (portable_dir, facts.PORTABLE_DEFINES),
+                   (corex_dir, facts.COREX_DEFINES))  # fmt: skip
+    for folder, defines in builds_made:  # only logs a build record vouches for
+        for variant in DECODE.variants:
+            library = folder / DECODE.library_name(variant)
+            broken = cached_damage(toolchain, library, DECODE, variant, defines=defines, log=True)
+            if broken:
+                print(f"native kernel facts: not recorded: {broken}", file=sys.stderr)
+                return FAILED
     logs, portable, corex = (
         [log_path(d / DECODE.library_name(v)) for v in DECODE.variants]
         for d in (out_dir, portable_dir, corex_dir)
@@ -202,11 +241,49 @@ def _facts(write: bool) -> int:
     ]
     print(tabulate([r.__dict__ for r in records], headers="keys", tablefmt="github"))
     if write:
+        refused = _refuse_facts(records)
+        if refused:
+            print(f"native kernel facts: {facts.FACTS_FILE} not written: {refused}",
+                  file=sys.stderr)  # fmt: skip
+            return FAILED
         compiler = f"{toolchain.kind} {toolchain.version}"
         archs = ",".join(toolchain.archs)
         path = facts.write_facts(logs, portable, corex, compiler, archs, source_digest())
         print(f"wrote {path}")
     return OK
+
+
+MAX_REGISTERS = 255  # per thread, on every target: more is a log ptxas did not write
+MAX_SMEM_BYTES = 256 * 1024  # above any target's shared memory per block
+
+
+def _record_key(r) -> tuple:
+    return (r.kernel, r.query, r.cache, r.head_bucket, r.slots, r.body, r.toolchain)
+
+
+def _refuse_facts(records: list) -> str:
+    """Why ``records`` (every build's) must not replace kernel_facts.json, or "": a value
+    ptxas cannot report, or a kernel the file records that they lack (a build that did not
+    fully succeed once replaced the file with one record of 99999 registers)."""
+    from attn_core.native import facts
+
+    odd = [r for r in records if not 0 <= r.registers <= MAX_REGISTERS
+           or not 0 <= r.smem_bytes <= MAX_SMEM_BYTES or r.spill_bytes < 0]  # fmt: skip
+    if odd:
+        r = odd[0]
+        return (f"{len(odd)} records outside what ptxas reports (e.g. {r.kernel} {r.query}/"
+                f"{r.cache}: {r.registers} registers, {r.smem_bytes} bytes smem; registers "
+                f"must be 0..{MAX_REGISTERS})")  # fmt: skip
+    try:
+        recorded = {_record_key(r) for r in facts.load_facts(facts.FACTS_FILE)["kernels"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = set()  # no readable file: nothing to shrink
+    lost = recorded - {_record_key(r) for r in records}
+    if lost:
+        return (f"these builds lack {len(lost)} of its {len(recorded)} records (e.g. "
+                f"{sorted(lost)[0]}); records from a build that did not fully succeed never "
+                "replace it (remove the file first to drop kernels on purpose)")  # fmt: skip
+    return ""
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -224,18 +301,31 @@ def main(argv: Optional[list[str]] = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad usage, 0 on --help
         return int(exc.code or 0)
     try:
-        reload()  # a process start reads the environment: a bad ATTN_CORE_* is exit 2 here
-        if args.command == "build":
-            return _build(args.arch)[0]
-        if args.command == "facts":
-            return _facts(args.write)
-        parts = [g.strip() for g in args.groups.split(",") if g.strip()]
-        if not parts or not all(g.isdigit() and int(g) >= 1 for g in parts):
-            raise ValueError(f"--groups must list positive integers, got {args.groups!r}")
-        return _status(tuple(int(g) for g in parts))
+        with stop_on_signals():
+            return _run(args)
     except ValueError as exc:  # a bad ATTN_CORE_* / CUDA_HOME value
         print(f"error: {exc}", file=sys.stderr)
         return USAGE
+    except KeyboardInterrupt:  # build_all killed the compilers and removed its temporary files
+        print(f"{args.command} interrupted (SIGINT): stopped, nothing half-built kept",
+              file=sys.stderr)  # fmt: skip
+        return INTERRUPTED
+    except Terminated:
+        print(f"{args.command} terminated (SIGTERM): stopped, nothing half-built kept",
+              file=sys.stderr)  # fmt: skip
+        return TERMINATED
+
+
+def _run(args: argparse.Namespace) -> int:
+    reload()  # a process start reads the environment: a bad ATTN_CORE_* is exit 2 here
+    if args.command == "build":
+        return _build(args.arch)[0]
+    if args.command == "facts":
+        return _facts(args.write)
+    parts = [g.strip() for g in args.groups.split(",") if g.strip()]
+    if not parts or not all(g.isdigit() and int(g) >= 1 for g in parts):
+        raise ValueError(f"--groups must list positive integers, got {args.groups!r}")
+    return _status(tuple(int(g) for g in parts))
 
 
 if __name__ == "__main__":

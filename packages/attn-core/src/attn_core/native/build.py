@@ -5,20 +5,30 @@ Every kernel family (:mod:`.family`) is built here, variant by variant: ``setup.
 source checkout builds on first use into a cache directory keyed by a hash of the family's
 sources, the compiler version and the targets (:func:`family_key`), so an edited kernel never
 loads stale. Concurrent builds (pytest-xdist workers, several vLLM ranks) serialise on a lock
-file and a library appears by an atomic rename (:func:`compile_library`).
+file and a library appears by an atomic rename (:func:`compile_library`), with a build record
+beside it (its key, size and sha256) that every later cache hit is checked against. Nothing a
+build writes follows a symbolic link (a link is replaced, never written through), and a stop
+(Ctrl-C, SIGTERM) kills the compilers and removes the temporary folders (:func:`build_all`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import fcntl
 import hashlib
+import json
+import math
 import os
 import re
+import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -33,10 +43,42 @@ SOURCE = CSRC / "paged_decode.cu"
 # (group 6: 125 s user) and took up to ~14 min of wall time on a 2-core machine shared by
 # several builds; the limit only catches a hung compiler.
 BUILD_TIMEOUT_S = 1800
+# How long a builder waits for another's lock on the same library before it gives up: one
+# library's worst build above, so a live builder is waited out and a stopped one is not
+# waited on forever.
+LOCK_TIMEOUT_VAR = "ATTN_CORE_NATIVE_LOCK_TIMEOUT"
+LOCK_TIMEOUT_S = 1800.0
 
 
 class BuildError(RuntimeError):
     """The compiler failed; the message carries its command and the tail of its output."""
+
+
+class BuildLockTimeout(BuildError):
+    """Another process held a library's build lock past :func:`lock_timeout`."""
+
+
+class BuildStopped(BuildError):
+    """The build was stopped (:func:`stop_compilers`) before this library was done."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived during :func:`stop_on_signals` (SIGINT is ``KeyboardInterrupt``)."""
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for another builder's lock: ``ATTN_CORE_NATIVE_LOCK_TIMEOUT`` or
+    :data:`LOCK_TIMEOUT_S`; ValueError naming the variable for anything but a positive number."""
+    raw = os.environ.get(LOCK_TIMEOUT_VAR, "").strip()
+    if not raw:
+        return LOCK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{LOCK_TIMEOUT_VAR} must be a positive number of seconds, got {raw!r}")
+    return value
 
 
 _LOCAL_INCLUDE = re.compile(rb'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
@@ -106,6 +148,98 @@ def family_key(toolchain: Toolchain, family: Family) -> str:
     return family.cache_prefix + key
 
 
+def library_key(
+    toolchain: Toolchain,
+    source: Path,
+    name: str,
+    defines: tuple[str, ...],
+    *,
+    flush_denormals: bool = False,
+) -> str:
+    """What one library is built from: :func:`build_key` plus its file name and macros (the
+    tuning and facts builds share a family's key folder layout but not its macros)."""
+    base = build_key(toolchain, source=source, flush_denormals=flush_denormals)
+    h = hashlib.sha256(base.encode())
+    h.update("|".join((name, *defines)).encode())
+    return h.hexdigest()[:20]
+
+
+def record_path(library: Path) -> Path:
+    """The build record beside ``library``: its key, size and sha256 (``<library>.json``)."""
+    return library.with_name(library.name + ".json")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def damage(library: Path, key: Optional[str] = None, *, log: bool = False) -> str:
+    """Why ``library`` cannot be vouched for ("" when it can): its build record is missing or
+    unreadable, names another build (``key``; None checks only the bytes), or its size or
+    sha256 is not the library's; with ``log``, also its compiler log (:func:`log_path`, what
+    ``facts`` reads) must be the one its build wrote. A truncated or emptied library was once
+    served as a cached build (0.0 s); this is the check every cache hit passes first."""
+    if not library.is_file():
+        return f"no library at {library}"
+    try:
+        record = json.loads(record_path(library).read_text())
+        size, digest, built = int(record["size"]), str(record["sha256"]), str(record["key"])
+    except FileNotFoundError:
+        return f"{library} has no build record ({record_path(library).name})"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{library}'s build record is unreadable ({exc})"
+    if key is not None and built != key:
+        return f"{library} was built from other sources or flags (key {built}, expected {key})"
+    actual = library.stat().st_size
+    if actual != size:
+        return f"{library} is {actual} bytes, its build made {size}"
+    if _sha256(library) != digest:
+        return f"{library}'s sha256 is not its build's"
+    if log:
+        logged = log_path(library)
+        if not logged.is_file() or _sha256(logged) != record.get("log_sha256"):
+            return f"{logged} is not the log its build wrote"
+    return ""
+
+
+def cached_damage(
+    toolchain: Toolchain,
+    library: Path,
+    family: Family,
+    variant: str,
+    *,
+    defines: tuple[str, ...] = (),
+    log: bool = False,
+) -> str:
+    """:func:`damage` of ``family``'s ``variant`` built by ``toolchain`` (with ``defines``
+    before the variant's own) at ``library``."""
+    key = library_key(
+        toolchain, CSRC / family.source, library.name, (*defines, *family.variants[variant]),
+        flush_denormals=family.flush_denormals,
+    )  # fmt: skip
+    return damage(library, key, log=log)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary file and a rename: a reader sees the old file
+    or the new one, and a symbolic link at ``path`` is replaced, never written through."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        # mkstemp's 0600 would hide a root install's records and logs from the serving user
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def build_variant(
     toolchain: Toolchain,
     out_dir: Path,
@@ -118,7 +252,8 @@ def build_variant(
     ``defines`` come before the variant's own (tuning and facts builds).
 
     Raises:
-        BuildError: every command line failed (the last one's output is in the message).
+        BuildError: every command line failed (the last one's output is in the message), the
+            lock was held too long (:class:`BuildLockTimeout`) or the build was stopped.
     """
     target = out_dir / family.library_name(variant)
     archs = " ".join(toolchain.archs)
@@ -152,6 +287,8 @@ def build_all(
 
     Raises:
         BuildError: naming every library that failed, after the others were built.
+        KeyboardInterrupt, Terminated: the running compilers were killed, the libraries not yet
+            started skipped and every temporary folder removed before it propagates.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -167,7 +304,9 @@ def build_all(
     start = time.monotonic()
     workers = jobs or min(len(work), os.cpu_count() or 1) or 1
     failures = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    pool = ThreadPoolExecutor(max_workers=workers)
+    futures = []
+    try:
         futures = [
             (family.library_name(variant), pool.submit(
                 build_variant, toolchain, folder, family, variant, defines=defines))
@@ -181,9 +320,129 @@ def build_all(
                 continue
             if progress is not None:
                 progress(f"  {name}: " + (f"built in {seconds:.0f} s" if seconds else "cached"))
+    except BaseException:
+        # Ctrl-C once compiled every remaining library before the traceback: stop now
+        for _, future in futures:
+            future.cancel()
+        stop_compilers()
+        raise
+    finally:
+        pool.shutdown(wait=True)  # the workers remove their temporary folders as they stop
+        _STOPPING.clear()
     if failures:
         raise BuildError("\n".join(failures))
     return time.monotonic() - start
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block (main thread), SIGTERM raises :class:`Terminated` the way SIGINT raises
+    ``KeyboardInterrupt``, so a build stopped either way cleans up (:func:`build_all`)."""
+
+    def terminated(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+_STOPPING = threading.Event()
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_compilers() -> None:
+    """Kill every compiler this process runs (their whole process groups: nvcc's cicc and
+    ptxas too) and make the builds not yet started stop (:class:`BuildStopped`)."""
+    _STOPPING.set()
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        _kill(proc)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file's descriptor, opened without following a link; a link found there is
+    removed (a symlinked lock once emptied a file outside the cache)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    os.unlink(path)
+    return os.open(path, flags, 0o644)
+
+
+def _holder(fd: int) -> str:
+    """The pid the lock's holder wrote into it, or "unknown" (a builder that predates this)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "an unknown process"
+
+
+def _acquire(path: Path, timeout: float) -> int:
+    """Hold ``path``'s lock (its descriptor), the holder's pid written into it.
+
+    Raises:
+        BuildLockTimeout: another process held it for ``timeout`` seconds (named).
+        BuildStopped: :func:`stop_compilers` was called while waiting.
+    """
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        fd = _open_lock(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            if not said:
+                print(
+                    f"attn-core: waiting for {path}, held by {holder} (a build of the same "
+                    f"library); giving up after {timeout:.0f} s ({LOCK_TIMEOUT_VAR})",
+                    file=sys.stderr, flush=True,
+                )  # fmt: skip
+                said = True
+            if _STOPPING.is_set():
+                raise BuildStopped(f"stopped while waiting for {path}") from None
+            if time.monotonic() >= deadline:
+                raise BuildLockTimeout(
+                    f"gave up after {timeout:.0f} s waiting for the build lock {path}, held by "
+                    f"{holder} (a stopped or hung build? {LOCK_TIMEOUT_VAR} sets the limit)"
+                ) from None
+            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            continue
+        # the builder before us removes its lock file on release: only the file still at the
+        # path serialises, so a lock taken on a removed one is taken again
+        try:
+            now = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(fd)
+            continue
+        held = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+
+def _release(path: Path, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)  # removed while still held: a waiter then finds the path changed
+    os.close(fd)
 
 
 def compile_library(
@@ -195,22 +454,28 @@ def compile_library(
     *,
     flush_denormals: bool = False,
 ) -> tuple[Path, float]:
-    """Compile ``source`` (includes from :data:`CSRC`) into ``target`` unless it is there;
-    ``(target, seconds)``, 0.0 when it was. Every library, decode and prefill, is made here.
+    """Compile ``source`` (includes from :data:`CSRC`) into ``target`` unless a build of it
+    that its record vouches for (:func:`damage`) is there; ``(target, seconds)``, 0.0 when it
+    was. Every library, decode and prefill, is made here.
 
-    One lock file per library (``.<name>.lock`` beside it) serialises concurrent builders; each
-    of ``toolchain``'s command lines is tried in a temporary directory until one succeeds; its
-    command and output go to ``<library>.log`` and the library appears by atomic rename.
+    One lock file per library (``.<name>.lock`` beside it, holding its builder's pid, removed
+    after) serialises concurrent builders; each of ``toolchain``'s command lines is tried in a
+    temporary directory until one succeeds; its command and output go to ``<library>.log``, the
+    library appears by atomic rename and its record (:func:`record_path`) after it.
 
     Raises:
         BuildError: every command line failed; the message is ``failed``, the last command and
-            the tail of its output.
+            the tail of its output. BuildLockTimeout / BuildStopped (:func:`_acquire`).
+        ValueError: ``ATTN_CORE_NATIVE_LOCK_TIMEOUT`` is not a positive number.
     """
+    timeout = lock_timeout()
     out_dir, name = target.parent, target.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():
+    key = library_key(toolchain, source, name, defines, flush_denormals=flush_denormals)
+    lock_path = out_dir / f".{name}.lock"
+    fd = _acquire(lock_path, timeout)
+    try:
+        if not damage(target, key):
             return target, 0.0
         start = time.monotonic()
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
@@ -221,22 +486,47 @@ def compile_library(
             )
             for cmd in commands:
                 done = _run(cmd)
-                if done.returncode == 0 and partial.is_file():
-                    log_path(target).write_text(" ".join(cmd) + "\n" + done.stdout + done.stderr)
+                if _STOPPING.is_set():
+                    raise BuildStopped(f"{failed}: stopped")
+                if done.returncode == 0 and partial.is_file() and partial.stat().st_size:
+                    log = (" ".join(cmd) + "\n" + done.stdout + done.stderr).encode()
+                    write_atomic(log_path(target), log)
+                    record = {"key": key, "size": partial.stat().st_size,
+                              "sha256": _sha256(partial),
+                              "log_sha256": hashlib.sha256(log).hexdigest()}  # fmt: skip
                     os.replace(partial, target)
+                    write_atomic(record_path(target), json.dumps(record).encode() + b"\n")
                     return target, time.monotonic() - start
                 failures.append((cmd, done))
         cmd, done = failures[-1]
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-25:])
         raise BuildError(f"{failed}: {' '.join(cmd)}\n{tail}")
+    finally:
+        _release(lock_path, fd)
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """``cmd`` in its own process group (:func:`stop_compilers` kills the whole group; a
+    terminal's Ctrl-C reaches this process, which then does), text decoded leniently."""
     try:
-        return subprocess.run(
-            cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
         )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {BUILD_TIMEOUT_S} s")
     except OSError as exc:
         return subprocess.CompletedProcess(cmd, 127, "", str(exc))
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    try:
+        if _STOPPING.is_set():  # stopped between the check and the start
+            _kill(proc)
+        try:
+            out, err = proc.communicate(timeout=BUILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            proc.communicate()
+            return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {BUILD_TIMEOUT_S} s")
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
+    text = (out.decode(errors="replace"), err.decode(errors="replace"))
+    return subprocess.CompletedProcess(cmd, proc.returncode, *text)

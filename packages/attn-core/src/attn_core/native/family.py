@@ -84,4 +84,17 @@ PREFILL = Family(
     cache_prefix="prefill-",
 )
 
-FAMILIES = {f.name: f for f in (DECODE, PREFILL)}
+# The hybrid model's Gated DeltaNet layers (decode step, token-by-token and chunked prefill,
+# short convolutions): one library of
+# CUDA-core kernels for every dtype and both head sizes (64, 128 as template parameters); it
+# builds in ~3 s with nvcc, so there is nothing to gain from variants yet.
+GATED_DELTA = Family(
+    name="gated_delta",
+    source="gated_delta.cu",
+    prefix="attn_gdn",
+    abi_version=3,
+    variants={"fma": ()},
+    cache_prefix="gdn-",
+)
+
+FAMILIES = {f.name: f for f in (DECODE, PREFILL, GATED_DELTA)}

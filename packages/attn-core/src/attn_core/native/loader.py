@@ -28,10 +28,16 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.settings import NativeSettings
-from attn_core.core.shapes import AttentionShape
 from attn_core.device.iluvatar import is_iluvatar
 from attn_core.native import abi
-from attn_core.native.build import BuildError, build_variant, default_cache_dir, family_key
+from attn_core.native.build import (
+    BuildError,
+    build_variant,
+    cached_damage,
+    damage,
+    default_cache_dir,
+    family_key,
+)
 from attn_core.native.family import Family
 from attn_core.native.toolchain import DEFAULT_COREX_ARCH, Toolchain, find_toolchain
 
@@ -102,6 +108,15 @@ class NativeLibrary:
     def probe(self) -> None:
         """Raise (``NativeError``) unless the library has code for the current device."""
 
+    def verify_config(self, shape: Any) -> tuple:
+        """The verify-once registry's ``config`` of this library for ``shape`` (the file name
+        names the family and variant); an attention family's ``shape`` is an
+        :class:`~attn_core.core.shapes.AttentionShape`, another family's is its own."""
+        return (
+            self.path.name, shape.dtype, shape.kv_cache_dtype, shape.head_size,
+            shape.block_size, shape.group,
+        )  # fmt: skip
+
 
 Library = TypeVar("Library", bound=NativeLibrary)
 
@@ -126,8 +141,9 @@ def device_arch(index: int, forced: Optional[str]) -> str:
 
 
 def cache_root(cache_dir: Optional[str]) -> Path:
-    """The build cache: ``cache_dir`` (``ATTN_CORE_NATIVE_CACHE``) or the default."""
-    return Path(cache_dir) if cache_dir else default_cache_dir()
+    """The build cache: ``cache_dir`` (``ATTN_CORE_NATIVE_CACHE``, ``~`` expanded) or the
+    default."""
+    return Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
 
 
 _LOCK = threading.Lock()
@@ -180,7 +196,10 @@ def _locate(
     tried = []
     prebuilt = PREBUILT / name
     if prebuilt.is_file():
-        lib, status = _open(cls, prebuilt, "prebuilt", None)
+        # the install's own build wrote the record; what it vouches for here is the bytes
+        broken = damage(prebuilt)
+        lib, status = (None, NativeStatus(False, f"damaged: {broken}")) if broken else (
+            _open(cls, prebuilt, "prebuilt", None))  # fmt: skip
         if lib is not None:
             return lib, status
         tried.append(f"prebuilt {prebuilt}: {status.detail}")
@@ -194,15 +213,23 @@ def _locate(
     every, _ = find_toolchain(settings.cuda_home)
     if every is not None and arch in every.archs:
         built = cache / family_key(every, family)
-        if (built / name).is_file() and not (out_dir / name).is_file():
+        whole = not cached_damage(every, built / name, family, variant)
+        if whole and cached_damage(toolchain, out_dir / name, family, variant):
             toolchain, out_dir = every, built
     described = _describe(toolchain)
-    if not (out_dir / name).is_file() and not settings.build:
-        detail = "no cached build and ATTN_CORE_NATIVE_BUILD is off"
-        return None, NativeStatus(False, "; ".join([*tried, detail]), toolchain=described)
+    if not settings.build:
+        # a cached library is used only when its build record vouches for it (a truncated one
+        # was once reported as a cached build and loaded)
+        broken = cached_damage(toolchain, out_dir / name, family, variant)
+        if broken and (out_dir / name).exists():
+            detail = f"cached build is damaged: {broken} (ATTN_CORE_NATIVE_BUILD is off)"
+            return None, NativeStatus(False, "; ".join([*tried, detail]), toolchain=described)
+        if broken:
+            detail = "no cached build and ATTN_CORE_NATIVE_BUILD is off"
+            return None, NativeStatus(False, "; ".join([*tried, detail]), toolchain=described)
     try:
         path, seconds = build_variant(toolchain, out_dir, family, variant)
-    except (BuildError, OSError) as exc:
+    except (BuildError, OSError, ValueError) as exc:  # ValueError: a bad lock limit, named
         return None, NativeStatus(False, "; ".join([*tried, str(exc)]), toolchain=described)
     how = f"built in {seconds:.1f} s" if seconds else "cached build"
     lib, status = _open(cls, path, how, described)
@@ -231,16 +258,13 @@ def _describe(toolchain: Toolchain) -> str:
     return f"{toolchain.kind} {toolchain.version} {','.join(toolchain.archs)}"
 
 
-def verify_config(lib: NativeLibrary, shape: AttentionShape) -> tuple:
-    """The verify-once registry's ``config`` of ``lib`` for ``shape`` (the file names the
-    family and variant)."""
-    return (
-        lib.path.name, shape.dtype, shape.kv_cache_dtype, shape.head_size, shape.block_size,
-        shape.group,
-    )  # fmt: skip
+def verify_config(lib: NativeLibrary, shape: Any) -> tuple:
+    """The verify-once registry's ``config`` of ``lib`` for ``shape``
+    (:meth:`NativeLibrary.verify_config`)."""
+    return lib.verify_config(shape)
 
 
-def verify(lib: NativeLibrary, device: torch.device, shape: AttentionShape) -> verify_once.Verdict:
+def verify(lib: NativeLibrary, device: torch.device, shape: Any) -> verify_once.Verdict:
     """The kept verdict of ``lib`` for ``shape`` on ``device``, checking it now if none."""
     return verify_once.verdict(lib.VERIFY_KIND, device, verify_config(lib, shape), lib)
 
@@ -250,7 +274,7 @@ def native_ready(
     variant: str,
     settings: NativeSettings,
     device: torch.device,
-    shape: AttentionShape,
+    shape: Any,
 ) -> tuple[Optional[Library], str]:
     """``(library, "")`` when ``cls``'s ``variant`` may serve ``shape`` on ``device``: loaded
     and matched the float64 reference here; else ``(None, why)``."""

@@ -5,6 +5,9 @@ an isolated environment without torch.
 
 - NVIDIA: ``$CUDA_HOME/bin/nvcc`` (then ``CUDA_PATH``, ``nvcc`` on ``PATH``,
   ``/usr/local/cuda``); arch ``sm_XY`` from the device, or a list for device-less builds.
+- Upstream clang's CUDA mode (``kind="clang"``, made by hand, never found): NVIDIA targets
+  against a ``--cuda-path`` (``home``) with the static CUDA runtime in ``home/lib64``; CI builds
+  with it from the registry's CUDA wheels, since CoreX's compiler is a clang.
 - Iluvatar CoreX: ``/usr/local/corex`` (or a ``CUDA_HOME`` holding ``bin/clang++`` and no real
   ``nvcc``; CoreX ships an ``nvcc`` stub that does not compile CUDA). clang compiles CUDA for
   ``--cuda-gpu-arch=ivcore10`` (BI-V100; ``ivcore11`` for MR-V100 / BI-V150) as language
@@ -35,7 +38,7 @@ class Toolchain:
     """A compiler that can build ``csrc/paged_decode.cu`` into a shared library.
 
     Attributes:
-        kind: ``"nvcc"`` or ``"corex-clang"``.
+        kind: ``"nvcc"``, ``"corex-clang"`` or ``"clang"`` (upstream, NVIDIA targets).
         compiler: path of the executable.
         home: toolkit root (``CUDA_HOME``-like).
         archs: targets, e.g. ``("sm_90",)`` or ``("ivcore10",)``.
@@ -83,6 +86,15 @@ class Toolchain:
             return [[self.compiler, *flags, *gencode, *common]]
         lib = str(Path(self.home) / "lib64")
         arch_flags = [f"--cuda-gpu-arch={a}" for a in self.archs]
+        if self.kind == "clang":
+            # the flags of ci/clang_library.py: the static runtime, so the library needs no
+            # CUDA runtime beside it; ptxas -v for the log facts reads
+            ftz = [CLANG_FTZ] if flush_denormals else []
+            return [[
+                self.compiler, "-x", "cuda", f"--cuda-path={self.home}", *arch_flags,
+                "-Wno-unknown-cuda-version", *ftz, "-shared", "-fPIC", *common, f"-L{lib}",
+                "-lcudart_static", "-ldl", "-lpthread", "-lrt", "-Xcuda-ptxas", "-v",
+            ]]  # fmt: skip
         tail = [
             "-shared",
             "-fPIC",
@@ -107,23 +119,39 @@ def find_toolchain(
     """``(toolchain, "")`` or ``(None, why there is none)``.
 
     Args:
-        cuda_home: the toolkit root (``CUDA_HOME``), or None to search.
-        archs: targets; None picks the platform's default.
+        cuda_home: the toolkit root (``CUDA_HOME``; ``~`` is expanded), or None to search.
+        archs: targets; None picks the platform's default. A target the compiler found cannot
+            build (``ivcore10`` for nvcc, ``sm_90`` for CoreX) is a reason, not a toolchain
+            (:func:`foreign_archs`).
     """
+    cuda_home = os.path.expanduser(cuda_home) if cuda_home else cuda_home
     corex = _corex_home(cuda_home)
     if corex is not None:
         clang = str(Path(corex) / "bin" / "clang++")
         arch = archs or (DEFAULT_COREX_ARCH,)
-        return Toolchain("corex-clang", clang, corex, tuple(arch), _version(clang)), ""
-    nvcc = _nvcc(cuda_home)
-    if nvcc is None:
-        where = f"CUDA_HOME={cuda_home}" if cuda_home else "CUDA_HOME, PATH or /usr/local/cuda"
-        return None, f"no CUDA compiler: neither nvcc nor CoreX clang++ found in {where}"
-    version = _version(nvcc)
-    if not version:
-        return None, f"{nvcc} does not run (no version output)"
-    home = str(Path(nvcc).resolve().parent.parent)
-    return Toolchain("nvcc", nvcc, home, tuple(archs or DEFAULT_NVIDIA_ARCHS), version), ""
+        found = Toolchain("corex-clang", clang, corex, tuple(arch), _version(clang))
+    else:
+        nvcc = _nvcc(cuda_home)
+        if nvcc is None:
+            where = f"CUDA_HOME={cuda_home}" if cuda_home else "CUDA_HOME, PATH or /usr/local/cuda"
+            return None, f"no CUDA compiler: neither nvcc nor CoreX clang++ found in {where}"
+        version = _version(nvcc)
+        if not version:
+            return None, f"{nvcc} does not run as a compiler (no text answer to --version)"
+        home = str(Path(nvcc).resolve().parent.parent)
+        found = Toolchain("nvcc", nvcc, home, tuple(archs or DEFAULT_NVIDIA_ARCHS), version)
+    bad = foreign_archs(found.kind, found.archs)
+    if bad:
+        return None, f"{found.compiler} ({found.kind}) cannot build {', '.join(bad)}"
+    return found, ""
+
+
+def foreign_archs(kind: str, archs: tuple[str, ...]) -> list[str]:
+    """The targets of ``archs`` a ``kind`` compiler cannot build: nvcc builds ``sm_*`` /
+    ``compute_*``, upstream clang ``sm_*``, CoreX's clang ``ivcore*`` (nvcc once died on
+    ``ivcore10`` with "invalid literal for int()")."""
+    own = {"nvcc": ("sm_", "compute_"), "clang": ("sm_",)}.get(kind, ("ivcore",))
+    return [a for a in archs if not a.startswith(own)]
 
 
 def _corex_home(cuda_home: Optional[str]) -> Optional[str]:
@@ -153,11 +181,14 @@ def _nvcc(cuda_home: Optional[str]) -> Optional[str]:
 
 
 def _version(compiler: str) -> str:
+    """The last line ``compiler --version`` prints, or "" when it prints none, or bytes that are
+    not text (a binary answer once raised UnicodeDecodeError out of the CLI)."""
     try:
-        done = subprocess.run(
-            [compiler, "--version"], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        done = subprocess.run([compiler, "--version"], capture_output=True, timeout=60, check=False)
+        text = done.stdout.decode("utf-8")
+    except (OSError, subprocess.TimeoutExpired, UnicodeDecodeError):
         return ""
-    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines or not lines[-1].isprintable():
+        return ""
+    return lines[-1]

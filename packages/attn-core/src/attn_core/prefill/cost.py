@@ -39,30 +39,31 @@ class Efficiency:
     provenance: str
 
 
-# Issue 16's table (H200, Qwen3.6 shape 24/4 heads, head 256, fp16, block 16): the compute floor
-# at 100K / 2048 is 6.83 ms for 5.08 TFLOP, i.e. a measured matmul rate of ~744 TFLOP/s, 0.75
-# of the 989 datasheet figure; the torch path took 142 ms at 100K / 8192 = 28.2 ms of GEMMs +
-# ~114 ms moving 287 GB elementwise (2.5 TB/s, 0.52 of 4.8 TB/s), and 35.8 ms at 100K / 2048
-# (priced 34.6); SDPA after a gather ran at 2.5x the floor, 0.30 of the datasheet rate.
+# The prefill table (docs/benchmarks.md#native-chunked-prefill; H200, Qwen3.6 shape 24/4 heads, head
+# 256, fp16, block 16): the compute floor at 100K / 2048 is 6.83 ms for 5.08 TFLOP, i.e. a measured
+# matmul rate of ~744 TFLOP/s, 0.75 of the 989 datasheet figure; the torch path took 142 ms at 100K
+# / 8192 = 28.2 ms of GEMMs + ~114 ms moving 287 GB elementwise (2.5 TB/s, 0.52 of 4.8 TB/s), and
+# 35.8 ms at 100K / 2048 (priced 34.6); SDPA after a gather ran at 2.5x the floor, 0.30 of the
+# datasheet rate.
 EFFICIENCY: dict[str, Efficiency] = {
     "torch": Efficiency(
         "fp16_flops", 0.75, 0.52,
-        "measured: H200, issue 16 table (matmul 0.75 of datasheet, elementwise 0.52 of HBM)",
+        "measured: H200, native prefill table (matmul 0.75 of datasheet, elementwise 0.52 of HBM)",
     ),
     "sdpa": Efficiency(
         "fp16_flops", 0.30, 1.0,
-        "measured: H200, issue 16 table (SDPA after a gather at 2.5x the matmul floor)",
+        "measured: H200, native prefill table (SDPA after a gather at 2.5x the matmul floor)",
     ),
     "vendor_flash": Efficiency(
         "fp16_flops", 0.30, 1.0, "assumed: as SDPA after a gather (not measured on BI-V100)"
     ),
-    # 85.4 ms at 100K / 8192 and 20.8 at 100K / 2048 (2026-12-02 15:02 UTC, H200, the
-    # 8-warp warp-rows tile with two K / V buffers, copies spread through Q K^T, subnormals
-    # flushed): 245 TFLOP/s, 0.248 of the datasheet rate (119.5 ms, 0.177, with the copies in
-    # one burst; 128 ms, 0.165, with S and P in shared memory; 175 ms with the 16-warp tile).
-    # ncu (30K / 2048): tensor-core instructions now carry half the stall samples, mostly
-    # waiting on their fragment loads. One buffer each (devices whose opt-in shared memory is
-    # under 215 KiB): 92.2 ms, 0.229.
+    # 85.4 ms at 100K / 8192 and 20.8 at 100K / 2048 (H200,
+    # docs/benchmarks.md#native-chunked-prefill; the 8-warp warp-rows tile with two K / V buffers,
+    # copies spread through Q K^T, subnormals flushed): 245 TFLOP/s, 0.248 of the datasheet rate
+    # (119.5 ms, 0.177, with the copies in one burst; 128 ms, 0.165, with S and P in shared memory;
+    # 175 ms with the 16-warp tile). ncu (30K / 2048): tensor-core instructions now carry half the
+    # stall samples, mostly waiting on their fragment loads. One buffer each (devices whose opt-in
+    # shared memory is under 215 KiB): 92.2 ms, 0.229.
     "native:wmma": Efficiency(
         "fp16_flops", 0.248, 1.0,
         "measured: H200, 8-warp wmma tile, two K/V buffers, spread copies, 85.4 ms at 100K / 8192",

@@ -191,7 +191,7 @@ def plan_prefill(
         alibi / sliding_window: features of the call (the fused backends take neither; the
             native kernel takes both).
         large_scale: the call's softmax scale exceeds 1; the torch plan then scores in fp32
-            (:func:`large_scale_dtypes`, issue 18), a forced ``score_dtype`` included. The
+            (:func:`large_scale_dtypes`), a forced ``score_dtype`` included. The
             fused and native backends apply the scale in fp32 already.
 
     The backend is the cheapest (:mod:`attn_core.prefill.cost`) of the torch path, the fused
@@ -505,7 +505,7 @@ def large_scale_dtypes(
     """``(matmul, score, pv)`` dtypes of the torch backend for a softmax ``scale > 1``.
 
     A 2-byte score tile holds logits up to 65504; with ``scale = 65536`` a logit of 1 is
-    already inf and the softmax NaN where the float64 reference is finite (issue 18). Scales
+    already inf and the softmax NaN where the float64 reference is finite. Scales
     <= 1 cannot push a logit past the unscaled product, so only ``scale > 1`` gets fp32 scores
     (:mod:`attn_core.prefill.torch_path` then applies the scale to them), at twice the score
     tile's bytes: such scales are far from any model's ``1 / sqrt(head_size)``. Where the GEMM

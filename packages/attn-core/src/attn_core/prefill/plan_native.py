@@ -123,7 +123,7 @@ def unsupported(shape: AttentionShape, spec: DeviceSpec) -> str:
 # csrc/paged_prefill.cu SmemPlan for the NVIDIA wmma tile, whose scores stay in registers: no S
 # or P, a 16 x 16 fp32 fragment-index scratch per warp, per-row alpha, 1 / l and lse, one float
 # per thread; regions start on 128 bytes. At head 256: 148992 bytes, the library's own figure
-# on the H200 (2026-12-02).
+# on the H200 (docs/benchmarks.md#native-chunked-prefill).
 _REGS_TILE_WARPS = MATRIX_LARGE_THREADS // 32
 
 

@@ -2,6 +2,8 @@
 
 - :mod:`.attention`: dense float64 attention over tokens read one position at a time from the
   paged cache (:func:`reference_decode`, :func:`reference_prefix_prefill`);
+- :mod:`.gated_delta`: the gated delta rule token by token and the causal convolution tap by
+  tap, float64 (:func:`reference_gated_delta`, :func:`reference_causal_conv1d`);
 - :mod:`.paged_case`, :mod:`.prefill_case`: random inputs in vLLM 0.6.3's layout (permuted
   blocks, poisoned unused blocks and tail slots).
 
@@ -16,6 +18,7 @@ from attn_core.reference.attention import (
     reference_prefix_prefill,
     tokens_from_cache,
 )
+from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 from attn_core.reference.paged_case import (
     PagedCase,
     make_paged_case,
@@ -36,4 +39,6 @@ __all__ = [
     "reference_decode",
     "reference_prefix_prefill",
     "tokens_from_cache",
+    "reference_causal_conv1d",
+    "reference_gated_delta",
 ]

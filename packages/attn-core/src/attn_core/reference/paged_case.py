@@ -63,7 +63,7 @@ def random_block_tables(
     wide = torch.randint(0, num_blocks, (len(seq_lens), width + pad), generator=generator)
     # Slice first, fill the view: filling the wide table and slicing after would drop each
     # row's first `pad` blocks and leave random (shared) ids in use, so sequences would read
-    # each other's blocks (the 2026-12-01 H200 run caught it with poisoned tails).
+    # each other's blocks (an H200 run caught it with poisoned tails).
     table = wide.to(torch.int32)[:, pad:]
     used = 0
     for s, count in enumerate(need):

@@ -196,7 +196,7 @@ struct WmmaElem<kBFloat16> {
 // works on them, and the probabilities become P V's A fragments in registers, with no round
 // trip through shared memory. That needs the fragments' element layout, which wmma leaves
 // unspecified. sm_80 to sm_90 lower this shape to two m16n8k16 MMAs and keep that
-// instruction's layout (probed on the H200, 2026-12-02): element t < 8 of lane l, in an
+// instruction's layout (probed on the H200): element t < 8 of lane l, in an
 // accumulator or a row-major A fragment, is at row l / 4 + 8 ((t / 2) % 2), column
 // 2 (l % 4) + t % 2 + 8 (t / 4); a 16-bit A fragment's elements 8..15 repeat 0..7. zero()
 // checks this against index matrices loaded into both fragment types, and a thread whose

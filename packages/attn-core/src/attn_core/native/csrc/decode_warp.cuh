@@ -6,12 +6,12 @@
 // runs this body where ATTN_DECODE_MMA is on, and the CUDA-core body elsewhere (fp32 queries,
 // CoreX).
 //
-// Why: the body before this one (wmma over a shared-memory ring, git history before
-// 2026-12-03) walked 16-token tiles with all four warps splitting the head dims, so every tile
+// Why: the body before this one (wmma over a shared-memory ring, in git history) walked
+// 16-token tiles with all four warps splitting the head dims, so every tile
 // cost three block barriers, a round trip of partial scores through shared memory and ~1500
 // warp instructions per block (ncu, H200, 1 x 100K); a block advanced one tile per ~2 us:
 // 0.150 ms against a 0.101 ms floor. A kernel that only streams the same pages through the
-// same kind of ring reads them in 0.093 ms (bench/paged_read_bound.py, H200, 2026-12-03), so
+// same kind of ring reads them in 0.093 ms (bench/paged_read_bound.py, H200), so
 // the bytes were not what bound it.
 //
 // Here each of a block's W warps owns whole 16-token tiles (tiles w, w + W, ...) over
@@ -63,7 +63,7 @@ namespace decode_warp {
 // with one or two KV heads at batch 1 had one block of four warps per SM; eight warps a block
 // took 0.8-5.7 us off every 16-bit and fp8 shape timed from 1 x 8K to 8 x 100K and 64 x 8K, each
 // at its own split (half the partitions: one block per SM), but 6 / 1 heads at 8 x 100K (+1.9 us,
-// 0.9 %) (H200, 2026-12-04, docs/benchmarks.md issue 17 round 13). Heads 64 and 128 keep four:
+// 0.9 %) (H200, docs/benchmarks.md#decode-kernel-choices). Heads 64 and 128 keep four:
 // three or four blocks of four per SM there, not measured with eight. ATTN_DECODE_WARPS_256=4
 // builds the previous block for an A/B.
 #ifndef ATTN_DECODE_WARPS_256
@@ -149,9 +149,9 @@ ATTN_DEVICE void widen4(uint32_t four, uint32_t& lo, uint32_t& hi) {
 // the caller checks both). Specialised, a tile is exactly one page, every load's offset is a
 // constant and no load needs a predicate: the general loop spent ~840 of its 1773 instructions
 // per tile on value addresses, predicates and the branches around predicated loads (SASS, fp16
-// head 256); issue, not DRAM, bound it (ncu, H200 1 x 100K, 2026-12-03: 40 % of issue slots
+// head 256); issue, not DRAM, bound it (ncu, H200 1 x 100K: 40 % of issue slots
 // busy with ~2 warps per scheduler, "wait" the main stall, DRAM 57 % of peak). Specialised:
-// ~460 a tile, and 1 x 100K 0.132 -> 0.114 ms, fp8 0.114 -> 0.070 (H200, same day).
+// ~460 a tile, and 1 x 100K 0.132 -> 0.114 ms, fp8 0.114 -> 0.070 (H200).
 template <int QKIND, int CKIND, int HEAD_MAX, int GROUP, int FIXED_BS>
 ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   constexpr int kWarps = Smem<HEAD_MAX>::kWarps;
@@ -199,8 +199,8 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   // Read after it, and the queries after the first tile's loads, three latencies stood in
   // series before a warp's first product, the queries' behind every SM's first burst of keys
   // and values in the DRAM queues: the queries were ready 5.4 us into a block at 6 / 1 heads
-  // 1 x 100K, 3.5 us at 24 / 4 1 x 8K (globaltimer stamps, H200, 2026-12-04, docs/benchmarks.md
-  // issue 17 round 14).
+  // 1 x 100K, 3.5 us at 24 / 4 1 x 8K (globaltimer stamps, H200); read together, 1.5-1.7 us
+  // (docs/benchmarks.md#decode-kernel-choices).
   const int seq_len_stored = a.seq_lens[seq];
   struct Pages {  // one lane's page ids of a tile: keys of tokens g, g + 8, values of 4t ..
     int a, b, v;
@@ -268,7 +268,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
   // registers that hold them are the same and only their lifetimes move. Page ids are read two
   // tiles ahead of their loads: a table read in front of a tile's own loads put two memory
   // latencies in series per tile (1 x 100K: 0.195 ms on the H200 against the wmma body's
-  // 0.151, 2026-12-03).
+  // 0.151).
   const int n_tiles = (end - start + kTok - 1) / kTok;
   auto tile_len = [&](int j) ATTN_INLINE_LAMBDA {
     return j < n_tiles ? min(kTok, end - (start + j * kTok)) : 0;
@@ -350,7 +350,7 @@ ATTN_DEVICE void partition_body(const AttnDecodeArgs& a, Smem<HEAD_MAX>& s) {
     load_values(warp, first);
   }
   // The queries reach shared memory after the first tile's loads are out: a barrier is a fence
-  // the compiler does not move loads across (H200, 2026-12-03, docs/benchmarks.md round 10:
+  // the compiler does not move loads across (H200:
   // staged before them, 6 / 1 heads 1 x 8K 0.0149 ms, after 0.0137).
 #pragma unroll
   for (int u = 0; u < kQueryLoads; ++u) {

@@ -12,9 +12,10 @@
 // `if (g >= G) break` each head was its own basic block, an 8-deep dependent FMA chain, and the
 // H200 issued one instruction per 6.4 cycles per warp (ncu, 1 x 100K): 0.191 ms. Padding the
 // group to 8 slots removed the branches but cost a third more FMAs for Qwen's 6 (0.211 ms);
-// the exact count gave 0.177 ms (bench/native_tune.py, H200, 2026-12-01). Groups above 8 span
-// several blocks of ceil(group / blocks) heads; a last block with fewer real heads computes
-// zero-query rows it never writes.
+// the exact count gave 0.177 ms (bench/native_tune.py, H200;
+// docs/benchmarks.md#decode-kernel-choices). Groups above 8 span several blocks of
+// ceil(group / blocks) heads; a last block with fewer real heads computes zero-query rows it
+// never writes.
 //
 // The partition's page ids are staged in shared memory once per window of kPageWindow pages
 // (one window covers every partition the planner makes up to 16K tokens at block 16). Per tile
@@ -52,7 +53,7 @@
 namespace attn {
 
 // Tuning knobs, fixed at compile time (bench/native_tune.py builds variants with -D). The
-// defaults are the measured best on the H200 (docs/benchmarks.md, native decode tuning).
+// defaults are the measured best on the H200 (docs/benchmarks.md#decode-kernel-choices).
 // ATTN_THREADS: the CUDA-core body's block (the matrix-unit body's is decode_warp::warps_for;
 // the merge's kMergeThreads).
 #ifndef ATTN_THREADS
@@ -83,8 +84,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // partition into its own running maximum, weight and sum as the partitions arrive (a
 // partition's log-sum-exp and partial are requested together, kMergeLoads at a time); the
 // streams meet once, at the end.
-// One block per (head, sequence) walking every partition was latency-bound: 13-20 us (ncu, H200,
-// 2026-12-03) for 6-24 heads over 64-131 partitions, a fixed cost that put the tensor-parallel
+// One block per (head, sequence) walking every partition was latency-bound: 13-20 us (ncu, H200)
+// for 6-24 heads over 64-131 partitions, a fixed cost that put the tensor-parallel
 // slices at batch 1 at 1.3-1.9x their floor.
 constexpr int kMergeThreads = 128;  // whatever ATTN_THREADS is
 constexpr int kMergeLoads = 8;  // partitions in flight per thread
@@ -93,7 +94,8 @@ constexpr int kMergeLoads = 8;  // partitions in flight per thread
 // 16 took 1.4-1.5 us off 128-131 partitions (6 / 1 heads at 1 x 32K and 1 x 100K) and 0.9-1.0 us
 // off 64-66 (12 / 2 at 1 x 100K, 24 / 4 at 1 x 32K), 8 (16 streams) no more; below 48
 // partitions the narrower slices' extra blocks cost more than their shorter chains save (24 / 4
-// at 8 x 100K, 8 partitions: +2.8 us with 16, +7.2 with 8; native_ab.py, H200, 2026-12-04).
+// at 8 x 100K, 8 partitions: +2.8 us with 16, +7.2 with 8; native_ab.py, H200;
+// docs/benchmarks.md#decode-kernel-choices).
 // Python mirrors it (attn_core.native.split.merge_dims).
 constexpr int kMergeNarrowAt = 48;
 constexpr int kMergeNarrowDims = 16, kMergeWideDims = 32;
@@ -597,15 +599,15 @@ __host__ __device__ constexpr int partition_threads() {
 // tuning variants beside them), and vague-linkage symbols (template instances and their
 // function-local statics, which GCC makes STB_GNU_UNIQUE) would be unified across them even
 // under RTLD_LOCAL: two variants loaded together shared a kernel-setup function's static flag,
-// and the second's kernel launched without its opt-in (H200, 2026-12-02: invalid argument).
+// and the second's kernel launched without its opt-in (an invalid-argument error on the H200).
 namespace {
 
 // ATTN_DECODE_SMEM_SPILL (on by default): nvcc 13+ may spill the CUDA-core body's kernels of
 // 2 or more head slots to shared memory, not local (CUDA 13's "enable_smem_spilling", a PTX
 // pragma of the kernel). At slots 2-4 it removed every spill store ptxas reported (26 of 363,
-// 4-20 B of block-uniform values read once a block, round 15) and, by lowering the register
+// 4-20 B of block-uniform values read once a block) and, by lowering the register
 // targets, raised occupancy: 16/4 fp32 queries 9-12 % faster at their own split, no fp32 row
-// slower beyond noise (docs/benchmarks.md issue 17 round 19). Slots 5-8 never spilled; there it
+// slower beyond noise (docs/benchmarks.md#cuda-core-body). Slots 5-8 never spilled; there it
 // lowers the register targets alone (group 6 fp32 at head 256: 112 -> 96). ptxas reserves
 // shared memory for the spill area, which kernel_facts.json's nvcc records carry; CoreX and
 // clang never see the pragma, and the facts' CoreX stand-in is built with it off
@@ -780,8 +782,9 @@ PartitionLaunch partition_for(int query_kind, int cache_kind, int head_bucket, i
 #endif
 }
 
-// How the merge launches on this device (see release_merge). Measured on the H200 (2026-12-04,
-// bench/native_ab.py, docs/benchmarks.md issue 17 round 14), 14 rows, against the plain launch:
+// How the merge launches on this device (see release_merge). Measured on the H200
+// (bench/native_ab.py, docs/benchmarks.md#decode-kernel-choices), 14 rows, against the plain
+// launch:
 // - released early with nothing else: +0.6 to +2.8 us on every batch-1 row but one: the merge's
 //   small blocks (16 fit an SM) crowded onto the first SMs its partition blocks left, 96 blocks
 //   of 6 / 1 heads on a handful of SMs, each then waiting on L2 in series;

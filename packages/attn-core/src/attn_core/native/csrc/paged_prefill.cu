@@ -55,7 +55,7 @@ constexpr int kMergeThreads = 256;
 // memory), one block per SM on the H200, in two warp layouts:
 // - RowsCfg (the wmma layers): 8 warps, warp w owns rows 16w..16w+15 of S, P and O (O at head
 //   256: 16 fragments, 128 fp32 registers), so softmax is warp-local, in registers. H200,
-//   Qwen3.6 shape, 100K / 8192 (2026-12-02): 128 ms, ~13K cycles per key tile with S and P in
+//   Qwen3.6 shape, 100K / 8192: 128 ms, ~13K cycles per key tile with S and P in
 //   shared memory; 119-120 ms with the scores kept in fragments (NVIDIA); 85 ms with two
 //   buffers, the copies spread through Q K^T and subnormals flushed (see the schedule in the
 //   kernel). ncu before those (30K / 2048, S in shared memory): 2 warps per scheduler with 0.32
@@ -149,7 +149,7 @@ struct Loader {
   static_assert(C::T % C::N == 0, "a thread keeps one key of every K tile");
   static_assert(C::T % kG == 0, "a thread keeps one key group of every V tile");
   // Constant trip counts at head size DM, unrolled; not in a 512-thread block, whose 128
-  // registers then spilled (the FMA tile: 56 bytes at head 128, ptxas sm_90, 2026-12-02).
+  // registers then spilled (the FMA tile: 56 bytes at head 128, ptxas 13.0 sm_90).
   static constexpr bool kUnrollFull = C::T <= 256;
   // Only indices are kept: base pointers are recomputed from the kernel parameters (constant
   // memory) at each tile, as 8 more live registers made the 16-warp tile spill at head 256.
@@ -305,7 +305,7 @@ struct Loader {
   // (A caller issuing only K or only V copies passes 0 for the other page: that pointer is
   // then unused and compiled away. The address arithmetic repeats load_k_as / load_v_as's on
   // purpose: shared helpers cost the two-buffer fp16 tile 4-20 bytes of spills at 255
-  // registers, ptxas sm_90, 2026-12-02.)
+  // registers, ptxas 13.0 sm_90.)
   ATTN_DEVICE Spread spread(const TileSrc& t, int pk, int pv) const {
     const int key = tid % C::N, g = tid % kG, bs = a.block_size;
     const uint8_t* kc = static_cast<const uint8_t*>(a.key_cache);
@@ -865,8 +865,9 @@ Kernel make_kernel() {
 }
 
 // The large tile with two K / V buffers where it has them and they fit the device's opt-in
-// shared memory, else with one. H200, 100K / 8192 (2026-12-02): 85.4 ms with two, 92.2 ms with
-// one (the spread copies of the next K can only start once every warp is past Q K^T).
+// shared memory, else with one. H200, 100K / 8192: 85.4 ms with two, 92.2 ms with one
+// (docs/benchmarks.md#native-chunked-prefill; the spread copies of the next K can only start
+// once every warp is past Q K^T).
 // ATTN_PREFILL_MAX_BUFS=1 builds a library that always takes one buffer: how the H200 tests
 // the path devices with less shared memory run.
 #ifndef ATTN_PREFILL_MAX_BUFS

@@ -1,0 +1,87 @@
+"""How the chunked gated delta rule cuts a prefill: chunk length and segment size.
+
+A *segment* is a batch of 64-token chunk slots processed at once: every intra-chunk product of
+the segment's chunks is one batched op, and only the pass of the state from chunk to chunk is a
+loop (one ``baddbmm_`` per chunk). The segment is as large as a byte budget allows, so the
+transient memory of a prefill is bounded whatever its length: at 256K tokens with 32 value
+heads of 128 x 128 the whole-sequence intermediates would be tens of GiB.
+
+:func:`plan_gated_delta` is a pure function of the shapes and the budget; the executor reads
+every launch decision from the plan it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHUNK = 64
+# The transient budget of one prefill call: the brief of this path asks for <= 512 MiB at 256K
+# tokens with 32 value heads x 128 x 128; segments are sized to stay inside it.
+DEFAULT_BUDGET_BYTES = 512 << 20
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class GatedDeltaPlan:
+    """Attributes:
+    chunk: tokens per chunk (64: the intra-chunk products are 64 x 64 per value head).
+    segment_chunks: chunk slots per segment (>= 1); a segment holds ``segment_chunks`` chunks
+        of one sequence or the same chunk positions of several sequences side by side.
+    bytes_per_chunk: the transient bytes one chunk slot costs (:func:`chunk_slot_bytes`).
+    budget_bytes: the budget the segment was sized for.
+    """
+
+    chunk: int
+    segment_chunks: int
+    bytes_per_chunk: int
+    budget_bytes: int
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1 or self.segment_chunks < 1:
+            raise ValueError(
+                f"chunk and segment_chunks must be >= 1, got {self.chunk} and {self.segment_chunks}"
+            )
+
+    @property
+    def segment_tokens(self) -> int:
+        return self.chunk * self.segment_chunks
+
+
+def chunk_slot_bytes(
+    num_heads: int, num_value_heads: int, head_k: int, head_v: int, itemsize: int, chunk: int
+) -> int:
+    """Transient bytes of one chunk slot in :mod:`attn_core.linear.chunked`, counted as if every
+    intermediate of the segment were alive at once (the executor frees some early, so the
+    measured peak stays below it).
+
+    Per slot, fp32 unless said: the gathered inputs in their dtype and in fp32 (q, k at key
+    heads, v at value heads), head-major q/k, the decay, Gram and solve matrices (C x C per
+    head), the solve's right-hand side and solution ``[beta v | beta e^G k]``, the decayed keys
+    and queries, the chunk's state map ``M`` (K x K) and state (K x V), the new values and the
+    output before and after its move to token-major order.
+    """
+    c, h, hv, dk, dv = chunk, num_heads, num_value_heads, head_k, head_v
+    inputs = c * (2 * h * dk + hv * dv) * (itemsize + FP32) + 2 * c * h * dk * FP32
+    square = (3 * hv + 2 * h) * c * c * FP32  # decay, A, P per value head; kk, qk per key head
+    solve = 2 * hv * c * (dv + dk) * FP32
+    decayed = 2 * hv * c * dk * FP32
+    states = hv * (dk * dk + dk * dv) * FP32
+    values = 3 * hv * c * dv * FP32 + hv * c * dv * itemsize
+    small = 8 * hv * c * FP32  # g, beta, cumulated g, masks
+    return inputs + square + solve + decayed + states + values + small
+
+
+def plan_gated_delta(
+    num_heads: int,
+    num_value_heads: int,
+    head_k: int,
+    head_v: int,
+    itemsize: int,
+    budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    chunk: int = CHUNK,
+) -> GatedDeltaPlan:
+    """The segment size for these shapes: as many chunk slots as ``budget_bytes`` holds (at
+    least one). At 16 key / 32 value heads, 128 x 128, bf16 and 512 MiB: 26 slots (1664 tokens).
+    """
+    per = chunk_slot_bytes(num_heads, num_value_heads, head_k, head_v, itemsize, chunk)
+    return GatedDeltaPlan(chunk, max(1, budget_bytes // per), per, budget_bytes)

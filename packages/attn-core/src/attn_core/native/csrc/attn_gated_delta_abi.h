@@ -1,0 +1,136 @@
+// The C ABI of the native Gated DeltaNet library (csrc/gated_delta.cu), loaded with ctypes.
+//
+// attn_core/native/gated_delta.py mirrors these structs field by field; bump
+// ATTN_GDN_ABI_VERSION whenever either changes (the loader refuses a library of another
+// version). Strides are in elements of the tensor's own dtype; element kinds are attn::ElemKind
+// (fp32, fp16, bf16); index kinds are 0 for int32, 1 for int64.
+#pragma once
+
+#include <stdint.h>
+
+#define ATTN_GDN_ABI_VERSION 3
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// One recurrent decode step, the state pool updated in place.
+//   q, k          [num_seqs, num_heads, head_k]           qkv_kind, last dim contiguous
+//   v, out        [num_seqs, num_value_heads, head_v]     qkv_kind, last dim contiguous
+//   g, beta       [num_seqs, num_value_heads]             g_kind / beta_kind
+//   state_pool    [num_slots, num_value_heads, head_k, head_v] fp32, contiguous
+//   state_indices [num_seqs] (index_kind): the slot of each sequence; one outside
+//                 [0, num_slots) leaves the pool untouched and writes zeros to its output.
+// heads_per_block value heads of one key head share a block's key and query loads; it divides
+// num_value_heads / num_heads.
+typedef struct AttnGdnDecodeArgs {
+  void* out;
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* g;
+  const void* beta;
+  float* state_pool;
+  const void* state_indices;
+  int64_t q_seq_stride, q_head_stride;
+  int64_t k_seq_stride, k_head_stride;
+  int64_t v_seq_stride, v_head_stride;
+  int64_t out_seq_stride, out_head_stride;
+  int64_t g_seq_stride, g_head_stride;
+  int64_t beta_seq_stride, beta_head_stride;
+  int64_t num_slots;
+  int32_t num_seqs, num_heads, num_value_heads, head_k, head_v, heads_per_block;
+  int32_t qkv_kind, g_kind, beta_kind, index_kind;
+  int32_t l2norm;  // nonzero: q and k l2-normalised over head_k first (eps 1e-6 in the root)
+  float scale;
+} AttnGdnDecodeArgs;
+
+// The gated delta rule token by token over whole sequences (fused_recurrent_gated_delta_rule),
+// each state kept on chip from its sequence's first token to its last.
+//   q, k          [tokens, num_heads, head_k]          qkv_kind, last dim contiguous
+//   v, out        [tokens, num_value_heads, head_v]    qkv_kind, last dim contiguous
+//   g, beta       [tokens, num_value_heads]            g_kind / beta_kind
+//   cu_seqlens    [num_seqs + 1] (offset_kind): sequence i is tokens [cu[i], cu[i + 1])
+//   initial_state [num_seqs, num_value_heads, head_k, head_v] fp32 contiguous, or NULL (zeros)
+//   final_state   likewise, or NULL (not written); it may be initial_state (updated in place)
+typedef struct AttnGdnPrefillArgs {
+  void* out;
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* g;
+  const void* beta;
+  const float* initial_state;
+  float* final_state;
+  const void* cu_seqlens;
+  int64_t q_tok_stride, q_head_stride;
+  int64_t k_tok_stride, k_head_stride;
+  int64_t v_tok_stride, v_head_stride;
+  int64_t out_tok_stride, out_head_stride;
+  int64_t g_tok_stride, g_head_stride;
+  int64_t beta_tok_stride, beta_head_stride;
+  int32_t num_seqs, num_heads, num_value_heads, head_k, head_v;
+  int32_t qkv_kind, g_kind, beta_kind, offset_kind;
+  int32_t l2norm;
+  float scale;
+} AttnGdnPrefillArgs;
+
+// The depthwise causal convolution of width `width` (4 is compiled), out in x's kind.
+// Update (decode), attn_gdn_conv_update:
+//   x, out      [num_seqs, dim, tokens] (strides 0, 1, 2: sequence, channel, token)
+//   conv_state  [num_slots, dim, >= width - 1]; slot indices[i] (i when NULL); positions
+//               [0, width - 1) are read, then hold the last width - 1 inputs. A slot outside
+//               [0, num_slots) is untouched and its outputs are zeros.
+// Prefill (varlen), attn_gdn_conv_prefill:
+//   x, out      [dim, tokens] (strides 0, 1: channel, token; stride 2 unused)
+//   query_start_loc [num_seqs + 1] (offset_kind), from 0 to tokens, never decreasing
+//   conv_state  NULL (no state), or as above: read for sequences whose has_initial_state
+//               (bool, NULL: none) is set, written with each sequence's last width - 1 inputs.
+typedef struct AttnGdnConvArgs {
+  void* out;
+  const void* x;
+  void* conv_state;
+  const void* weight;  // [dim, width]
+  const void* bias;    // [dim] or NULL
+  const void* indices;
+  const void* query_start_loc;
+  const uint8_t* has_initial_state;
+  int64_t x_stride0, x_stride1, x_stride2;
+  int64_t out_stride0, out_stride1, out_stride2;
+  int64_t state_slot_stride, state_dim_stride, state_pos_stride;
+  int64_t weight_dim_stride, weight_tap_stride, bias_stride;
+  int64_t num_slots;
+  int32_t num_seqs, dim, tokens, width;
+  int32_t x_kind, weight_kind, bias_kind, state_kind, index_kind, offset_kind;
+  int32_t silu;
+} AttnGdnConvArgs;
+
+// The driver's facts of one kernel (the simulator prices from these), as AttnKernelInfo.
+typedef struct AttnGdnKernelInfo {
+  int32_t num_regs;
+  int32_t smem_bytes;
+  int32_t local_bytes;
+  int32_t max_threads_per_block;
+  int32_t threads_per_block;
+  int32_t blocks_per_sm;
+  int32_t binary_version;
+  int32_t ptx_version;
+} AttnGdnKernelInfo;
+
+int attn_gdn_abi_version(void);
+const char* attn_gdn_platform(void);
+const char* attn_gdn_error_string(int code);
+// 0 on success, else a cudaError_t (cudaErrorInvalidValue for arguments no kernel serves).
+int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream);
+int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream);
+int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream);
+int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream);
+// chunk_gated_delta_rule: the same arguments and results, in 16-token chunks (WY/UT form).
+int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream);
+// which: 0 decode step (head_k 64 or 128), 1 conv update, 2 conv prefill outputs, 3 conv
+// prefill states (head_k ignored), 4 recurrent prefill, 5 chunked prefill (head_k 64 or 128).
+int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,756 @@
+// Gated DeltaNet (the hybrid model's linear-attention layers): the recurrent decode step on a
+// state pool, the prefill in chunks and token by token, and the width-4 depthwise causal
+// convolution before them, decode and varlen prefill.
+//
+// Decode step, per (sequence, value head h, key head h / (HV / H)), fp32 state S [K, V]:
+//     S <- S * exp(g);  delta = beta * (v - S^T k);  S <- S + k delta^T;  o = S^T (q * scale)
+// computed as o = scale * (S_dec^T q + (q . k) delta), so every state element is read once and
+// written once (the step is a pure stream of the pool: 64 KiB per head at K = V = 128).
+// Grid (V / 32 value slices, HV / heads_per_block, N): one sequence of 32 value heads at V = 128
+// is 128 blocks, about one per H100 SM (not yet timed on a GPU); a block of 128 threads is 4
+// row groups x 32 value columns, each thread holding K / 4 rows of its column in registers (32
+// floats at K = 128, a compile-time count: K is a template parameter, 64 or 128). S^T k and
+// S^T q are summed over the row groups through shared memory, never warp shuffles: CoreX warps
+// are 64 lanes (attn_platform.cuh). heads_per_block value heads of one key head share the key
+// and query loads and their norms; the reduction buffer alternates by head parity, so each head
+// costs one barrier. l2 normalisation is a scalar per vector, so it is folded in after the
+// reduction (S^T k_hat = |k|^-1 S^T k) and the raw k and q are what shared memory holds.
+//
+// Prefill, chunked (chunk_gated_delta_rule, 16-token chunks in the WY/UT form) and token by
+// token (fused_recurrent_gated_delta_rule): the same mapping, one block per (V slice, value
+// head, sequence) walking its sequence with the state in registers, read from the initial state
+// once and written to the final state once (no transient device memory).
+//
+// Convolution, width W = 4 (the model's; other widths take the torch path): one thread per
+// (sequence, channel) for the update, sliding its W - 1 inputs in registers over the new tokens;
+// for prefill one thread per (channel, 16-token tile) for the outputs, then a second kernel
+// writes each sequence's last W - 1 inputs to its state slot. Two kernels because the state is
+// read by the first (inputs before each sequence) and overwritten by the second: in one launch a
+// block could overwrite a window another block has yet to read.
+//
+// Every `#pragma unroll` loop has a compile-time trip count; register arrays are indexed only by
+// unrolled loop counters (a runtime index would put them in local memory; ci/clang_check.py
+// checks). No host sync and no allocation: a decode step is capturable in a CUDA graph.
+
+#include "attn_convert.cuh"
+#include "attn_gated_delta_abi.h"
+#include "attn_platform.cuh"
+
+namespace attn {
+namespace gdn {
+
+constexpr int kThreads = 128;
+constexpr int kCols = 32;                     // value columns per block
+constexpr int kRowGroups = kThreads / kCols;  // 4
+constexpr float kL2Eps = 1e-6f;
+constexpr int kWidth = 4;         // the convolution width compiled
+constexpr int kConvTokens = 16;   // prefill outputs per thread
+constexpr int kMaxGrid = 65535;   // gridDim.y and .z
+
+ATTN_DEVICE float load_any(const void* p, int64_t i, int kind) {
+  if (kind == kFloat32) return load_elem<kFloat32>(p, i);
+  if (kind == kFloat16) return load_elem<kFloat16>(p, i);
+  return load_elem<kBFloat16>(p, i);
+}
+
+ATTN_DEVICE void store_any(void* p, int64_t i, int kind, float value) {
+  if (kind == kFloat32) {
+    store_elem<kFloat32>(p, i, value);
+  } else if (kind == kFloat16) {
+    store_elem<kFloat16>(p, i, value);
+  } else {
+    store_elem<kBFloat16>(p, i, value);
+  }
+}
+
+ATTN_DEVICE int64_t load_index(const void* p, int64_t i, int kind) {
+  return kind == 0 ? static_cast<int64_t>(static_cast<const int32_t*>(p)[i])
+                   : static_cast<const int64_t*>(p)[i];
+}
+
+ATTN_DEVICE float silu(float x) { return x / (1.0f + expf(-x)); }
+
+template <int K>
+__global__ void __launch_bounds__(kThreads) decode_step(AttnGdnDecodeArgs a) {
+  static_assert(K % kRowGroups == 0 && K <= kThreads, "K rows split over the row groups");
+  constexpr int kRows = K / kRowGroups;
+  __shared__ float sk[K], sq[K];
+  __shared__ float norms[kRowGroups][3];               // k.k, q.q, q.k per row group
+  __shared__ float red[2][2][kRowGroups][kCols];       // [head parity][S^T k, S^T q][group][col]
+  const int tid = threadIdx.x;
+  const int c = tid % kCols, r = tid / kCols;
+  const int seq = blockIdx.z;
+  const int group = a.num_value_heads / a.num_heads;
+  const int head0 = blockIdx.y * a.heads_per_block;
+  const int kh = head0 / group;
+  const int col = blockIdx.x * kCols + c;
+  const int64_t slot = load_index(a.state_indices, seq, a.index_kind);
+  const bool valid = slot >= 0 && slot < a.num_slots;
+
+  if (tid < K) {
+    sk[tid] = load_any(a.k, seq * a.k_seq_stride + kh * a.k_head_stride + tid, a.qkv_kind);
+    sq[tid] = load_any(a.q, seq * a.q_seq_stride + kh * a.q_head_stride + tid, a.qkv_kind);
+  }
+  __syncthreads();
+  if (c == 0) {
+    float kk = 0.f, qq = 0.f, qk = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float kv = sk[r * kRows + i], qv = sq[r * kRows + i];
+      kk += kv * kv;
+      qq += qv * qv;
+      qk += qv * kv;
+    }
+    norms[r][0] = kk;
+    norms[r][1] = qq;
+    norms[r][2] = qk;
+  }
+  __syncthreads();
+  float kk = 0.f, qq = 0.f, qk = 0.f;
+#pragma unroll
+  for (int j = 0; j < kRowGroups; ++j) {
+    kk += norms[j][0];
+    qq += norms[j][1];
+    qk += norms[j][2];
+  }
+  const float inv_k = a.l2norm ? 1.0f / sqrtf(kk + kL2Eps) : 1.0f;
+  const float inv_q = a.l2norm ? 1.0f / sqrtf(qq + kL2Eps) : 1.0f;
+  const float out_scale = a.scale * inv_q;  // o = out_scale * (S_dec^T q + inv_k (q.k) delta)
+  const float qk_hat = inv_k * qk;
+
+  for (int j = 0; j < a.heads_per_block; ++j) {
+    const int h = head0 + j;
+    const int64_t head_elems = static_cast<int64_t>(K) * a.head_v;
+    float* st = a.state_pool + (valid ? (slot * a.num_value_heads + h) * head_elems : 0) + col;
+    const float decay = expf(load_any(a.g, seq * a.g_seq_stride + h * a.g_head_stride, a.g_kind));
+    const float beta =
+        load_any(a.beta, seq * a.beta_seq_stride + h * a.beta_head_stride, a.beta_kind);
+    // 32-bit row offsets: with 64-bit ones (row as int64_t) ptxas kept 32 addresses live across
+    // the reduction and spilled 8 bytes at K = 128 (sm_90, nvcc 13.0); K * V fits easily.
+    float s[kRows];
+    float pk = 0.f, pq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = r * kRows + i;
+      s[i] = valid ? st[row * a.head_v] * decay : 0.f;
+      pk += sk[row] * s[i];
+      pq += sq[row] * s[i];
+    }
+    red[j & 1][0][r][c] = pk;
+    red[j & 1][1][r][c] = pq;
+    __syncthreads();
+    float sum_k = 0.f, sum_q = 0.f;
+#pragma unroll
+    for (int m = 0; m < kRowGroups; ++m) {
+      sum_k += red[j & 1][0][m][c];
+      sum_q += red[j & 1][1][m][c];
+    }
+    const float vv = load_any(a.v, seq * a.v_seq_stride + h * a.v_head_stride + col, a.qkv_kind);
+    const float delta = beta * (vv - inv_k * sum_k);
+    const float step = inv_k * delta;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int row = r * kRows + i;
+      if (valid) st[row * a.head_v] = s[i] + sk[row] * step;
+    }
+    if (r == 0) {
+      const float o = valid ? out_scale * (sum_q + qk_hat * delta) : 0.f;
+      store_any(a.out, seq * a.out_seq_stride + h * a.out_head_stride + col, a.qkv_kind, o);
+    }
+  }
+}
+
+// Token t's inputs a prefill thread needs: k and q element `tid` (threads below K), its value
+// column, the head's decay and beta.
+struct TokenInputs {
+  float k, q, v, g, beta;
+};
+
+template <int K>
+ATTN_DEVICE TokenInputs load_token(const AttnGdnPrefillArgs& a, int64_t t, int kh, int h,
+                                   int col, int tid) {
+  TokenInputs in;
+  in.k = tid < K ? load_any(a.k, t * a.k_tok_stride + kh * a.k_head_stride + tid, a.qkv_kind) : 0.f;
+  in.q = tid < K ? load_any(a.q, t * a.q_tok_stride + kh * a.q_head_stride + tid, a.qkv_kind) : 0.f;
+  in.v = load_any(a.v, t * a.v_tok_stride + h * a.v_head_stride + col, a.qkv_kind);
+  in.g = load_any(a.g, t * a.g_tok_stride + h * a.g_head_stride, a.g_kind);
+  in.beta = load_any(a.beta, t * a.beta_tok_stride + h * a.beta_head_stride, a.beta_kind);
+  return in;
+}
+
+// Grid (V / 32, HV, N): block (slice, value head, sequence) walks its sequence's tokens with its
+// K x 32 slice of the state in registers (the decode step's thread mapping). Two barriers a
+// token: one makes the token's k and q visible, one the row-group partial sums (with the l2
+// norms' partials, which need no barrier of their own). Shared buffers alternate by token parity
+// and each token's inputs are loaded two tokens ahead (registers, rotated: no array).
+template <int K>
+__global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs a) {
+  constexpr int kRows = K / kRowGroups;
+  __shared__ float sk[2][K], sq[2][K];
+  __shared__ float norms[2][kRowGroups][3];
+  __shared__ float red[2][2][kRowGroups][kCols];
+  const int tid = threadIdx.x;
+  const int c = tid % kCols, r = tid / kCols;
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int kh = h / (a.num_value_heads / a.num_heads);
+  const int col = blockIdx.x * kCols + c;
+  const int64_t start = load_index(a.cu_seqlens, seq, a.offset_kind);
+  const int64_t end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
+  const int64_t state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  float s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t at = state_at + (r * kRows + i) * a.head_v;
+    s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
+  }
+  // Tokens t + 1 and t + 2 are in flight while token t runs: a load issued during token t is
+  // first used two tokens later, so its latency hides behind two tokens' barriers and sums
+  // (with one token ahead the update waited on it each token; neither is measured on a GPU yet).
+  const TokenInputs zero = {0.f, 0.f, 0.f, 0.f, 0.f};
+  TokenInputs cur = start < end ? load_token<K>(a, start, kh, h, col, tid) : zero;
+  TokenInputs ahead1 = start + 1 < end ? load_token<K>(a, start + 1, kh, h, col, tid) : zero;
+  TokenInputs ahead2 = start + 2 < end ? load_token<K>(a, start + 2, kh, h, col, tid) : zero;
+  if (tid < K) {
+    sk[0][tid] = cur.k;
+    sq[0][tid] = cur.q;
+  }
+  for (int64_t t = start; t < end; ++t) {
+    const int b = static_cast<int>((t - start) & 1);
+    const TokenInputs now = cur;
+    const float decay = expf(now.g);
+    __syncthreads();  // token t's k and q are in sk[b], sq[b]
+    float pk = 0.f, pq = 0.f, kk = 0.f, qq = 0.f, qk = 0.f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float kv = sk[b][r * kRows + i], qv = sq[b][r * kRows + i];
+      s[i] *= decay;
+      pk += kv * s[i];
+      pq += qv * s[i];
+      kk += kv * kv;
+      qq += qv * qv;
+      qk += qv * kv;
+    }
+    red[b][0][r][c] = pk;
+    red[b][1][r][c] = pq;
+    if (c == 0) {
+      norms[b][r][0] = kk;
+      norms[b][r][1] = qq;
+      norms[b][r][2] = qk;
+    }
+    __syncthreads();  // every row group's partials are in red[b], norms[b]
+    const TokenInputs ahead3 = t + 3 < end ? load_token<K>(a, t + 3, kh, h, col, tid) : zero;
+    float sum_k = 0.f, sum_q = 0.f;
+    kk = qq = qk = 0.f;
+#pragma unroll
+    for (int m = 0; m < kRowGroups; ++m) {
+      sum_k += red[b][0][m][c];
+      sum_q += red[b][1][m][c];
+      kk += norms[b][m][0];
+      qq += norms[b][m][1];
+      qk += norms[b][m][2];
+    }
+    const float inv_k = a.l2norm ? 1.0f / sqrtf(kk + kL2Eps) : 1.0f;
+    const float inv_q = a.l2norm ? 1.0f / sqrtf(qq + kL2Eps) : 1.0f;
+    const float delta = now.beta * (now.v - inv_k * sum_k);
+    const float step = inv_k * delta;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[i] += sk[b][r * kRows + i] * step;
+    if (r == 0) {
+      const float o = a.scale * inv_q * (sum_q + inv_k * qk * delta);
+      store_any(a.out, t * a.out_tok_stride + h * a.out_head_stride + col, a.qkv_kind, o);
+    }
+    if (tid < K) {  // sk[b ^ 1] was last read before this token's first barrier
+      sk[b ^ 1][tid] = ahead1.k;
+      sq[b ^ 1][tid] = ahead1.q;
+    }
+    cur = ahead1;
+    ahead1 = ahead2;
+    ahead2 = ahead3;
+  }
+  if (a.final_state != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
+  }
+}
+
+// Chunked prefill (chunk_gated_delta_rule) in the WY/UT form on CUDA cores, chunks of kChunk
+// tokens. Per chunk, with G_t the gates' cumulative sum from the chunk's start, S0 the state
+// before it, k and q l2-normalised (q also scaled):
+//     u_t = beta_t (v_t - e^G_t S0^T k_t) - sum_{s<t} beta_t e^(G_t - G_s) (k_t . k_s) u_s
+//     o_t = e^G_t S0^T q_t + sum_{s<=t} e^(G_t - G_s) (q_t . k_s) u_s
+//     S  <- e^G_last S0 + sum_s e^(G_last - G_s) k_s u_s^T
+// (forward substitution of the unit lower-triangular system is the UT transform's solve). The
+// block and its state slice are the token-by-token kernel's; a chunk costs six barriers instead
+// of two per token, and its loads are issued together. kChunk is 16, not 64: the chunk's k and q
+// (fp32, rows padded by one float against bank conflicts) and the row groups' partial products
+// must fit the BI-V100's 32 KiB of shared memory beside the intra-chunk matrices (25.8 KiB at
+// K = 128); 64 would need the matrix-unit layer's tiling (csrc/attn_mma.cuh), a later step.
+constexpr int kChunk = 16;
+constexpr int kNormLanes = kThreads / kChunk;  // 8 threads load and normalise one token
+
+template <int K>
+__global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a) {
+  constexpr int kRows = K / kRowGroups;
+  constexpr int kStride = K + 1;                 // padded row of kc and of q in `scratch`
+  constexpr int kPerLane = K / kNormLanes;       // elements of a token one lane loads
+  constexpr int kRed = 2 * (kRowGroups - 1) * kChunk * kCols;  // P, R partials of groups 1..3
+  constexpr int kScratch = kRed > kChunk * kStride ? kRed : kChunk * kStride;
+  constexpr int kPairs = 2 * kChunk * kChunk / kThreads;       // Gram entries per thread
+  static_assert(kPairs * kThreads == 2 * kChunk * kChunk, "Gram entries split evenly");
+  __shared__ float kc[kChunk * kStride];
+  __shared__ float scratch[kScratch];  // q rows, then the partial products (after a barrier)
+  __shared__ float akk[kChunk][kChunk], aqk[kChunk][kChunk];
+  __shared__ float wu[kChunk][kCols];
+  __shared__ float npart[kChunk][kNormLanes][2];
+  __shared__ float gcum[kChunk], graw[kChunk], gbeta[kChunk];
+  const int tid = threadIdx.x;
+  const int c = tid % kCols, r = tid / kCols;
+  const int seq = blockIdx.z, h = blockIdx.y;
+  const int kh = h / (a.num_value_heads / a.num_heads);
+  const int col = blockIdx.x * kCols + c;
+  const int64_t start = load_index(a.cu_seqlens, seq, a.offset_kind);
+  const int64_t end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
+  const int64_t state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  float s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t at = state_at + (r * kRows + i) * a.head_v;
+    s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
+  }
+  const int lt = tid / kNormLanes, lp = tid % kNormLanes;  // the token and lane this thread loads
+  for (int64_t c0 = start; c0 < end; c0 += kChunk) {
+    const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), end - c0));
+    // 1. the chunk's k, q (raw), gates and (row group 0) values; padding tokens are zeros
+    const bool live = lt < n;
+    float kk = 0.f, qq = 0.f;
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int j = lp + kNormLanes * m;
+      const int64_t t = c0 + lt;
+      const int64_t kat = t * a.k_tok_stride + kh * a.k_head_stride + j;
+      const int64_t qat = t * a.q_tok_stride + kh * a.q_head_stride + j;
+      const float kv = live ? load_any(a.k, kat, a.qkv_kind) : 0.f;
+      const float qv = live ? load_any(a.q, qat, a.qkv_kind) : 0.f;
+      kc[lt * kStride + j] = kv;
+      scratch[lt * kStride + j] = qv;
+      kk += kv * kv;
+      qq += qv * qv;
+    }
+    npart[lt][lp][0] = kk;
+    npart[lt][lp][1] = qq;
+    if (tid < kChunk) {
+      const bool in = tid < n;
+      const int64_t t = c0 + tid;
+      graw[tid] = in ? load_any(a.g, t * a.g_tok_stride + h * a.g_head_stride, a.g_kind) : 0.f;
+      const int64_t bat = t * a.beta_tok_stride + h * a.beta_head_stride;
+      gbeta[tid] = in ? load_any(a.beta, bat, a.beta_kind) : 0.f;
+    }
+    float vreg[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      const int64_t vat = (c0 + t) * a.v_tok_stride + h * a.v_head_stride + col;
+      vreg[t] = r == 0 && t < n ? load_any(a.v, vat, a.qkv_kind) : 0.f;
+    }
+    __syncthreads();
+    // 2. normalise this thread's elements; cumulative gates
+    {
+      float sk2 = 0.f, sq2 = 0.f;
+#pragma unroll
+      for (int p = 0; p < kNormLanes; ++p) {
+        sk2 += npart[lt][p][0];
+        sq2 += npart[lt][p][1];
+      }
+      const float inv_k = a.l2norm ? 1.0f / sqrtf(sk2 + kL2Eps) : 1.0f;
+      const float inv_q = (a.l2norm ? 1.0f / sqrtf(sq2 + kL2Eps) : 1.0f) * a.scale;
+#pragma unroll
+      for (int m = 0; m < kPerLane; ++m) {
+        const int j = lp + kNormLanes * m;
+        kc[lt * kStride + j] *= inv_k;
+        scratch[lt * kStride + j] *= inv_q;
+      }
+    }
+    if (tid == 0) {
+      float total = 0.f;
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) {
+        total += graw[t];
+        gcum[t] = total;
+      }
+    }
+    __syncthreads();
+    // 3. the decayed Gram matrices (kPairs entries a thread) and S0^T k, S0^T q partial sums
+#pragma unroll
+    for (int x = 0; x < kPairs; ++x) {  // into akk / aqk at once: read only after two barriers
+      const int pair = tid + kThreads * x;
+      const int mat = pair / (kChunk * kChunk), t = (pair / kChunk) % kChunk, u = pair % kChunk;
+      const float* left = mat == 0 ? &kc[t * kStride] : &scratch[t * kStride];
+      const float* right = &kc[u * kStride];
+      float dot = 0.f;
+#pragma unroll 16
+      for (int j = 0; j < K; ++j) dot += left[j] * right[j];
+      const float decay = expf(gcum[t] - gcum[u]);
+      if (mat == 0) {
+        akk[t][u] = u < t ? dot * decay * gbeta[t] : 0.f;
+      } else {
+        aqk[t][u] = u <= t ? dot * decay : 0.f;
+      }
+    }
+    float pk[kChunk], pq[kChunk];
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      float sum_k = 0.f, sum_q = 0.f;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        sum_k += kc[t * kStride + r * kRows + i] * s[i];
+        sum_q += scratch[t * kStride + r * kRows + i] * s[i];
+      }
+      pk[t] = sum_k;
+      pq[t] = sum_q;
+    }
+    __syncthreads();  // every read of q is done: `scratch` takes the partial sums
+    if (r > 0) {
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) {
+        scratch[((0 * (kRowGroups - 1) + r - 1) * kChunk + t) * kCols + c] = pk[t];
+        scratch[((1 * (kRowGroups - 1) + r - 1) * kChunk + t) * kCols + c] = pq[t];
+      }
+    }
+    __syncthreads();
+    // 4. row group 0, one value column a thread: the solve for u, the outputs, u for the state
+    if (r == 0) {
+      // Full-length inner loops over zeros (u past t is 0, akk and aqk are masked): with
+      // `j < t` bounds clang 16 unrolled the inner loops before the outer one and kept u in
+      // local memory (ci/clang_check.py).
+      float u[kChunk];
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) u[t] = 0.f;
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) {
+#pragma unroll
+        for (int g = 0; g < kRowGroups - 1; ++g) {
+          pk[t] += scratch[((0 * (kRowGroups - 1) + g) * kChunk + t) * kCols + c];
+          pq[t] += scratch[((1 * (kRowGroups - 1) + g) * kChunk + t) * kCols + c];
+        }
+        const float gamma = expf(gcum[t]);
+        float acc = gbeta[t] * (vreg[t] - gamma * pk[t]);
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) acc -= akk[t][j] * u[j];
+        u[t] = acc;
+        float o = gamma * pq[t];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) o += aqk[t][j] * u[j];
+        if (t < n) {
+          const int64_t oat = (c0 + t) * a.out_tok_stride + h * a.out_head_stride + col;
+          store_any(a.out, oat, a.qkv_kind, o);
+        }
+        wu[t][c] = expf(gcum[kChunk - 1] - gcum[t]) * acc;
+      }
+    }
+    __syncthreads();
+    // 5. the state: decayed over the chunk, plus the chunk's keys times their new values
+    const float chunk_decay = expf(gcum[kChunk - 1]);
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      float acc = s[i] * chunk_decay;
+#pragma unroll
+      for (int t = 0; t < kChunk; ++t) acc += kc[t * kStride + r * kRows + i] * wu[t][c];
+      s[i] = acc;
+    }
+    __syncthreads();  // kc, wu and the gates are read: the next chunk may load
+  }
+  if (a.final_state != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
+  }
+}
+
+// The state slot of sequence `seq` (its own index without `indices`) and whether it is one.
+ATTN_DEVICE int64_t conv_slot(const AttnGdnConvArgs& a, int seq, bool& valid) {
+  const int64_t slot = a.indices != nullptr ? load_index(a.indices, seq, a.index_kind) : seq;
+  valid = a.conv_state != nullptr && slot >= 0 && slot < a.num_slots;
+  return slot;
+}
+
+ATTN_DEVICE int64_t state_at(const AttnGdnConvArgs& a, int64_t slot, int d, int pos) {
+  return slot * a.state_slot_stride + d * a.state_dim_stride + pos * a.state_pos_stride;
+}
+
+template <int W>
+ATTN_DEVICE void load_taps(const AttnGdnConvArgs& a, int d, float (&w)[W], float& bias) {
+#pragma unroll
+  for (int j = 0; j < W; ++j) {
+    w[j] = load_any(a.weight, d * a.weight_dim_stride + j * a.weight_tap_stride, a.weight_kind);
+  }
+  bias = a.bias != nullptr ? load_any(a.bias, d * a.bias_stride, a.bias_kind) : 0.f;
+}
+
+// Grid (ceil(dim / 128), N): thread (seq, channel) slides its window over the new tokens.
+template <int W>
+__global__ void __launch_bounds__(kThreads) conv_update(AttnGdnConvArgs a) {
+  const int d = blockIdx.x * kThreads + threadIdx.x;
+  const int seq = blockIdx.y;
+  if (d >= a.dim) return;
+  bool valid;
+  const int64_t slot = conv_slot(a, seq, valid);
+  float w[W], bias;
+  load_taps<W>(a, d, w, bias);
+  float win[W - 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    win[j] = valid ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind) : 0.f;
+  }
+  for (int t = 0; t < a.tokens; ++t) {
+    const float xt = load_any(a.x, seq * a.x_stride0 + d * a.x_stride1 + t * a.x_stride2, a.x_kind);
+    float acc = w[W - 1] * xt;
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) acc += w[j] * win[j];
+    acc += bias;
+    if (a.silu) acc = silu(acc);
+    const int64_t o = seq * a.out_stride0 + d * a.out_stride1 + t * a.out_stride2;
+    store_any(a.out, o, a.x_kind, valid ? acc : 0.f);
+#pragma unroll
+    for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
+    win[W - 2] = xt;
+  }
+  if (valid) {
+#pragma unroll
+    for (int j = 0; j < W - 1; ++j) {
+      store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, win[j]);
+    }
+  }
+}
+
+// The sequence holding token t: the last s with query_start_loc[s] <= t (empty ones skipped).
+ATTN_DEVICE int sequence_of(const AttnGdnConvArgs& a, int t) {
+  int lo = 0, hi = a.num_seqs;  // query_start_loc[lo] <= t < query_start_loc[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (load_index(a.query_start_loc, mid, a.offset_kind) <= t) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Grid (ceil(tokens / 16), ceil(dim / 128)): thread (tile, channel) writes 16 outputs; inputs
+// before a sequence's first token come from its state slot (or are zeros).
+template <int W>
+__global__ void __launch_bounds__(kThreads) conv_prefill_out(AttnGdnConvArgs a) {
+  const int d = blockIdx.y * kThreads + threadIdx.x;
+  const int t0 = blockIdx.x * kConvTokens;
+  if (d >= a.dim) return;
+  float w[W], bias;
+  load_taps<W>(a, d, w, bias);
+  int seq = sequence_of(a, t0);
+  int64_t start = load_index(a.query_start_loc, seq, a.offset_kind);
+  int64_t next = load_index(a.query_start_loc, seq + 1, a.offset_kind);
+  const int end = min(t0 + kConvTokens, a.tokens);
+  for (int t = t0; t < end; ++t) {
+    while (t >= next) {  // the next non-empty sequence
+      ++seq;
+      start = next;
+      next = load_index(a.query_start_loc, seq + 1, a.offset_kind);
+    }
+    bool valid;
+    const int64_t slot = conv_slot(a, seq, valid);
+    const bool prior = valid && a.has_initial_state != nullptr && a.has_initial_state[seq] != 0;
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      const int64_t pos = t - (W - 1) + j;
+      float xv = 0.f;
+      if (pos >= start) {
+        xv = load_any(a.x, d * a.x_stride0 + pos * a.x_stride1, a.x_kind);
+      } else if (prior) {
+        const int at = static_cast<int>(W - 1 - (start - pos));
+        xv = load_any(a.conv_state, state_at(a, slot, d, at), a.state_kind);
+      }
+      acc += w[j] * xv;
+    }
+    acc += bias;
+    if (a.silu) acc = silu(acc);
+    store_any(a.out, d * a.out_stride0 + t * a.out_stride1, a.x_kind, acc);
+  }
+}
+
+// Grid (ceil(dim / 128), N): thread (seq, channel) writes its sequence's last W - 1 inputs
+// (reaching into the old window for a sequence shorter than that) to the slot.
+template <int W>
+__global__ void __launch_bounds__(kThreads) conv_prefill_state(AttnGdnConvArgs a) {
+  const int d = blockIdx.x * kThreads + threadIdx.x;
+  const int seq = blockIdx.y;
+  if (d >= a.dim) return;
+  bool valid;
+  const int64_t slot = conv_slot(a, seq, valid);
+  if (!valid) return;
+  const int64_t start = load_index(a.query_start_loc, seq, a.offset_kind);
+  const int64_t len = load_index(a.query_start_loc, seq + 1, a.offset_kind) - start;
+  const bool prior = a.has_initial_state != nullptr && a.has_initial_state[seq] != 0;
+  float win[W - 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    win[j] = prior && len < W - 1 ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind)
+                                  : 0.f;
+  }
+  float fresh[W - 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t f = len + j;  // position in [old window | tokens]
+    float value = 0.f;
+    if (f >= W - 1) {
+      value = load_any(a.x, d * a.x_stride0 + (start + f - (W - 1)) * a.x_stride1, a.x_kind);
+    } else {
+#pragma unroll
+      for (int m = 0; m < W - 1; ++m) value = m == f ? win[m] : value;
+    }
+    fresh[j] = value;
+  }
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, fresh[j]);
+  }
+}
+
+typedef void (*DecodeKernel)(AttnGdnDecodeArgs);
+typedef void (*ConvKernel)(AttnGdnConvArgs);
+
+inline DecodeKernel decode_for(int head_k) {
+  return head_k == 64 ? decode_step<64> : head_k == 128 ? decode_step<128> : nullptr;
+}
+
+typedef void (*PrefillKernel)(AttnGdnPrefillArgs);
+
+inline PrefillKernel prefill_for(int head_k) {
+  return head_k == 64 ? recurrent_prefill<64> : head_k == 128 ? recurrent_prefill<128> : nullptr;
+}
+
+inline PrefillKernel chunked_for(int head_k) {
+  return head_k == 64 ? chunked_prefill<64> : head_k == 128 ? chunked_prefill<128> : nullptr;
+}
+
+inline bool kind_ok(int kind) { return kind == kFloat32 || kind == kFloat16 || kind == kBFloat16; }
+inline bool index_ok(int kind) { return kind == 0 || kind == 1; }
+
+inline bool prefill_ok(const AttnGdnPrefillArgs& a) {
+  return a.num_seqs >= 1 && a.num_seqs <= kMaxGrid && a.num_heads >= 1 &&
+         a.num_value_heads % a.num_heads == 0 && a.num_value_heads <= kMaxGrid &&
+         a.head_v >= kCols && a.head_v % kCols == 0 && a.cu_seqlens != nullptr &&
+         kind_ok(a.qkv_kind) && kind_ok(a.g_kind) && kind_ok(a.beta_kind) &&
+         index_ok(a.offset_kind);
+}
+
+inline bool conv_ok(const AttnGdnConvArgs& a) {
+  return a.num_seqs >= 1 && a.dim >= 1 && a.tokens >= 0 && a.width == kWidth &&
+         kind_ok(a.x_kind) && kind_ok(a.weight_kind) &&
+         (a.bias == nullptr || kind_ok(a.bias_kind)) &&
+         (a.conv_state == nullptr || kind_ok(a.state_kind)) &&
+         (a.indices == nullptr || index_ok(a.index_kind)) && a.num_seqs <= kMaxGrid;
+}
+
+}  // namespace gdn
+}  // namespace attn
+
+extern "C" {
+
+ATTN_COMMON_EXPORTS(attn_gdn, ATTN_GDN_ABI_VERSION)
+
+int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnDecodeArgs& a = *args;
+  const DecodeKernel kernel = decode_for(a.head_k);
+  const int group = a.num_heads > 0 ? a.num_value_heads / a.num_heads : 0;
+  if (kernel == nullptr || a.num_seqs < 1 || a.num_seqs > kMaxGrid || group < 1 ||
+      a.num_value_heads % a.num_heads != 0 || a.heads_per_block < 1 ||
+      group % a.heads_per_block != 0 || a.num_value_heads / a.heads_per_block > kMaxGrid ||
+      a.head_v < kCols || a.head_v % kCols != 0 || !kind_ok(a.qkv_kind) || !kind_ok(a.g_kind) ||
+      !kind_ok(a.beta_kind) || !index_ok(a.index_kind)) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(a.head_v / kCols, a.num_value_heads / a.heads_per_block, a.num_seqs);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnPrefillArgs& a = *args;
+  const PrefillKernel kernel = prefill_for(a.head_k);
+  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
+  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnPrefillArgs& a = *args;
+  const PrefillKernel kernel = chunked_for(a.head_k);
+  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
+  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnConvArgs& a = *args;
+  if (!conv_ok(a) || a.conv_state == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid((a.dim + kThreads - 1) / kThreads, a.num_seqs);
+  const ConvKernel kernel = conv_update<kWidth>;  // named: the host rewrite takes a plain name
+  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnConvArgs& a = *args;
+  if (!conv_ok(a) || a.query_start_loc == nullptr || !index_ok(a.offset_kind) ||
+      (a.dim + kThreads - 1) / kThreads > kMaxGrid) {
+    return cudaErrorInvalidValue;
+  }
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int channel_blocks = (a.dim + kThreads - 1) / kThreads;
+  if (a.tokens > 0) {
+    const dim3 grid((a.tokens + kConvTokens - 1) / kConvTokens, channel_blocks);
+    const ConvKernel outputs = conv_prefill_out<kWidth>;
+    outputs<<<grid, kThreads, 0, s>>>(a);
+    const int rc = static_cast<int>(cudaGetLastError());
+    if (rc != 0) return rc;
+  }
+  if (a.conv_state == nullptr) return 0;
+  const dim3 grid(channel_blocks, a.num_seqs);
+  const ConvKernel states = conv_prefill_state<kWidth>;
+  states<<<grid, kThreads, 0, s>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info) {
+  using namespace attn::gdn;
+  const void* kernel = nullptr;
+  if (which == 0) kernel = reinterpret_cast<const void*>(decode_for(head_k));
+  if (which == 1) kernel = reinterpret_cast<const void*>(conv_update<kWidth>);
+  if (which == 2) kernel = reinterpret_cast<const void*>(conv_prefill_out<kWidth>);
+  if (which == 3) kernel = reinterpret_cast<const void*>(conv_prefill_state<kWidth>);
+  if (which == 4) kernel = reinterpret_cast<const void*>(prefill_for(head_k));
+  if (which == 5) kernel = reinterpret_cast<const void*>(chunked_for(head_k));
+  if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
+  if (err != cudaSuccess) return err;
+  int blocks = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
+  if (err != cudaSuccess) return err;
+  info->num_regs = attr.numRegs;
+  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
+  info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
+  info->max_threads_per_block = attr.maxThreadsPerBlock;
+  info->threads_per_block = kThreads;
+  info->blocks_per_sm = blocks;
+  info->binary_version = attr.binaryVersion;
+  info->ptx_version = attr.ptxVersion;
+  return cudaSuccess;
+}
+
+}  // extern "C"

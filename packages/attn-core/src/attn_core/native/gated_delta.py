@@ -1,0 +1,621 @@
+"""The Gated DeltaNet kernel family at run time: its C structs, library, launches and check.
+
+``csrc/gated_delta.cu`` (ABI ``csrc/attn_gated_delta_abi.h``) is one library
+(:data:`attn_core.native.family.GATED_DELTA`, variant ``fma``): the recurrent decode step on a
+state pool, the chunked and the token-by-token prefill (head_k 64 or 128, head_v a multiple of
+32) and the width-4 causal convolution, decode and varlen prefill. The launch functions trust
+their inputs: ``attn_core.linear.api`` has validated shapes, dtypes, devices and layouts
+(:func:`decode_supported`, :func:`prefill_supported`, :func:`conv_supported` say which layouts
+the kernels read). Every launch goes to the current
+CUDA stream of its tensors' device (a graph capture records it), or stream 0 on CPU tensors
+for a host-emulated library (ci/host_emulation.py). The family's check against the float64
+reference (:mod:`attn_core.reference.gated_delta`) is registered with the verify-once registry
+as ``native_gated_delta``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from attn_core.core import verify_once
+from attn_core.core.verify_once import Verdict
+from attn_core.native import abi
+from attn_core.native.decode import KernelFacts, KernelInfo
+from attn_core.native.family import GATED_DELTA
+from attn_core.native.loader import NativeLibrary
+from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
+
+VARIANT = "fma"
+HEAD_K = (64, 128)  # decode_step<K> instantiations
+COLUMNS = 32  # value columns per block: head_v must be a multiple
+CONV_WIDTH = 4  # the convolution width compiled
+KERNELS = {
+    "decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3,
+    "recurrent_prefill": 4, "chunked_prefill": 5,
+}  # fmt: skip
+INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
+
+
+GdnDecodeArgs = abi.c_struct(
+    "GdnDecodeArgs",
+    ("pointer", "out q k v g beta state_pool state_indices"),
+    (
+        "int64",
+        "q_seq_stride q_head_stride k_seq_stride k_head_stride v_seq_stride v_head_stride "
+        "out_seq_stride out_head_stride g_seq_stride g_head_stride beta_seq_stride "
+        "beta_head_stride "
+        "num_slots",
+    ),
+    (
+        "int32",
+        "num_seqs num_heads num_value_heads head_k head_v heads_per_block qkv_kind g_kind "
+        "beta_kind index_kind l2norm",
+    ),
+    ("float32", "scale"),
+)
+
+GdnPrefillArgs = abi.c_struct(
+    "GdnPrefillArgs",
+    ("pointer", "out q k v g beta initial_state final_state cu_seqlens"),
+    (
+        "int64",
+        "q_tok_stride q_head_stride k_tok_stride k_head_stride v_tok_stride v_head_stride "
+        "out_tok_stride out_head_stride g_tok_stride g_head_stride beta_tok_stride "
+        "beta_head_stride",
+    ),
+    (
+        "int32",
+        "num_seqs num_heads num_value_heads head_k head_v qkv_kind g_kind beta_kind "
+        "offset_kind l2norm",
+    ),
+    ("float32", "scale"),
+)
+
+GdnConvArgs = abi.c_struct(
+    "GdnConvArgs",
+    ("pointer", "out x conv_state weight bias indices query_start_loc has_initial_state"),
+    (
+        "int64",
+        "x_stride0 x_stride1 x_stride2 out_stride0 out_stride1 out_stride2 "
+        "state_slot_stride state_dim_stride state_pos_stride weight_dim_stride "
+        "weight_tap_stride bias_stride num_slots",
+    ),
+    (
+        "int32",
+        "num_seqs dim tokens width x_kind weight_kind bias_kind state_kind index_kind "
+        "offset_kind silu",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    """What selects and checks the family's code: the verify-once key of a decode step.
+
+    Attributes:
+        num_heads, num_value_heads: key heads H and value heads HV (a multiple of H).
+        head_k, head_v: K and V.
+        dtype: q / k / v's dtype.
+    """
+
+    num_heads: int
+    num_value_heads: int
+    head_k: int
+    head_v: int
+    dtype: torch.dtype
+
+    @property
+    def group(self) -> int:
+        return self.num_value_heads // self.num_heads
+
+
+def conv_shape(dtype: torch.dtype) -> LinearShape:
+    """The verify-once key a convolution call of inputs ``dtype`` is checked under (every key's
+    check covers the convolutions; they have no head sizes of their own)."""
+    return LinearShape(1, 1, 128, 128, dtype)
+
+
+class GatedDeltaLibrary(NativeLibrary):
+    """A loaded Gated DeltaNet library with typed entry points."""
+
+    FAMILY = GATED_DELTA
+    VERIFY_KIND = "native_gated_delta"
+    FUNCTIONS = {
+        "attn_gdn_decode": (ctypes.c_int, [ctypes.POINTER(GdnDecodeArgs), ctypes.c_void_p]),
+        "attn_gdn_recurrent_prefill": (
+            ctypes.c_int, [ctypes.POINTER(GdnPrefillArgs), ctypes.c_void_p],
+        ),
+        "attn_gdn_chunked_prefill": (
+            ctypes.c_int, [ctypes.POINTER(GdnPrefillArgs), ctypes.c_void_p],
+        ),
+        "attn_gdn_conv_update": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
+        "attn_gdn_conv_prefill": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
+        "attn_gdn_kernel_info": (
+            ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(KernelInfo)],
+        ),
+    }  # fmt: skip
+
+    def decode(self, args: ctypes.Structure, stream: int) -> None:
+        """Launch one decode step on ``stream`` (a ``cudaStream_t`` as an int)."""
+        rc = self._lib.attn_gdn_decode(ctypes.byref(args), ctypes.c_void_p(stream))
+        self.check(rc, "native gated delta decode launch")
+
+    def prefill(self, args: ctypes.Structure, stream: int, *, chunked: bool) -> None:
+        """Launch the chunked (``chunk_gated_delta_rule``) or token-by-token prefill."""
+        fn = self._lib.attn_gdn_chunked_prefill if chunked else self._lib.attn_gdn_recurrent_prefill
+        rc = fn(ctypes.byref(args), ctypes.c_void_p(stream))
+        self.check(rc, f"native {'chunked' if chunked else 'token-by-token'} prefill launch")
+
+    def conv_update(self, args: ctypes.Structure, stream: int) -> None:
+        rc = self._lib.attn_gdn_conv_update(ctypes.byref(args), ctypes.c_void_p(stream))
+        self.check(rc, "native causal_conv1d_update launch")
+
+    def conv_prefill(self, args: ctypes.Structure, stream: int) -> None:
+        rc = self._lib.attn_gdn_conv_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
+        self.check(rc, "native causal_conv1d_fn launch")
+
+    def kernel_info(self, which: str, head_k: int = 128) -> KernelFacts:
+        """Registers, shared memory and occupancy of one of :data:`KERNELS` (the decode step's
+        for ``head_k``)."""
+        info = KernelInfo()
+        rc = self._lib.attn_gdn_kernel_info(KERNELS[which], head_k, ctypes.byref(info))
+        self.check(rc, f"kernel_info({which})")
+        return KernelFacts(
+            num_regs=info.num_regs,
+            smem_bytes=info.smem_bytes,
+            local_bytes=info.local_bytes,
+            threads_per_block=info.threads_per_block,
+            blocks_per_sm=info.blocks_per_sm,
+        )
+
+    def probe(self) -> None:
+        self.kernel_info("decode", 128)
+
+    def verify_config(self, shape: LinearShape) -> tuple:  # type: ignore[override]
+        return (self.path.name, shape.dtype, shape.head_k, shape.head_v, shape.group)
+
+
+# ---------------------------------------------------------------------------------- launches
+def _stream(t: torch.Tensor, stream: Optional[int]) -> int:
+    if stream is not None:
+        return stream
+    return abi.current_stream(t.device) if t.is_cuda else 0
+
+
+def decode_supported(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state_pool: torch.Tensor, out: torch.Tensor
+) -> Optional[str]:
+    """None if the decode kernel serves these head sizes and layouts, else why not."""
+    dk, dv = q.shape[-1], v.shape[-1]
+    if dk not in HEAD_K:
+        return f"head_k must be one of {HEAD_K}, got {dk}"
+    if dv % COLUMNS:
+        return f"head_v must be a multiple of {COLUMNS}, got {dv}"
+    if any(t.stride(-1) != 1 for t in (q, k, v, out)):
+        return "q, k, v and out need a contiguous last dimension"
+    if not state_pool.is_contiguous():
+        return "state_pool must be contiguous"
+    if q.shape[0] > 65535:
+        return f"at most 65535 sequences a launch, got {q.shape[0]}"
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def heads_per_block(
+    num_seqs: int, num_heads: int, num_value_heads: int, head_v: int, sm_count: int
+) -> int:
+    """Value heads one decode block serves: the largest divisor of the GQA group that still
+    leaves 4 blocks per SM (a block's 128 threads stream 16 KiB of state per head at
+    K = V = 128; fewer than ~4 resident blocks an SM leave bandwidth unused), else 1."""
+    group = num_value_heads // num_heads
+    slices = head_v // COLUMNS
+    best = 1
+    for hpb in range(1, group + 1):
+        if group % hpb == 0 and num_seqs * (num_value_heads // hpb) * slices >= 4 * sm_count:
+            best = hpb
+    return best
+
+
+def launch_decode(
+    lib: GatedDeltaLibrary,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state_pool: torch.Tensor,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    l2norm: bool,
+    block_heads: Optional[int] = None,
+    stream: Optional[int] = None,
+) -> None:
+    """One decode step (shapes: :func:`attn_core.linear.gated_delta_decode`), ``state_pool``
+    updated in place at ``state_indices``. ``block_heads``: value heads a block serves (default
+    :func:`heads_per_block` for the device; 1 on the CPU)."""
+    n, h, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    indices = state_indices.contiguous()  # kept alive (a copy if strided) until the launch
+    if block_heads is None:
+        sms = _sm_count(q.device) if q.is_cuda else 1
+        block_heads = heads_per_block(n, h, hv, dv, sms) if q.is_cuda else 1
+    args = GdnDecodeArgs(
+        out=out.data_ptr(), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(),
+        beta=beta.data_ptr(), state_pool=state_pool.data_ptr(),
+        state_indices=indices.data_ptr(),
+        q_seq_stride=q.stride(0), q_head_stride=q.stride(1),
+        k_seq_stride=k.stride(0), k_head_stride=k.stride(1),
+        v_seq_stride=v.stride(0), v_head_stride=v.stride(1),
+        out_seq_stride=out.stride(0), out_head_stride=out.stride(1),
+        g_seq_stride=g.stride(0), g_head_stride=g.stride(1),
+        beta_seq_stride=beta.stride(0), beta_head_stride=beta.stride(1),
+        num_slots=state_pool.shape[0], num_seqs=n, num_heads=h, num_value_heads=hv,
+        head_k=dk, head_v=dv, heads_per_block=block_heads,
+        qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
+        beta_kind=abi.QUERY_KINDS[beta.dtype], index_kind=INDEX_KINDS[state_indices.dtype],
+        l2norm=int(l2norm), scale=scale,
+    )  # fmt: skip
+    lib.decode(args, _stream(q, stream))
+
+
+def prefill_supported(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_seqs: int
+) -> Optional[str]:
+    """None if the token-by-token prefill serves ``q, k [T, H, K]``, ``v [T, HV, V]`` of
+    ``num_seqs`` sequences, else why not."""
+    dk, dv = q.shape[-1], v.shape[-1]
+    if dk not in HEAD_K:
+        return f"head_k must be one of {HEAD_K}, got {dk}"
+    if dv % COLUMNS:
+        return f"head_v must be a multiple of {COLUMNS}, got {dv}"
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        return "q, k and v need a contiguous last dimension"
+    if not 1 <= num_seqs <= 65535:
+        return f"1 to 65535 sequences a launch, got {num_seqs}"
+    return None
+
+
+def launch_recurrent_prefill(
+    lib: GatedDeltaLibrary,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    scale: float,
+    l2norm: bool,
+    initial_state: Optional[torch.Tensor] = None,
+    final_state: Optional[torch.Tensor] = None,
+    chunked: bool = False,
+    stream: Optional[int] = None,
+) -> None:
+    """Every sequence of ``q, k [T, H, K]``, ``v, out [T, HV, V]``, ``g, beta [T, HV]`` token
+    by token, or in 16-token chunks (``chunked``: the same results); ``cu_seqlens [N + 1]`` on
+    their device; ``initial_state`` / ``final_state`` ``[N, HV, K, V]`` fp32 contiguous or
+    None (the same tensor: advanced in place)."""
+    offsets = cu_seqlens.contiguous()  # alive until the launch
+    t, h, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    args = GdnPrefillArgs(
+        out=out.data_ptr(), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(),
+        beta=beta.data_ptr(), cu_seqlens=offsets.data_ptr(),
+        initial_state=None if initial_state is None else initial_state.data_ptr(),
+        final_state=None if final_state is None else final_state.data_ptr(),
+        q_tok_stride=q.stride(0), q_head_stride=q.stride(1),
+        k_tok_stride=k.stride(0), k_head_stride=k.stride(1),
+        v_tok_stride=v.stride(0), v_head_stride=v.stride(1),
+        out_tok_stride=out.stride(0), out_head_stride=out.stride(1),
+        g_tok_stride=g.stride(0), g_head_stride=g.stride(1),
+        beta_tok_stride=beta.stride(0), beta_head_stride=beta.stride(1),
+        num_seqs=offsets.shape[0] - 1, num_heads=h, num_value_heads=hv, head_k=dk, head_v=dv,
+        qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
+        beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=INDEX_KINDS[offsets.dtype],
+        l2norm=int(l2norm), scale=scale,
+    )  # fmt: skip
+    lib.prefill(args, _stream(q, stream), chunked=chunked)
+
+
+def conv_supported(weight: torch.Tensor, num_seqs: int, dim: int) -> Optional[str]:
+    """None if the convolution kernels serve this width and size, else why not."""
+    if dim < 1:
+        return f"needs at least one channel, got dim = {dim}"
+    if weight.shape[1] != CONV_WIDTH:
+        return f"the convolution width must be {CONV_WIDTH}, got {weight.shape[1]}"
+    if num_seqs > 65535 or -(-dim // 128) > 65535:
+        return f"at most 65535 sequences and 65535 x 128 channels, got {num_seqs} and {dim}"
+    return None
+
+
+def _conv_args(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    state: Optional[torch.Tensor],
+    indices: Optional[torch.Tensor],
+    silu: bool,
+) -> ctypes.Structure:
+    xs, os_ = list(x.stride()) + [0], list(out.stride()) + [0]
+    args = GdnConvArgs(
+        out=out.data_ptr(), x=x.data_ptr(), weight=weight.data_ptr(),
+        x_stride0=xs[0], x_stride1=xs[1], x_stride2=xs[2],
+        out_stride0=os_[0], out_stride1=os_[1], out_stride2=os_[2],
+        weight_dim_stride=weight.stride(0), weight_tap_stride=weight.stride(1),
+        width=weight.shape[1], x_kind=abi.QUERY_KINDS[x.dtype],
+        weight_kind=abi.QUERY_KINDS[weight.dtype], silu=int(silu),
+    )  # fmt: skip
+    if bias is not None:
+        args.bias, args.bias_stride = bias.data_ptr(), bias.stride(0)
+        args.bias_kind = abi.QUERY_KINDS[bias.dtype]
+    if state is not None:
+        args.conv_state, args.num_slots = state.data_ptr(), state.shape[0]
+        args.state_slot_stride, args.state_dim_stride, args.state_pos_stride = state.stride()
+        args.state_kind = abi.QUERY_KINDS[state.dtype]
+    if indices is not None:
+        args.indices, args.index_kind = indices.data_ptr(), INDEX_KINDS[indices.dtype]
+    return args
+
+
+def launch_conv_update(
+    lib: GatedDeltaLibrary,
+    x: torch.Tensor,
+    conv_state: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    indices: Optional[torch.Tensor],
+    out: torch.Tensor,
+    *,
+    silu: bool,
+    stream: Optional[int] = None,
+) -> None:
+    """``x, out [N, dim, L]``; ``conv_state [slots, dim, >= 3]`` updated in place at
+    ``indices`` (None: sequence i's slot is i)."""
+    indices = None if indices is None else indices.contiguous()  # alive until the launch
+    args = _conv_args(x, out, weight, bias, conv_state, indices, silu)
+    args.num_seqs, args.dim, args.tokens = x.shape
+    lib.conv_update(args, _stream(x, stream))
+
+
+def launch_conv_prefill(
+    lib: GatedDeltaLibrary,
+    x: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    conv_states: Optional[torch.Tensor],
+    cache_indices: Optional[torch.Tensor],
+    has_initial_state: Optional[torch.Tensor],
+    out: torch.Tensor,
+    *,
+    silu: bool,
+    stream: Optional[int] = None,
+) -> None:
+    """``x, out [dim, total]``; ``query_start_loc [N + 1]`` on x's device; the states
+    (:func:`attn_core.linear.causal_conv1d_fn`'s) read and written in place."""
+    # 1-D arguments the kernels index densely; the copies of strided ones live until the launch
+    offsets = query_start_loc.contiguous()
+    cache_indices = None if cache_indices is None else cache_indices.contiguous()
+    has_initial_state = None if has_initial_state is None else has_initial_state.contiguous()
+    args = _conv_args(x, out, weight, bias, conv_states, cache_indices, silu)
+    args.num_seqs = query_start_loc.shape[0] - 1
+    args.dim, args.tokens = x.shape
+    args.query_start_loc = offsets.data_ptr()
+    args.offset_kind = INDEX_KINDS[offsets.dtype]
+    if has_initial_state is not None:
+        args.has_initial_state = has_initial_state.data_ptr()
+    lib.conv_prefill(args, _stream(x, stream))
+
+
+# ------------------------------------------------------------------ check against the reference
+# One check per (device, library, dtype, head_k, head_v, GQA group): a decode step of 3
+# sequences in a pool of 6 slots (indices permuted, NaN in every slot not named), with and
+# without l2 normalisation, the token-by-token and the chunked prefill of 4 sequences (1, 0, 70
+# and 5 tokens) from random initial states, then the convolutions (update of 2 tokens, a varlen
+# prefill of 4 sequences of 0, 1, 2 and 37 tokens, half with a prior window), against the
+# float64 reference.
+# Errors are relative to max(1, the reference's largest magnitude): outputs are stored in the
+# input dtype (a few of its ulps), states in fp32.
+TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
+STATE_TOLERANCE = 1e-4
+
+
+def _err(got: torch.Tensor, want: torch.Tensor) -> float:
+    got = got.detach().double().cpu()
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+
+
+def decode_case(
+    heads: int,
+    value_heads: int,
+    head_k: int,
+    head_v: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    seqs: int = 3,
+    slots: int = 6,
+    seed: int = 0,
+) -> dict:
+    """A random decode step: inputs, a NaN-poisoned pool (named slots random) and indices."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(device)
+
+    idx = torch.randperm(slots, generator=gen)[:seqs]
+    pool = torch.full((slots, value_heads, head_k, head_v), float("nan"))
+    pool[idx] = torch.randn(seqs, value_heads, head_k, head_v, generator=gen) * 0.3
+    return dict(
+        q=rand(seqs, heads, head_k).to(dtype), k=rand(seqs, heads, head_k, scale=0.3).to(dtype),
+        v=rand(seqs, value_heads, head_v).to(dtype),
+        g=-torch.rand(seqs, value_heads, generator=gen).to(device),
+        beta=torch.rand(seqs, value_heads, generator=gen).to(device).to(dtype),
+        state_pool=pool.to(device), state_indices=idx.to(device, torch.int32),
+    )  # fmt: skip
+
+
+def decode_errors(
+    lib: GatedDeltaLibrary,
+    case: dict,
+    *,
+    l2norm: bool,
+    scale: float,
+    stream: Optional[int] = None,
+    block_heads: Optional[int] = None,
+) -> tuple:
+    """``(output error, state error, untouched)`` of one launch on ``case`` (its pool updated)
+    against :func:`reference_gated_delta`; untouched: slots not named kept their bits."""
+    c = case
+    before = c["state_pool"].clone()
+    idx = c["state_indices"].long()
+    n, hv, dv = c["v"].shape
+    out = torch.full((n, hv, dv), float("nan"), dtype=c["v"].dtype, device=c["v"].device)
+    want_o, want_s = reference_gated_delta(
+        c["q"][:, None], c["k"][:, None], c["v"][:, None], c["g"][:, None], c["beta"][:, None],
+        scale=scale, initial_state=before[idx], use_qk_l2norm=l2norm,
+    )  # fmt: skip
+    launch_decode(lib, c["q"], c["k"], c["v"], c["g"], c["beta"], c["state_pool"],
+                  c["state_indices"], out, scale=scale, l2norm=l2norm, stream=stream,
+                  block_heads=block_heads)  # fmt: skip
+    others = torch.ones(before.shape[0], dtype=torch.bool)
+    others[idx.cpu()] = False
+    same = before[others].view(torch.int32).equal(c["state_pool"][others].view(torch.int32))
+    return _err(out, want_o[:, 0]), _err(c["state_pool"][idx], want_s), same
+
+
+def conv_errors(
+    lib: GatedDeltaLibrary,
+    dtype: torch.dtype,
+    device: torch.device,
+    stream: Optional[int] = None,
+    seed: int = 0,
+) -> float:
+    """The worst error of a conv update and a varlen conv prefill against
+    :func:`reference_causal_conv1d` (outputs and states)."""
+    gen = torch.Generator().manual_seed(seed)
+    dim, w = 200, CONV_WIDTH
+    weight = torch.randn(dim, w, generator=gen).to(device, dtype)
+    bias = torch.randn(dim, generator=gen).to(device, dtype)
+    worst = 0.0
+    # update: 3 sequences in 5 slots, 2 tokens each, SiLU
+    state = torch.randn(5, dim, w + 1, generator=gen).to(device, dtype)
+    idx = torch.tensor([4, 0, 2], dtype=torch.int64, device=device)
+    x = torch.randn(3, dim, 2, generator=gen).to(device, dtype)
+    out = torch.full_like(x, float("nan"))
+    before = state.clone()
+    launch_conv_update(lib, x, state, weight, bias, idx, out, silu=True, stream=stream)
+    for i, slot in enumerate(idx.tolist()):
+        want, window = reference_causal_conv1d(x[i], weight, bias, before[slot, :, : w - 1], "silu")
+        worst = max(worst, _err(out[i], want), _err(state[slot, :, : w - 1], window))
+    # prefill: lengths 0, 1, 2, 37; slots 3, 1, 0, 2; windows where has_initial_state
+    lens = [0, 1, 2, 37]
+    qsl = torch.tensor([0, 0, 1, 3, 40], dtype=torch.int32, device=device)
+    slots = torch.tensor([3, 1, 0, 2], dtype=torch.int32, device=device)
+    has = torch.tensor([True, True, False, True], device=device)
+    states = torch.randn(4, dim, w - 1, generator=gen).to(device, dtype)
+    before = states.clone()
+    xp = torch.randn(40, dim, generator=gen).to(device, dtype).t()  # vLLM's [dim, total] view
+    outp = torch.full((dim, 40), float("nan"), dtype=dtype, device=device)
+    launch_conv_prefill(lib, xp, qsl, weight, bias, states, slots, has, outp, silu=False,
+                        stream=stream)  # fmt: skip
+    for i, length in enumerate(lens):
+        a, slot = int(qsl[i]), int(slots[i])
+        prior = before[slot] if bool(has[i]) else None
+        want, window = reference_causal_conv1d(xp[:, a : a + length], weight, bias, prior)
+        if length:
+            worst = max(worst, _err(outp[:, a : a + length], want))
+        worst = max(worst, _err(states[slot], window))
+    return worst
+
+
+def prefill_errors(
+    lib: GatedDeltaLibrary,
+    heads: int,
+    value_heads: int,
+    head_k: int,
+    head_v: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    lengths: tuple[int, ...] = (1, 0, 70, 5),
+    l2norm: bool = True,
+    chunked: bool = False,
+    stream: Optional[int] = None,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """``(output error, final state error)`` of the token-by-token prefill of sequences of
+    ``lengths`` (an empty one included) from random initial states, against
+    :func:`reference_gated_delta`; the output is NaN-poisoned first."""
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(lengths)
+    q = torch.randn(total, heads, head_k, generator=gen).to(device, dtype)
+    k = (torch.randn(total, heads, head_k, generator=gen) * 0.3).to(device, dtype)
+    v = torch.randn(total, value_heads, head_v, generator=gen).to(device, dtype)
+    g = (-torch.rand(total, value_heads, generator=gen) * 0.5).to(device)
+    beta = torch.rand(total, value_heads, generator=gen).to(device, dtype)
+    init = (torch.randn(len(lengths), value_heads, head_k, head_v, generator=gen) * 0.3).to(device)
+    bounds = [0]
+    for length in lengths:
+        bounds.append(bounds[-1] + length)
+    cu = torch.tensor(bounds, dtype=torch.int32)
+    out = torch.full((total, value_heads, head_v), float("nan"), dtype=dtype, device=device)
+    final = torch.full_like(init, float("nan"))
+    scale = head_k**-0.5
+    launch_recurrent_prefill(lib, q, k, v, g, beta, cu.to(device), out, scale=scale,
+                             l2norm=l2norm, initial_state=init, final_state=final,
+                             chunked=chunked, stream=stream)  # fmt: skip
+    want_o, want_s = reference_gated_delta(
+        q[None], k[None], v[None], g[None], beta[None], scale=scale, initial_state=init,
+        cu_seqlens=cu, use_qk_l2norm=l2norm,
+    )  # fmt: skip
+    return _err(out, want_o[0]), _err(final, want_s)
+
+
+def check_library(
+    lib: GatedDeltaLibrary, device: torch.device, config: tuple, stream: Optional[int] = None
+) -> Verdict:
+    """The family's reference check of ``config`` (:meth:`GatedDeltaLibrary.verify_config`)."""
+    _, dtype, head_k, head_v, group = config
+    worst_o = worst_s = 0.0
+    for l2norm in (False, True):
+        case = decode_case(2, 2 * group, head_k, head_v, dtype, device, seed=int(l2norm))
+        o, s, same = decode_errors(lib, case, l2norm=l2norm, scale=head_k**-0.5, stream=stream)
+        if not same:
+            return Verdict(False, "the decode step wrote a state slot it was not given")
+        worst_o, worst_s = max(worst_o, o), max(worst_s, s)
+    worst_c = conv_errors(lib, dtype, device, stream=stream)
+    for chunked in (False, True):
+        p_o, p_s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device,
+                                  chunked=chunked, stream=stream)  # fmt: skip
+        worst_o, worst_s = max(worst_o, p_o), max(worst_s, p_s)
+    tol = TOLERANCE[dtype]
+    ok = worst_o <= tol and worst_c <= tol and worst_s <= STATE_TOLERANCE
+    return Verdict(
+        ok,
+        f"max relative error: output {worst_o:.1e}, state {worst_s:.1e}, conv {worst_c:.1e} "
+        f"(tolerances {tol:.0e}, {STATE_TOLERANCE:.0e})",
+    )
+
+
+def _check(device: torch.device, config: tuple, lib: GatedDeltaLibrary) -> Verdict:
+    verdict = check_library(lib, device, config)
+    torch.cuda.synchronize(device)
+    return verdict
+
+
+verify_once.register(GatedDeltaLibrary.VERIFY_KIND, _check)

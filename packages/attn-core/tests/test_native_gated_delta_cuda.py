@@ -1,0 +1,245 @@
+"""The native Gated DeltaNet library (csrc/gated_delta.cu) on a CUDA device.
+
+Built through attn-core's own loader (nvcc or CoreX; cached), checked against the float64
+reference by the verify-once check for every dtype and head size, then through the public
+entry points at the model's sizes (16 key / 32 value heads, K = V = 128, conv dim 8192) against
+the torch path, in a CUDA graph, and with the block-sharing of value heads varied.
+
+Run on the GPU machine: ``pytest -m cuda packages/attn-core/tests/test_native_gated_delta_cuda.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import requires_cuda
+
+from attn_core import (
+    causal_conv1d_fn,
+    causal_conv1d_update,
+    chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
+    gated_delta_decode,
+)
+from attn_core.core.settings import current_overrides
+from attn_core.native.gated_delta import (
+    VARIANT,
+    GatedDeltaLibrary,
+    check_library,
+    decode_case,
+    launch_decode,
+)
+from attn_core.native.loader import load_library
+
+pytestmark = [pytest.mark.cuda, requires_cuda]
+DEV = torch.device("cuda")
+MODEL = (16, 32, 128, 128)  # key heads, value heads, K, V
+CONV_DIM = 2 * 16 * 128 + 32 * 128
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+OUT_TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def library() -> GatedDeltaLibrary:
+    lib, status = load_library(GatedDeltaLibrary, VARIANT, current_overrides().native, DEV)
+    assert lib is not None, status.detail
+    return lib
+
+
+def test_the_library_loads_with_no_local_memory() -> None:
+    lib = library()
+    for which in ("decode", "recurrent_prefill", "chunked_prefill", "conv_update",
+                  "conv_prefill", "conv_prefill_state"):  # fmt: skip
+        for head_k in (64, 128) if "conv" not in which else (128,):
+            facts = lib.kernel_info(which, head_k)
+            assert facts.local_bytes == 0, (which, head_k, facts)
+            assert facts.blocks_per_sm >= 2, (which, head_k, facts)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("head_k,head_v,group", [(128, 128, 2), (64, 64, 1), (128, 96, 3)])
+def test_the_reference_check_passes(dtype, head_k, head_v, group) -> None:
+    lib = library()
+    verdict = check_library(lib, DEV, (lib.path.name, dtype, head_k, head_v, group))
+    assert verdict.ok, verdict.detail
+
+
+def model_step(batch: int, dtype: torch.dtype, seed: int = 0) -> dict:
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEV)
+
+    pool = randn(2 * batch + 1, hv, dk, dv) * 0.1
+    return dict(
+        q=randn(batch, h, dk).to(dtype), k=randn(batch, h, dk).to(dtype),
+        v=randn(batch, hv, dv).to(dtype), g=-torch.rand(batch, hv, generator=gen, device=DEV),
+        beta=torch.rand(batch, hv, generator=gen, device=DEV).to(dtype), state_pool=pool,
+        state_indices=torch.randperm(2 * batch + 1, generator=gen, device=DEV)[:batch].int(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_decode_native_matches_torch_at_model_sizes(dtype, batch) -> None:
+    x = model_step(batch, dtype)
+    pool_t = x["state_pool"].clone()
+    out_n = gated_delta_decode(**x, use_qk_l2norm_in_kernel=True, backend="native")
+    out_t = gated_delta_decode(**{**x, "state_pool": pool_t}, use_qk_l2norm_in_kernel=True,
+                               backend="torch")  # fmt: skip
+    torch.testing.assert_close(out_n.float(), out_t.float(), atol=OUT_TOL[dtype], rtol=0)
+    torch.testing.assert_close(x["state_pool"], pool_t, atol=1e-5, rtol=1e-5)
+
+
+def test_decode_default_backend_is_native_and_graph_capturable() -> None:
+    """Warm up (loads and verifies), capture one step, replay it over new inputs: the pool
+    advances as the torch path's does, step after step."""
+    x = model_step(8, torch.bfloat16, seed=1)
+    pool_t = x["state_pool"].clone()
+    out = torch.empty(8, MODEL[1], MODEL[3], dtype=torch.bfloat16, device=DEV)
+    step = dict(x, out=out, use_qk_l2norm_in_kernel=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    warm = step["state_pool"].clone()
+    with torch.cuda.stream(side):
+        gated_delta_decode(**{**step, "state_pool": warm})  # loads and verifies
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gated_delta_decode(**step)
+    fresh = model_step(8, torch.bfloat16, seed=2)  # the capture ran nothing: pools still equal
+    for t in range(3):
+        for name in ("q", "k", "v", "g", "beta"):
+            x[name].copy_(fresh[name] * (1 + t))
+        graph.replay()
+        want = gated_delta_decode(**{**x, "state_pool": pool_t}, use_qk_l2norm_in_kernel=True,
+                                  backend="torch")  # fmt: skip
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), want.float(), atol=3e-2, rtol=0)
+        torch.testing.assert_close(x["state_pool"], pool_t, atol=1e-4, rtol=1e-4)
+
+
+def test_value_heads_sharing_a_block_give_the_same_bits() -> None:
+    lib = library()
+    results = []
+    for block_heads in (1, 2):
+        case = decode_case(16, 32, 128, 128, torch.bfloat16, DEV, seqs=64, slots=70, seed=4)
+        out = torch.empty(64, 32, 128, dtype=torch.bfloat16, device=DEV)
+        launch_decode(lib, case["q"], case["k"], case["v"], case["g"], case["beta"],
+                      case["state_pool"], case["state_indices"], out, scale=0.08, l2norm=True,
+                      block_heads=block_heads)  # fmt: skip
+        results.append((out, case["state_pool"].nan_to_num(5.0)))
+    assert torch.equal(results[0][0].view(torch.int16), results[1][0].view(torch.int16))
+    assert torch.equal(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_conv_native_matches_torch_at_model_sizes(dtype) -> None:
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    dim = CONV_DIM
+    weight = torch.randn(dim, 4, generator=gen, device=DEV).to(dtype)
+    bias = torch.randn(dim, generator=gen, device=DEV).to(dtype)
+    lens = [1, 3, 700, 5000]
+    qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device=DEV, dtype=torch.int32)
+    x = torch.randn(qsl[-1].item(), dim, generator=gen, device=DEV).to(dtype).t()
+    states = torch.randn(6, dim, 3, generator=gen, device=DEV).to(dtype)
+    slots = torch.tensor([5, 0, 2, 3], device=DEV, dtype=torch.int32)
+    has = torch.tensor([True, False, True, True], device=DEV)
+    results = []
+    for backend in ("native", "torch"):
+        st = states.clone()
+        out = causal_conv1d_fn(x, weight, bias, st, qsl, slots, has, "silu", backend=backend)
+        nxt = torch.randn(4, dim, generator=torch.Generator(device=DEV).manual_seed(8),
+                          device=DEV).to(dtype)  # fmt: skip
+        upd = causal_conv1d_update(nxt, st, weight, bias, "silu", slots, backend=backend)
+        results.append((out.float(), upd.float(), st.float()))
+    tol = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    for got, want in zip(results[0], results[1], strict=True):
+        torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_native_prefills_match_torch_at_model_sizes(dtype) -> None:
+    """Varlen, with initial states: the native token-by-token and chunked kernels against the
+    torch paths and each other; the default chunked call is the native one."""
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(6)
+    lens = [1, 63, 64, 65, 700]
+    total = sum(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEV)
+
+    x = dict(
+        q=randn(1, total, h, dk).to(dtype), k=randn(1, total, h, dk).to(dtype),
+        v=randn(1, total, hv, dv).to(dtype),
+        g=-torch.rand(1, total, hv, generator=gen, device=DEV) * 0.3,
+        beta=torch.rand(1, total, hv, generator=gen, device=DEV).to(dtype),
+        initial_state=randn(len(lens), hv, dk, dv) * 0.1, cu_seqlens=cu,
+        use_qk_l2norm_in_kernel=True, output_final_state=True,
+    )  # fmt: skip
+    o_n, s_n = fused_recurrent_gated_delta_rule(**x, backend="native")
+    o_t, s_t = fused_recurrent_gated_delta_rule(**x, backend="torch")
+    o_nc, s_nc = chunk_gated_delta_rule(**x, backend="native")
+    o_c, s_c = chunk_gated_delta_rule(**x, backend="torch")
+    o_d, s_d = chunk_gated_delta_rule(**x)  # the default: native, verified by now
+    tol = OUT_TOL[dtype]
+    torch.testing.assert_close(o_n.float(), o_t.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(o_nc.float(), o_c.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(o_nc.float(), o_n.float(), atol=tol, rtol=0)
+    torch.testing.assert_close(s_n, s_t, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(s_nc, s_c, atol=1e-3, rtol=1e-3)
+    assert torch.equal(o_d, o_nc) and torch.equal(s_d, s_nc)
+
+
+def test_native_chunked_prefill_at_32k_matches_torch() -> None:
+    """One 32K-token sequence at the model's sizes, bf16: the state after it and the last
+    outputs agree with the torch chunked path; the native call's transient device memory
+    (above its inputs and outputs) stays under the issue's 64 MiB."""
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(7)
+    t = 32768
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEV)
+
+    x = dict(
+        q=randn(1, t, h, dk).bfloat16(), k=randn(1, t, h, dk).bfloat16(),
+        v=randn(1, t, hv, dv).bfloat16(),
+        g=-torch.rand(1, t, hv, generator=gen, device=DEV) * 0.1,
+        beta=torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16(),
+        use_qk_l2norm_in_kernel=True, output_final_state=True,
+    )  # fmt: skip
+    chunk_gated_delta_rule(**x, backend="native")  # loads and verifies first
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    o_n, s_n = chunk_gated_delta_rule(**x, backend="native")
+    torch.cuda.synchronize()
+    kept = o_n.numel() * o_n.element_size() + s_n.numel() * s_n.element_size()
+    transient = torch.cuda.max_memory_allocated() - base - kept
+    assert transient <= 64 << 20, transient / 2**20
+    o_t, s_t = chunk_gated_delta_rule(**x, backend="torch")
+    torch.testing.assert_close(o_n[:, -256:].float(), o_t[:, -256:].float(), atol=3e-2, rtol=0)
+    torch.testing.assert_close(s_n, s_t, atol=2e-3, rtol=2e-3)
+
+
+def test_sizes_the_kernels_do_not_cover_take_torch_or_name_why_when_forced() -> None:
+    """K = 96 (no instantiation) and V = 48 (not a multiple of 32): the default serves them on
+    the torch path; a forced native call raises naming the size, and writes nothing."""
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    for dk, dv, why in ((96, 64, "head_k must be one of (64, 128), got 96"),
+                        (64, 48, "head_v must be a multiple of 32, got 48")):  # fmt: skip
+        q = torch.randn(2, 2, dk, generator=gen, device=DEV)
+        x = dict(q=q, k=q.clone(), v=torch.randn(2, 4, dv, generator=gen, device=DEV),
+                 g=-torch.rand(2, 4, generator=gen, device=DEV),
+                 beta=torch.rand(2, 4, generator=gen, device=DEV),
+                 state_indices=torch.tensor([1, 0], device=DEV))  # fmt: skip
+        pool = torch.zeros(3, 4, dk, dv, device=DEV)
+        with pytest.raises(ValueError, match=f"cannot serve gated_delta_decode here: {why}"):
+            gated_delta_decode(**x, state_pool=pool, backend="native")
+        assert not pool.any(), "a refused call wrote the pool"
+        got = gated_delta_decode(**x, state_pool=pool)  # the torch path
+        want = gated_delta_decode(**x, state_pool=torch.zeros_like(pool), backend="torch")
+        torch.testing.assert_close(got, want)

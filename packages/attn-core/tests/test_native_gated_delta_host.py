@@ -1,0 +1,311 @@
+"""The Gated DeltaNet kernels (csrc/gated_delta.cu) on the CPU, against the float64 reference.
+
+CI has no GPU: ci/host_emulation.py compiles the CoreX configuration of the source for the host
+(each block's threads as fibers, shared memory NaN at every block's start), and these tests call
+it through attn-core's own binding (:mod:`attn_core.native.gated_delta`) on CPU tensors. They
+cover the decode step (every dtype, both head sizes, odd value sizes and GQA groups, l2
+normalisation on and off, value heads sharing a block, strided inputs, mixed gate dtypes,
+chained steps, NaN-poisoned outputs, a NaN pool whose unnamed slots must keep their bits, the
+padding slot -1), the token-by-token and the chunked prefill (empty sequences and lengths
+around the 16-token chunk, initial states or none, the final state written in place), and
+both convolutions (slots, lengths 0 to 37, prior windows or none, activations, strides, mixed
+dtypes). Cases also run with each phase's
+threads in reverse order and must give the same bits (a missing barrier would not).
+
+Not covered here: what nvcc or CoreX's compiler make of the source (ci/clang_check.py, the
+``cuda`` tests in test_native_gated_delta_cuda.py), races within a warp's lockstep, and time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from ci_scripts import load_ci_script
+
+from attn_core.native.gated_delta import (
+    GatedDeltaLibrary,
+    check_library,
+    conv_errors,
+    decode_case,
+    decode_errors,
+    launch_conv_prefill,
+    launch_conv_update,
+    launch_decode,
+    launch_recurrent_prefill,
+    prefill_errors,
+)
+from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+CPU = torch.device("cpu")
+_LIBRARY: list[GatedDeltaLibrary] = []
+
+
+def emulated() -> GatedDeltaLibrary:
+    """The host library (built once per source under ``ATTN_CORE_EMULATION_CACHE``: ~1 s)."""
+    if not _LIBRARY:
+        builder = load_ci_script("host_emulation")
+        compiler = builder.find_compiler()
+        if compiler is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail("needs a host C++ compiler for the emulated kernels")
+            pytest.skip("needs a host C++ compiler (g++ or clang++) for the emulated kernels")
+        default = Path.home() / ".cache" / "attn_core" / "host-emulation"
+        cache = Path(os.environ.get("ATTN_CORE_EMULATION_CACHE") or default)
+        _LIBRARY.append(GatedDeltaLibrary(builder.build("gated_delta", cache, compiler=compiler)))
+    return _LIBRARY[0]
+
+
+def reverse_order(lib: GatedDeltaLibrary, reverse: bool) -> None:
+    control = lib._lib.attn_host_emulation_set_order
+    control.argtypes = [ctypes.c_int]
+    control.restype = None
+    control(int(reverse))
+
+
+def both_orders(run):
+    """``run()``'s result, checked bit-equal with each phase's threads in reverse order."""
+    lib = emulated()
+    first = run()
+    reverse_order(lib, True)
+    try:
+        again = run()
+    finally:
+        reverse_order(lib, False)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), "thread order changed bits"
+    return first
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    assert torch.isfinite(got).all(), "NaN/inf: an element was not written"
+    got = got.double()
+    return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+
+
+# ------------------------------------------------------------------------------- decode step
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "heads,value_heads,head_k,head_v",
+    [(2, 4, 128, 128), (1, 3, 64, 96), (3, 3, 128, 32), (2, 12, 64, 64)],
+)
+@pytest.mark.parametrize("l2norm", [False, True])
+def test_decode_step(dtype, heads, value_heads, head_k, head_v, l2norm) -> None:
+    lib = emulated()
+    scale = 0.7 * head_k**-0.5
+
+    def run():
+        case = decode_case(heads, value_heads, head_k, head_v, dtype, CPU, seqs=3, slots=7)
+        o, s, same = decode_errors(lib, case, l2norm=l2norm, scale=scale, stream=0)
+        assert same, "a slot that was not named changed"
+        assert o <= TOL[dtype] and s <= 1e-5, (o, s)
+        return (case["state_pool"],)
+
+    both_orders(run)
+
+
+@pytest.mark.parametrize("block_heads", [2, 3, 6])
+def test_value_heads_sharing_a_block_give_the_same_bits(block_heads: int) -> None:
+    lib = emulated()
+    pools, outs = [], []
+    for heads_per_block in (1, block_heads):
+        case = decode_case(2, 12, 64, 64, torch.bfloat16, CPU, seed=3)
+        out = torch.full((3, 12, 64), float("nan"), dtype=torch.bfloat16)
+        launch_decode(lib, case["q"], case["k"], case["v"], case["g"], case["beta"],
+                      case["state_pool"], case["state_indices"], out, scale=0.1, l2norm=True,
+                      block_heads=heads_per_block, stream=0)  # fmt: skip
+        pools.append(case["state_pool"])
+        outs.append(out)
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    assert torch.equal(pools[0].nan_to_num(7.0), pools[1].nan_to_num(7.0))
+
+
+def test_strided_inputs_mixed_gate_dtypes_int64_indices() -> None:
+    lib = emulated()
+    n, h, hv, dk, dv = 4, 2, 4, 128, 64
+    gen = torch.Generator().manual_seed(5)
+    qk = torch.randn(n, 2, h, dk + 8, generator=gen).to(torch.float16)  # q, k side by side
+    q, k = qk[:, 0, :, :dk], qk[:, 1, :, :dk] * 0.2
+    v = torch.randn(n, hv, 2 * dv, generator=gen).to(torch.float16)[:, :, :dv]
+    g = -torch.rand(hv, n, generator=gen).t()  # fp32, strided
+    beta = torch.rand(n, hv, generator=gen).to(torch.bfloat16)
+    pool = torch.randn(9, hv, dk, dv, generator=gen) * 0.2
+    idx = torch.tensor([8, 1, 5, 0])
+    out = torch.full((n, hv, 3 * dv), float("nan"), dtype=torch.float16)[:, :, dv : 2 * dv]
+    before = pool.clone()
+    launch_decode(lib, q, k, v, g, beta, pool, idx, out, scale=0.09, l2norm=True, stream=0)
+    want_o, want_s = reference_gated_delta(
+        q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], scale=0.09,
+        initial_state=before[idx], use_qk_l2norm=True,
+    )  # fmt: skip
+    assert rel_err(out, want_o[:, 0]) <= TOL[torch.float16]
+    assert rel_err(pool[idx], want_s) <= 1e-5
+
+
+def test_chained_steps_match_the_sequence() -> None:
+    """Five steps on the pool equal the reference run over five tokens."""
+    lib = emulated()
+    n, h, hv, dk, dv, t = 2, 1, 2, 64, 32, 5
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(n, t, h, dk, generator=gen)
+    k = torch.randn(n, t, h, dk, generator=gen)
+    v = torch.randn(n, t, hv, dv, generator=gen)
+    g = -torch.rand(n, t, hv, generator=gen)
+    beta = torch.rand(n, t, hv, generator=gen)
+    pool = torch.full((4, hv, dk, dv), float("nan"))
+    idx = torch.tensor([2, 0], dtype=torch.int32)
+    pool[idx.long()] = 0.0
+    outs = []
+    for step in range(t):
+        out = torch.empty(n, hv, dv)
+        launch_decode(lib, q[:, step], k[:, step], v[:, step], g[:, step], beta[:, step], pool,
+                      idx, out, scale=0.125, l2norm=True, stream=0)  # fmt: skip
+        outs.append(out)
+    want_o, want_s = reference_gated_delta(q, k, v, g, beta, scale=0.125, use_qk_l2norm=True)
+    assert rel_err(torch.stack(outs, 1), want_o) <= 1e-5
+    assert rel_err(pool[idx.long()], want_s) <= 1e-5
+    assert pool[[1, 3]].isnan().all(), "slots not named were written"
+
+
+def test_padding_slot_is_skipped_with_zero_output() -> None:
+    """vLLM pads a captured batch with slot -1: the pool is untouched and the output zeros."""
+    lib = emulated()
+    case = decode_case(2, 4, 128, 64, torch.float32, CPU, seqs=3, slots=5)
+    case["state_indices"][1] = -1
+    before = case["state_pool"].clone()
+    out = torch.full((3, 4, 64), float("nan"))
+    launch_decode(lib, case["q"], case["k"], case["v"], case["g"], case["beta"],
+                  case["state_pool"], case["state_indices"], out, scale=0.1, l2norm=False,
+                  stream=0)  # fmt: skip
+    assert (out[1] == 0).all()
+    assert torch.isfinite(out).all()
+    named = case["state_indices"][[0, 2]].long()
+    untouched = torch.ones(5, dtype=torch.bool)
+    untouched[named] = False
+    assert before[untouched].nan_to_num(3.0).equal(case["state_pool"][untouched].nan_to_num(3.0))
+
+
+def test_the_verify_once_check_passes_on_the_host() -> None:
+    lib = emulated()
+    for dtype in DTYPES:
+        verdict = check_library(lib, CPU, (lib.path.name, dtype, 128, 128, 2), stream=0)
+        assert verdict.ok, verdict.detail
+
+
+# ------------------------------------------------------------------------ token-by-token prefill
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
+@pytest.mark.parametrize("l2norm", [False, True])
+@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
+def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, chunked) -> None:
+    """Lengths around the 16-token chunk: 0, 1, 15, 16, 17, 33."""
+    lib = emulated()
+    o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU,
+                          lengths=(3, 0, 17, 1, 16, 15, 33), l2norm=l2norm, chunked=chunked,
+                          stream=0)  # fmt: skip
+    assert o <= TOL[dtype] and s <= 1e-5, (o, s)
+
+
+def prefill_inputs(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    t, h, hv, dk, dv = sum(lengths), 2, 4, 64, 32
+    return dict(
+        q=torch.randn(t, h, dk, generator=gen), k=torch.randn(t, h, dk, generator=gen) * 0.3,
+        v=torch.randn(t, hv, dv, generator=gen), g=-torch.rand(t, hv, generator=gen),
+        beta=torch.rand(t, hv, generator=gen),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
+def test_prefill_in_place_state_without_initial_and_thread_order(chunked) -> None:
+    lib = emulated()
+    lengths = (4, 7)
+    x = prefill_inputs(lengths)
+    cu = torch.tensor([0, 4, 11], dtype=torch.int64)
+
+    def run(initial: bool):
+        state = torch.randn(2, 4, 64, 32, generator=torch.Generator().manual_seed(1))
+        before = state.clone()
+        out = torch.full((11, 4, 32), float("nan"))
+        launch_recurrent_prefill(lib, **x, cu_seqlens=cu, out=out, scale=0.2, l2norm=True,
+                                 initial_state=state if initial else None, final_state=state,
+                                 chunked=chunked, stream=0)  # fmt: skip
+        return out, state, before
+
+    for initial in (True, False):
+        out, state = both_orders(lambda initial=initial: run(initial)[:2])
+        before = run(initial)[2]  # the same seeded state the runs started from
+        want_o, want_s = reference_gated_delta(
+            *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.2,
+            initial_state=before if initial else None, cu_seqlens=cu, use_qk_l2norm=True,
+        )  # fmt: skip
+        assert rel_err(out, want_o[0]) <= 1e-5
+        assert rel_err(state, want_s) <= 1e-5
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
+def test_prefill_reads_strided_inputs(chunked) -> None:
+    lib = emulated()
+    x = prefill_inputs((6,), seed=2)
+    wide = {n: torch.cat([t, t], dim=-1) for n, t in x.items() if n in ("q", "k", "v")}
+    strided = {n: wide[n][..., : x[n].shape[-1]] for n in wide}
+    g_t = x["g"].t().contiguous().t()  # column-major gates
+    out = torch.full((6, 4, 32), float("nan"))
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    launch_recurrent_prefill(lib, **strided, g=g_t, beta=x["beta"], cu_seqlens=cu, out=out,
+                             scale=0.3, l2norm=False, chunked=chunked, stream=0)  # fmt: skip
+    want_o, _ = reference_gated_delta(
+        *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.3, cu_seqlens=cu,
+    )  # fmt: skip
+    assert rel_err(out, want_o[0]) <= 1e-5
+
+
+# ------------------------------------------------------------------------------ convolutions
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_conv_update_and_prefill_with_states(dtype) -> None:
+    lib = emulated()
+    worst = both_orders(lambda: (torch.tensor([conv_errors(lib, dtype, CPU, stream=0)]),))[0]
+    assert float(worst) <= TOL[dtype] * 2
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_conv_update_without_indices_or_bias(tokens, activation) -> None:
+    lib = emulated()
+    gen = torch.Generator().manual_seed(tokens)
+    n, dim = 3, 130
+    x = torch.randn(n, dim, tokens, generator=gen).to(torch.bfloat16)
+    state = torch.randn(n, dim, 5, generator=gen)  # fp32 state, bf16 inputs; 5 > W - 1
+    weight = torch.randn(dim, 4, generator=gen)
+    before = state.clone()
+    out = torch.full_like(x, float("nan"))
+    launch_conv_update(lib, x, state, weight, None, None, out, silu=activation is not None,
+                       stream=0)  # fmt: skip
+    for i in range(n):
+        want, window = reference_causal_conv1d(x[i], weight, None, before[i, :, :3], activation)
+        assert rel_err(out[i], want) <= TOL[torch.bfloat16]
+        assert rel_err(state[i, :, :3], window) <= 1e-6
+    assert torch.equal(state[:, :, 3:], before[:, :, 3:]), "positions past W - 1 were written"
+
+
+def test_conv_prefill_without_states_contiguous_x() -> None:
+    lib = emulated()
+    gen = torch.Generator().manual_seed(4)
+    dim, lens = 70, [5, 0, 17, 2]
+    total = sum(lens)
+    x = torch.randn(dim, total, generator=gen).to(torch.float16)  # contiguous [dim, total]
+    weight = torch.randn(dim, 4, generator=gen).to(torch.float16)
+    bias = torch.randn(dim, generator=gen)
+    qsl = torch.tensor([0, 5, 5, 22, 24], dtype=torch.int64)
+    out = torch.full_like(x, float("nan"))
+    launch_conv_prefill(lib, x, qsl, weight, bias, None, None, None, out, silu=True, stream=0)
+    for i, length in enumerate(lens):
+        a = int(qsl[i])
+        if length:
+            want, _ = reference_causal_conv1d(x[:, a : a + length], weight, bias, None, "silu")
+            assert rel_err(out[:, a : a + length], want) <= TOL[torch.float16]
