@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 FLA = "fla.ops.gated_delta_rule"
+FLA_NEW = "fla.ops.gated_delta_rule.chunk"
 VLLM_FLA = "vllm.model_executor.layers.fla.ops"
 CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 HOLDER = "vllm.model_executor.models.qwen3_next"
@@ -44,6 +45,13 @@ def _fla_recurrent(q, k, v, g=None, beta=None, scale=None, initial_state=None,
                    output_final_state=False, cu_seqlens=None,
                    use_qk_l2norm_in_kernel=False):  # fmt: skip
     raise OriginalCalled("FLA fused_recurrent_gated_delta_rule")
+
+
+def _fla_new_chunk(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                   use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                   allow_neg_eigval=False, state_v_first=False, cu_seqlens=None,
+                   cu_seqlens_cpu=None, chunk_indices=None):  # fmt: skip
+    raise OriginalCalled("newer FLA chunk_gated_delta_rule")
 
 
 def _vllm_recurrent(q, k, v, g, beta, scale=None, initial_state=None, inplace_final_state=True,
@@ -83,7 +91,8 @@ def modules() -> dict[str, types.ModuleType]:
     holder.chunk_gated_delta_rule = vllm_fla.chunk_gated_delta_rule
     hf = _module(HF, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk),
                  torch_recurrent_gated_delta_rule=_copy(_hf_recurrent))  # fmt: skip
-    return {FLA: fla, VLLM_FLA: vllm_fla, CONV: conv, HOLDER: holder, HF: hf}
+    fla_new = _module(FLA_NEW, True, chunk_gated_delta_rule=_copy(_fla_new_chunk))
+    return {FLA_NEW: fla_new, FLA: fla, VLLM_FLA: vllm_fla, CONV: conv, HOLDER: holder, HF: hf}
 
 
 def _copy(fn):

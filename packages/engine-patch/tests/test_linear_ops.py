@@ -7,7 +7,7 @@ import ep_helpers
 import fake_linear
 import pytest
 import torch
-from fake_linear import CONV, FLA, HF, HOLDER, VLLM_FLA
+from fake_linear import CONV, FLA, FLA_NEW, HF, HOLDER, VLLM_FLA, OriginalCalled
 
 from attn_core.core.shapes import AttentionShape
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
@@ -23,6 +23,7 @@ from engine_patch.triton_guard import TritonRefusedError
 clean_state = pytest.fixture(ep_helpers.clean_state)
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 SERVED = {
+    f"{FLA_NEW}.chunk_gated_delta_rule",
     f"{FLA}.chunk_gated_delta_rule",
     f"{FLA}.fused_recurrent_gated_delta_rule",
     f"{VLLM_FLA}.chunk_gated_delta_rule",
@@ -118,6 +119,20 @@ def test_fla_head_first_and_varlen(fakes):
     o, s = fakes[FLA].chunk_gated_delta_rule(*heads, head_first=True, output_final_state=True,
                                              cu_seqlens=cu)  # fmt: skip
     torch.testing.assert_close(o.transpose(1, 2).double(), want_o, **TOL)
+
+
+@pytest.mark.parametrize("platform", ["generic", "iluvatar"])
+def test_a_switch_attn_core_does_not_serve_goes_back_to_the_original(fakes, monkeypatch, platform):
+    monkeypatch.setenv(PLATFORM_ENV, platform)
+    STATE.platform = detect_platform()
+    linear_ops.install()
+    q, k, v, g, beta, state = _inputs()
+    chunk = fakes[FLA_NEW].chunk_gated_delta_rule
+    o, _ = chunk(q, k, v, g, beta, state_v_first=False, cu_seqlens_cpu=None)
+    torch.testing.assert_close(o.double(), reference_gated_delta(q, k, v, g, beta)[0], **TOL)
+    error = OriginalCalled if platform == "generic" else TritonRefusedError
+    with pytest.raises(error):
+        chunk(q, k, v, g, beta, allow_neg_eigval=True)
 
 
 def test_transformers_conventions_match_the_reference(fakes):

@@ -40,6 +40,9 @@ class Convention:
     params: dict[str, Optional[str]]
     required: tuple[str, ...]  # attn-core keywords a matched signature must provide
     head_first: bool = False  # the foreign function has FLA's ``head_first`` switch
+    # Parameters attn-core serves only at this value (None or False): a call passing another
+    # runs the original function instead (refused on Iluvatar when that one is Triton).
+    neutral: tuple[str, ...] = ()
 
 
 _FLA = {
@@ -57,7 +60,12 @@ _FLA = {
         "use_qk_l2norm_in_kernel",
     )  # fmt: skip
 }
-_FLA_HEAD_FIRST = dict(_FLA, head_first=None)
+# Newer FLA releases: switches whose default is the plain rule, and ``cu_seqlens_cpu`` /
+# ``chunk_indices``, host copies and tilings derived from ``cu_seqlens`` (same sequences).
+_FLA_NEUTRAL = ("state_v_first", "use_beta_sigmoid_in_kernel", "allow_neg_eigval", "cp_context",
+                "use_graph", "graph_mode")  # fmt: skip
+_FLA_HEAD_FIRST = dict(_FLA, head_first=None, cu_seqlens_cpu=None, chunk_indices=None,
+                       **dict.fromkeys(_FLA_NEUTRAL))  # fmt: skip
 _HF = {
     "query": "q",
     "key": "k",
@@ -77,10 +85,18 @@ def _own(name: str) -> dict[str, Optional[str]]:
 
 CONVENTIONS: dict[str, Convention] = {
     "chunk_gated_delta_rule": Convention(
-        "chunk_gated_delta_rule", _FLA_HEAD_FIRST, ("q", "k", "v", "g", "beta"), head_first=True
+        "chunk_gated_delta_rule",
+        _FLA_HEAD_FIRST,
+        ("q", "k", "v", "g", "beta"),
+        head_first=True,
+        neutral=_FLA_NEUTRAL,
     ),
     "fused_recurrent_gated_delta_rule": Convention(
-        "fused_recurrent_gated_delta_rule", _FLA_HEAD_FIRST, ("q", "k", "v"), head_first=True
+        "fused_recurrent_gated_delta_rule",
+        _FLA_HEAD_FIRST,
+        ("q", "k", "v"),
+        head_first=True,
+        neutral=_FLA_NEUTRAL,
     ),
     "causal_conv1d_fn": Convention("causal_conv1d_fn", _own("causal_conv1d_fn"), ("x", "weight")),
     "causal_conv1d_update": Convention(
@@ -128,9 +144,16 @@ def _transpose_tokens(x: Any) -> Any:
     return x.transpose(1, 2) if isinstance(x, torch.Tensor) else x
 
 
-def make_adapter(original: Callable, convention: Convention) -> Callable:
+def _neutral(value: Any) -> bool:
+    return value is None or (isinstance(value, (bool, int)) and not value)
+
+
+def make_adapter(
+    original: Callable, convention: Convention, fallback: Optional[Callable] = None
+) -> Callable:
     """``original``'s signature, attn-core's ``convention.attn_core_name`` behind it (call
-    :func:`match` first)."""
+    :func:`match` first). A call setting a :attr:`Convention.neutral` parameter goes to
+    ``fallback`` (the original, or a refusal on Iluvatar)."""
     signature = inspect.signature(original)
     target = getattr(attn_core, convention.attn_core_name)
     is_hf = "query" in convention.params
@@ -139,6 +162,8 @@ def make_adapter(original: Callable, convention: Convention) -> Callable:
     def adapter(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
+        if any(not _neutral(bound.arguments.get(n)) for n in convention.neutral):
+            return (fallback or original)(*args, **kwargs)
         call = {
             convention.params[n]: value
             for n, value in bound.arguments.items()

@@ -127,7 +127,14 @@ def _install_one(module: types.ModuleType, attr: str, convention_name: str) -> N
     why = linear_adapters.match(original, convention)
     iluvatar = STATE.platform is not None and STATE.platform.is_iluvatar
     if why is None:
-        make: Callable[[], Callable] = lambda: linear_adapters.make_adapter(original, convention)  # noqa: E731
+        other = (
+            _refuser(target, f"the call set one of {list(convention.neutral)}")
+            if triton and iluvatar
+            else None
+        )
+        make: Callable[[], Callable] = lambda: linear_adapters.make_adapter(  # noqa: E731
+            original, convention, other
+        )
         label = f"attn-core {convention.attn_core_name} ({convention_name} convention)"
         serves, reason = SERVED, f"matched the {convention_name} convention"
     elif triton and iluvatar:
