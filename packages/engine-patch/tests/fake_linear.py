@@ -19,6 +19,7 @@ VLLM_FLA = "vllm.model_executor.layers.fla.ops"
 CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 HOLDER = "vllm.model_executor.models.qwen3_next"
 HF = "transformers.models.qwen3_next.modeling_qwen3_next"
+HF35 = "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"
 T = Optional[torch.Tensor]
 
 
@@ -79,6 +80,12 @@ def _hf_recurrent(query, key, value, g, beta, initial_state, output_final_state,
     raise OriginalCalled("transformers torch_recurrent_gated_delta_rule")
 
 
+def _hf_chunk_kwargs(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                     **kwargs):  # fmt: skip
+    raise OriginalCalled("transformers torch_chunk_gated_delta_rule (**kwargs)")
+
+
 def modules() -> dict[str, types.ModuleType]:
     """Fresh fake modules by name (a holder imported vLLM's chunk function by name)."""
     fla = _module(FLA, True, chunk_gated_delta_rule=_copy(_fla_chunk),
@@ -92,7 +99,16 @@ def modules() -> dict[str, types.ModuleType]:
     hf = _module(HF, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk),
                  torch_recurrent_gated_delta_rule=_copy(_hf_recurrent))  # fmt: skip
     fla_new = _module(FLA_NEW, True, chunk_gated_delta_rule=_copy(_fla_new_chunk))
-    return {FLA_NEW: fla_new, FLA: fla, VLLM_FLA: vllm_fla, CONV: conv, HOLDER: holder, HF: hf}
+    hf35 = _module(HF35, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk_kwargs))
+    return {
+        HF35: hf35,
+        FLA_NEW: fla_new,
+        FLA: fla,
+        VLLM_FLA: vllm_fla,
+        CONV: conv,
+        HOLDER: holder,
+        HF: hf,
+    }
 
 
 def _copy(fn):

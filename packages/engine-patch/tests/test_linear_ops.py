@@ -7,7 +7,7 @@ import ep_helpers
 import fake_linear
 import pytest
 import torch
-from fake_linear import CONV, FLA, FLA_NEW, HF, HOLDER, VLLM_FLA, OriginalCalled
+from fake_linear import CONV, FLA, FLA_NEW, HF, HF35, HOLDER, VLLM_FLA, OriginalCalled
 
 from attn_core.core.shapes import AttentionShape
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
@@ -23,6 +23,7 @@ from engine_patch.triton_guard import TritonRefusedError
 clean_state = pytest.fixture(ep_helpers.clean_state)
 TOL = {"atol": 1e-4, "rtol": 1e-4}
 SERVED = {
+    f"{HF35}.torch_chunk_gated_delta_rule",
     f"{FLA_NEW}.chunk_gated_delta_rule",
     f"{FLA}.chunk_gated_delta_rule",
     f"{FLA}.fused_recurrent_gated_delta_rule",
@@ -151,6 +152,16 @@ def test_transformers_conventions_match_the_reference(fakes):
     torch.testing.assert_close(s.double(), want_s, **TOL)
     o, s = hf.torch_recurrent_gated_delta_rule(q, k, v, g, beta, None, False)
     assert s is None
+
+
+def test_keyword_catch_all_is_served_until_a_call_uses_it(fakes):
+    linear_ops.install()
+    q, k, v, g, beta, _ = _inputs(h=4, hv=4)
+    chunk = fakes[HF35].torch_chunk_gated_delta_rule
+    o, _ = chunk(q, k, v, g, beta)
+    torch.testing.assert_close(o.double(), reference_gated_delta(q, k, v, g, beta)[0], **TOL)
+    with pytest.raises(OriginalCalled):
+        chunk(q, k, v, g, beta, cu_seqlens=None)
 
 
 def test_conv_update_matches_the_reference(fakes):

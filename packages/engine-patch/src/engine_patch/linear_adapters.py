@@ -41,7 +41,8 @@ class Convention:
     required: tuple[str, ...]  # attn-core keywords a matched signature must provide
     head_first: bool = False  # the foreign function has FLA's ``head_first`` switch
     # Parameters attn-core serves only at this value (None or False): a call passing another
-    # runs the original function instead (refused on Iluvatar when that one is Triton).
+    # (or anything through the original's ``**kwargs``) runs the original function instead
+    # (refused on Iluvatar when that one is Triton).
     neutral: tuple[str, ...] = ()
 
 
@@ -124,16 +125,17 @@ def match(fn: Any, convention: Convention) -> Optional[str]:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError) as exc:
         return f"its signature cannot be read: {exc}"
-    variadic = [p.name for p in params.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    variadic = [p.name for p in params.values() if p.kind == p.VAR_POSITIONAL]
     if variadic:
-        return f"takes *{'/**'.join(variadic)}: its arguments cannot be matched by name"
-    unknown = [n for n in params if n not in convention.params]
+        return f"takes *{variadic[0]}: its arguments cannot be matched by name"
+    named = [n for n, p in params.items() if p.kind != p.VAR_KEYWORD]
+    unknown = [n for n in named if n not in convention.params]
     if unknown:
         return (
             f"parameters {unknown} have no counterpart in attn_core.{convention.attn_core_name} "
             f"(expected a subset of {sorted(convention.params)})"
         )
-    given = {convention.params[n] for n in params}
+    given = {convention.params[n] for n in named}
     missing = [n for n in convention.required if n not in given]
     if missing:
         return f"lacks parameters attn-core needs: {missing}"
@@ -156,13 +158,15 @@ def make_adapter(
     ``fallback`` (the original, or a refusal on Iluvatar)."""
     signature = inspect.signature(original)
     target = getattr(attn_core, convention.attn_core_name)
+    extra = [n for n, p in signature.parameters.items() if p.kind == p.VAR_KEYWORD]
     is_hf = "query" in convention.params
 
     @functools.wraps(original)
     def adapter(*args: Any, **kwargs: Any) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        if any(not _neutral(bound.arguments.get(n)) for n in convention.neutral):
+        unserved = extra and bound.arguments.pop(extra[0], None)  # **kwargs: no meaning known
+        if unserved or any(not _neutral(bound.arguments.get(n)) for n in convention.neutral):
             return (fallback or original)(*args, **kwargs)
         call = {
             convention.params[n]: value

@@ -128,7 +128,7 @@ def _install_one(module: types.ModuleType, attr: str, convention_name: str) -> N
     iluvatar = STATE.platform is not None and STATE.platform.is_iluvatar
     if why is None:
         other = (
-            _refuser(target, f"the call set one of {list(convention.neutral)}")
+            _refuser(target, f"the call set one of {list(convention.neutral)} or passed **kwargs")
             if triton and iluvatar
             else None
         )
