@@ -67,7 +67,7 @@ _FLA_NEUTRAL = ("state_v_first", "use_beta_sigmoid_in_kernel", "allow_neg_eigval
                 "use_graph", "graph_mode")  # fmt: skip
 _FLA_HEAD_FIRST = dict(_FLA, head_first=None, cu_seqlens_cpu=None, chunk_indices=None,
                        **dict.fromkeys(_FLA_NEUTRAL))  # fmt: skip
-_HF = {
+_HF: dict[str, Optional[str]] = {
     "query": "q",
     "key": "k",
     "value": "v",
@@ -168,11 +168,11 @@ def make_adapter(
         unserved = extra and bound.arguments.pop(extra[0], None)  # **kwargs: no meaning known
         if unserved or any(not _neutral(bound.arguments.get(n)) for n in convention.neutral):
             return (fallback or original)(*args, **kwargs)
-        call = {
-            convention.params[n]: value
-            for n, value in bound.arguments.items()
-            if convention.params[n] is not None
-        }
+        call: dict[str, Any] = {}
+        for name, value in bound.arguments.items():
+            keyword = convention.params[name]
+            if keyword is not None:
+                call[keyword] = value
         head_first = bool(bound.arguments.get("head_first", False))
         if head_first:  # [B, H, T, ...] -> attn-core's [B, T, H, ...]
             for name in ("q", "k", "v", "g", "beta"):
