@@ -241,6 +241,7 @@ def test_layer_plan_from_defaults_and_configs():
     kinds = ["linear_attention", "full_attention"]
     nested = layer_plan({"text_config": {"layer_types": kinds}})
     assert nested["linear"] == [0] and nested["full"] == [1]
+    assert layer_plan({"num_hidden_layers": 3})["linear"] == []  # not a hybrid model
     assert ranges([0, 1, 2, 4]) == "0-2,4"
     with pytest.raises(ValueError, match="num_hidden_layers"):
         layer_plan({"num_hidden_layers": 10**10})

@@ -3,7 +3,8 @@
 The config is the checkpoint's ``config.json`` as attn-core's bounded JSON reader returns it
 (``text_config`` nested, or flat), or :data:`engine_patch.qwen3_5_moe.TEXT_DEFAULTS`. The
 pattern is ``layer_types`` when given, else a full-attention layer every
-``full_attention_interval``; sizes are bounded before a list is built
+``full_attention_interval`` (a config with neither is not hybrid: every layer full); sizes
+are bounded before a list is built
 (:func:`engine_patch.qwen3_5_moe.layer_pattern`).
 """
 
@@ -26,6 +27,8 @@ def layer_plan(config: Optional[dict[str, Any]] = None, source: str = "") -> dic
         k: text.get(k, TEXT_DEFAULTS[k])
         for k in ("num_hidden_layers", "full_attention_interval", "layer_types")
     }
+    if config and "layer_types" not in text and "full_attention_interval" not in text:
+        fields["full_attention_interval"] = 1  # no hybrid pattern given: every layer is full
     kinds = fields["layer_types"]
     if kinds is not None:
         if not isinstance(kinds, list) or len(kinds) > MAX_LAYERS:
