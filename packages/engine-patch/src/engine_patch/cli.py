@@ -27,8 +27,8 @@ from engine_patch.status import CONTEXTS, collect, render
 COMMANDS = ("status",)  # `status` is also what a command line without a command runs
 ENVIRONMENT = (
     "environment: ENGINE_PATCH_FORCE (a boolean), ENGINE_PATCH_V1_MAX_SEQ_LEN, "
-    "ENGINE_PATCH_PLATFORM,\n  the ENGINE_PATCH_* shape variables above, ATTN_CORE_* (see the "
-    "README of each package)"
+    "ENGINE_PATCH_PLATFORM,\n  ENGINE_PATCH_LINEAR_OPS (module:attr=convention,...), the "
+    "ENGINE_PATCH_* shape variables above,\n  ATTN_CORE_* (see the README of each package)"
 )
 
 
@@ -188,6 +188,7 @@ def _report(run: invocation.Invocation, as_json: bool) -> dict[str, Any]:
                 num_seqs=run.num_seqs,
                 contexts=run.contexts,
                 self_test=run.self_test,
+                layer_plan=run.layer_plan,
             )
     except ValueError as exc:
         # Every input was checked; what attn-core's planner can still refuse is a combination

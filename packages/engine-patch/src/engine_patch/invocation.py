@@ -25,6 +25,7 @@ from attn_core.core.shapes import QWEN36, AttentionShape, dtype_from_name
 from attn_core.device.profile_file import parse_json_text
 from engine_patch import settings
 from engine_patch.exit_codes import ConfigurationError
+from engine_patch.layer_plan import layer_plan
 
 # AttentionShape field -> the flag that sets it (kv_cache_dtype: status plans the "auto" cache).
 SHAPE_FLAGS = {
@@ -46,6 +47,7 @@ class Invocation:
     num_seqs: int
     contexts: tuple[int, ...]
     self_test: bool
+    layer_plan: Optional[dict[str, Any]] = None  # engine_patch.layer_plan.layer_plan's
 
 
 def from_args(args: argparse.Namespace) -> Invocation:
@@ -59,12 +61,31 @@ def from_args(args: argparse.Namespace) -> Invocation:
     device = resolve_device(args.device)
     check_device_profile(device, overrides)
     layers = [settings.shape_env()]
+    plan = layer_plan()
     if args.model:
         layers.append(checkpoint_shape(args.model, args.tp or 1))
+        plan = model_layer_plan(args.model)
     layers.append(_flag_layer(args))
+    shape = resolve_shape(layers)
     return Invocation(
-        resolve_shape(layers), device, args.num_seqs, tuple(args.contexts), not args.no_self_test
+        shape, device, args.num_seqs, tuple(args.contexts), not args.no_self_test, plan
     )
+
+
+def model_layer_plan(path: str) -> dict[str, Any]:
+    """The linear / full layers of ``--model``'s ``config.json`` (read with the bounded reader
+    after :func:`checkpoint_shape` has checked the file)."""
+    config_file = Path(os.path.expanduser(path)) / "config.json"
+    try:
+        where = f"--model: {config_file}"
+        config = parse_json_text(config_file.read_text(encoding="utf-8"), where)
+        if not isinstance(config, dict):
+            raise ValueError(f"{where} must hold a JSON object, got {type(config).__name__}")
+        return layer_plan(config, str(config_file))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"--model: {config_file} cannot be read: {exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"--model: {config_file}: {exc}") from None
 
 
 def check_environment() -> Overrides:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attn_core.core.settings
-from engine_patch import hooks, settings, triton_guard
+from engine_patch import hooks, linear_ops, settings, triton_guard
 from engine_patch.native import TORCH_OPS, probe
 from engine_patch.ops import REPLACEMENTS
 from engine_patch.platform import detect_platform
@@ -248,6 +248,7 @@ def register() -> PatchState:
             STATE.platform = detect_platform()
             STATE.config_registration = register_qwen3_5_moe()
             try:
+                linear_ops.install()
                 _patch_vllm()
             except Exception as exc:
                 STATE.errors.append(f"{type(exc).__name__}: {exc}")

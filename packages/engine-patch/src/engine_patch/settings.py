@@ -8,6 +8,8 @@
   :mod:`engine_patch.native`); ``0`` sends every decode to attn-core.
 - ``ENGINE_PATCH_PLATFORM=iluvatar|generic``: override platform detection
   (:mod:`engine_patch.platform`).
+- ``ENGINE_PATCH_LINEAR_OPS=module:attr=convention,...``: linear-attention functions attn-core
+  serves besides :data:`engine_patch.linear_ops.TARGETS`.
 - ``ENGINE_PATCH_HEADS`` / ``ENGINE_PATCH_KV_HEADS`` / ``ENGINE_PATCH_HEAD_SIZE`` /
   ``ENGINE_PATCH_DTYPE`` / ``ENGINE_PATCH_BLOCK_SIZE``: the model shape ``status`` plans for
   (default :data:`attn_core.core.shapes.QWEN36`: 24 / 4 / 256, float16, block 16).
@@ -20,6 +22,7 @@ vLLM's meaning is mirrored (:mod:`engine_patch.triton_guard`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -31,6 +34,11 @@ FORCE_ENV = "ENGINE_PATCH_FORCE"
 V1_LIMIT_ENV = "ENGINE_PATCH_V1_MAX_SEQ_LEN"
 PLATFORM_ENV = "ENGINE_PATCH_PLATFORM"
 PLATFORMS = ("iluvatar", "generic")
+LINEAR_OPS_ENV = "ENGINE_PATCH_LINEAR_OPS"
+# Bounds a typo'd or hostile value: a handful of serving stacks, a few ops each.
+LINEAR_OPS_MAX = 64
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # V1 keeps every score of a sequence in shared memory as fp32 (4 bytes a token): 65536 tokens
 # are 256 KiB, more than any GPU's shared memory per block (H100 / H200: 227 KiB), so a larger
 # limit cannot describe V1; it would only grow status's self-test (524288: a 5.5 GB case).
@@ -94,6 +102,37 @@ def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
     v1_limit_override(environ)
     platform_override(environ)
     shape_env(environ)
+    linear_ops_extra(environ)
+
+
+def linear_ops_extra(environ: Optional[Mapping[str, str]] = None) -> list[tuple[str, str, str]]:
+    """``ENGINE_PATCH_LINEAR_OPS="module:attr=convention,..."`` as ``(module, attr, convention)``
+    (conventions: :data:`engine_patch.linear_adapters.CONVENTIONS`); empty or unset: none."""
+    from engine_patch.linear_adapters import CONVENTIONS
+
+    raw = _env(environ).get(LINEAR_OPS_ENV, "")
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if len(items) > LINEAR_OPS_MAX:
+        raise ValueError(
+            f"{LINEAR_OPS_ENV} must list at most {LINEAR_OPS_MAX} ops, got {len(items)}"
+        )
+    found = []
+    for item in items:
+        where, _, convention = item.partition("=")
+        module, _, attr = where.partition(":")
+        module, attr, convention = module.strip(), attr.strip(), convention.strip()
+        if not (_DOTTED.fullmatch(module) and _NAME.fullmatch(attr)):
+            raise ValueError(
+                f"{LINEAR_OPS_ENV}={raw}: each entry must be module:attribute=convention "
+                f"(a dotted module, an identifier), got {item!r}"
+            )
+        if convention not in CONVENTIONS:
+            raise ValueError(
+                f"{LINEAR_OPS_ENV}={raw}: the convention of {module}:{attr} must be one of "
+                f"{sorted(CONVENTIONS)}, got {convention!r}"
+            )
+        found.append((module, attr, convention))
+    return found
 
 
 def attn_core_overrides_set(environ: Optional[Mapping[str, str]] = None) -> list[str]:

@@ -47,6 +47,7 @@ class PatchState:
     triton_refused: list[str] = field(default_factory=list)  # settings it refused
     config_registration: str = "not attempted"
     errors: list[str] = field(default_factory=list)
+    linear_ops: dict[str, Any] = field(default_factory=dict)  # target -> linear_ops.LinearOp
     original_forward_decode: Any = None  # vLLM's own, for block-sparse calls and tests
 
 

@@ -27,6 +27,7 @@ from engine_patch.exit_codes import (
     EXIT_SELF_TEST,
     EXIT_TRITON,
 )
+from engine_patch.linear_status import linear_report, plan_or_default, render_linear
 from engine_patch.native_decode import native_decode_report
 from engine_patch.platform import detect_platform
 from engine_patch.qwen3_5_moe import vllm_architecture_support
@@ -142,6 +143,7 @@ def collect(
     prefill_chunk: int = 8192,
     self_test: bool = True,
     architectures: Optional[list[str]] = None,
+    layer_plan: Optional[dict[str, Any]] = None,
 ) -> dict[str, Any]:
     """Build the whole report (loads plugins through vLLM first, as a worker would).
 
@@ -198,6 +200,8 @@ def collect(
             "config": STATE.config_registration,
             "vllm_model": vllm_architecture_support(architectures) if present else "vllm absent",
         },
+        "linear_ops": linear_report(device),
+        "layer_plan": plan_or_default(layer_plan),
         "model_shape": {
             "num_heads": shape.num_heads,
             "num_kv_heads": shape.num_kv_heads,
@@ -277,6 +281,7 @@ def render(report: dict[str, Any]) -> str:
         parts.append(tabulate(report["symbols"], headers="keys", tablefmt="simple"))
     if report["native_ops"]:
         parts.append(tabulate(report["native_ops"], headers="keys", tablefmt="simple"))
+    parts.extend(render_linear(report["linear_ops"], report["layer_plan"]))
     shape = report["model_shape"]
     parts.append(
         f"decode plans on {report['device']} for {shape['num_heads']}/{shape['num_kv_heads']} "

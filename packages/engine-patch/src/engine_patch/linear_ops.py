@@ -1,0 +1,212 @@
+"""The hybrid model's linear-attention ops, served by attn-core wherever the serving code has
+them, by name.
+
+:data:`TARGETS` lists ``(module, attribute, convention)``; ``ENGINE_PATCH_LINEAR_OPS`` adds to
+it (:func:`engine_patch.settings.linear_ops_extra`). :func:`install` replaces every target whose
+module is loaded and whose signature an adapter matches (:mod:`engine_patch.linear_adapters`),
+and the other loaded modules that imported the same function by name; :class:`_Finder` does the
+same for a target module imported later. No module is imported to look for a target: importing
+flash-linear-attention or vLLM's FLA copy would import Triton.
+
+On Iluvatar a Triton kernel hangs the GPU for good, so a Triton-backed target that cannot be
+matched is replaced by a function raising :class:`~engine_patch.triton_guard.TritonRefusedError`
+with the reason: never left untouched.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import logging
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from engine_patch import linear_adapters, settings, triton_guard
+from engine_patch.state import LOCK, MARK, STATE
+
+logger = logging.getLogger("engine_patch")
+
+_VLLM_FLA = "vllm.model_executor.layers.fla.ops"
+_HF_NEXT = "transformers.models.qwen3_next.modeling_qwen3_next"
+_HF_35 = "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"
+_CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
+TARGETS: tuple[tuple[str, str, str], ...] = (
+    ("fla.ops.gated_delta_rule", "chunk_gated_delta_rule", "chunk_gated_delta_rule"),
+    ("fla.ops.gated_delta_rule", "fused_recurrent_gated_delta_rule",
+     "fused_recurrent_gated_delta_rule"),
+    ("fla.ops.gated_delta_rule.chunk", "chunk_gated_delta_rule", "chunk_gated_delta_rule"),
+    ("fla.ops.gated_delta_rule.fused_recurrent", "fused_recurrent_gated_delta_rule",
+     "fused_recurrent_gated_delta_rule"),
+    (_VLLM_FLA, "chunk_gated_delta_rule", "chunk_gated_delta_rule"),
+    (_VLLM_FLA, "fused_recurrent_gated_delta_rule", "fused_recurrent_gated_delta_rule"),
+    (_VLLM_FLA + ".chunk", "chunk_gated_delta_rule", "chunk_gated_delta_rule"),
+    (_VLLM_FLA + ".fused_recurrent", "fused_recurrent_gated_delta_rule",
+     "fused_recurrent_gated_delta_rule"),
+    (_CONV, "causal_conv1d_fn", "causal_conv1d_fn"),
+    (_CONV, "causal_conv1d_update", "causal_conv1d_update"),
+    (_HF_NEXT, "torch_chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"),
+    (_HF_NEXT, "torch_recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
+    (_HF_35, "torch_chunk_gated_delta_rule", "torch_chunk_gated_delta_rule"),
+    (_HF_35, "torch_recurrent_gated_delta_rule", "torch_recurrent_gated_delta_rule"),
+)  # fmt: skip
+# Loaded modules under these packages are searched for other names bound to a target function.
+HOLDER_PREFIXES = ("vllm", "fla", "transformers")
+SERVED, UNMATCHED, REFUSED = "attn-core", "untouched", "refused"
+
+
+@dataclass
+class LinearOp:
+    """One target found: what serves it now and why."""
+
+    target: str
+    convention: str
+    triton: bool
+    serves: str  # SERVED, UNMATCHED or REFUSED
+    reason: str
+    holders: tuple[str, ...] = ()
+
+
+def targets(environ: Optional[Any] = None) -> list[tuple[str, str, str]]:
+    """:data:`TARGETS` and ``ENGINE_PATCH_LINEAR_OPS``'s, without repeats."""
+    seen: list[tuple[str, str, str]] = []
+    for item in (*TARGETS, *settings.linear_ops_extra(environ)):
+        if item not in seen:
+            seen.append(item)
+    return seen
+
+
+def is_triton(fn: Any) -> bool:
+    """Whether ``fn``'s defining module uses Triton (imports it, or holds a Triton kernel)."""
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    if module is None:
+        return False
+    for value in list(vars(module).values()):
+        if isinstance(value, types.ModuleType):
+            name = value.__name__
+        else:
+            name = type(value).__module__ or ""
+        if name.split(".")[0] == "triton" or name.startswith("vllm.triton_utils"):
+            return True
+    return False
+
+
+def _refuser(target: str, why: str) -> Callable:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise triton_guard.TritonRefusedError(
+            f"{target} is a Triton kernel and attn-core cannot take its place ({why}): "
+            f"{triton_guard.EXPLANATION}"
+        )
+
+    return refused
+
+
+def _holders(original: Any, module: types.ModuleType, attr: str) -> list[tuple[Any, str]]:
+    found = []
+    for prefix in HOLDER_PREFIXES:
+        for holder, name in triton_guard.modules_holding(original, prefix):
+            if (holder, name) != (module, attr):
+                found.append((holder, name))
+    return found
+
+
+def _install_one(module: types.ModuleType, attr: str, convention_name: str) -> None:
+    from engine_patch.registration import ORIGINAL, apply_patch
+
+    target = f"{module.__name__}.{attr}"
+    current = getattr(module, attr, None)
+    if current is None:
+        return
+    if getattr(current, MARK, None) is not None and target in STATE.linear_ops:
+        return
+    original = getattr(current, ORIGINAL, current)
+    convention = linear_adapters.CONVENTIONS[convention_name]
+    triton = is_triton(original)
+    why = linear_adapters.match(original, convention)
+    iluvatar = STATE.platform is not None and STATE.platform.is_iluvatar
+    if why is None:
+        other = (
+            _refuser(target, f"the call set one of {list(convention.neutral)} or passed **kwargs")
+            if triton and iluvatar
+            else None
+        )
+        make: Callable[[], Callable] = lambda: linear_adapters.make_adapter(  # noqa: E731
+            original, convention, other
+        )
+        label = f"attn-core {convention.attn_core_name} ({convention_name} convention)"
+        serves, reason = SERVED, f"matched the {convention_name} convention"
+    elif triton and iluvatar:
+        make = lambda: _refuser(target, why)  # noqa: E731
+        label, serves, reason = "refused (Triton on Iluvatar)", REFUSED, why
+        logger.error("engine-patch: %s refused on Iluvatar: %s", target, why)
+    else:
+        STATE.linear_ops[target] = LinearOp(target, convention_name, triton, UNMATCHED, why)
+        return
+    holders = [(module, attr)] + _holders(original, module, attr)
+    for owner, name in holders:
+        where = f"{owner.__name__}.{name}"
+        apply_patch(owner, name, make(), target=where, implementation=label, reason=reason)
+    names = tuple(f"{o.__name__}.{n}" for o, n in holders[1:])
+    STATE.linear_ops[target] = LinearOp(target, convention_name, triton, serves, reason, names)
+
+
+def install(environ: Optional[Any] = None) -> None:
+    """Replace every target in a loaded module; hook the modules not loaded yet (idempotent)."""
+    with LOCK:
+        wanted = targets(environ)
+        for module_name, attr, convention in wanted:
+            module = sys.modules.get(module_name)
+            if module is not None:
+                _install_one(module, attr, convention)
+        finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
+        if finder is None:
+            finder = _Finder()
+            sys.meta_path.insert(0, finder)
+        finder.wanted = wanted
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Patches a target module right after it executes (the import machinery's own loader runs
+    it; this finder only wraps ``exec_module``)."""
+
+    def __init__(self) -> None:
+        self.wanted: list[tuple[str, str, str]] = []
+        self._busy: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        attrs = [(a, c) for m, a, c in self.wanted if m == fullname]
+        if not attrs or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run = loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            with LOCK:
+                for attr, convention in attrs:
+                    _install_one(module, attr, convention)
+
+        wrapper = _WrappedLoader(loader, exec_module)
+        spec.loader = wrapper
+        return spec
+
+
+class _WrappedLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, exec_module: Callable) -> None:
+        self._loader = loader
+        self.exec_module = exec_module  # type: ignore[method-assign]
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)

@@ -1,0 +1,118 @@
+"""Stand-ins for the serving stacks' linear-attention modules, as modules.
+
+Their parameters are those of flash-linear-attention, vLLM's FLA copy and Mamba convolution
+ops, and transformers' Qwen3-Next torch fallbacks (read for their names only). Every body raises:
+a test that reaches one has run the original instead of attn-core. The FLA and vLLM modules hold
+a module object named ``triton``, which is how engine-patch tells a Triton-backed function.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Optional
+
+import torch
+
+FLA = "fla.ops.gated_delta_rule"
+FLA_NEW = "fla.ops.gated_delta_rule.chunk"
+VLLM_FLA = "vllm.model_executor.layers.fla.ops"
+CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
+HOLDER = "vllm.model_executor.models.qwen3_next"
+HF = "transformers.models.qwen3_next.modeling_qwen3_next"
+HF35 = "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"
+T = Optional[torch.Tensor]
+
+
+class OriginalCalled(AssertionError):
+    pass
+
+
+def _module(name: str, triton: bool, **functions) -> types.ModuleType:
+    module = types.ModuleType(name)
+    if triton:
+        module.triton = types.ModuleType("triton")
+    for attr, fn in functions.items():
+        fn.__module__ = name
+        setattr(module, attr, fn)
+    return module
+
+
+def _fla_chunk(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+               cu_seqlens=None, head_first=False, use_qk_l2norm_in_kernel=False):  # fmt: skip
+    raise OriginalCalled("FLA chunk_gated_delta_rule")
+
+
+def _fla_recurrent(q, k, v, g=None, beta=None, scale=None, initial_state=None,
+                   output_final_state=False, cu_seqlens=None,
+                   use_qk_l2norm_in_kernel=False):  # fmt: skip
+    raise OriginalCalled("FLA fused_recurrent_gated_delta_rule")
+
+
+def _fla_new_chunk(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                   use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                   allow_neg_eigval=False, state_v_first=False, cu_seqlens=None,
+                   cu_seqlens_cpu=None, chunk_indices=None):  # fmt: skip
+    raise OriginalCalled("newer FLA chunk_gated_delta_rule")
+
+
+def _vllm_recurrent(q, k, v, g, beta, scale=None, initial_state=None, inplace_final_state=True,
+                    cu_seqlens=None, ssm_state_indices=None, num_accepted_tokens=None,
+                    use_qk_l2norm_in_kernel=False):  # fmt: skip
+    raise OriginalCalled("vLLM fused_recurrent_gated_delta_rule")
+
+
+def _conv_fn(x, weight, bias=None, conv_states=None, query_start_loc=None, cache_indices=None,
+             has_initial_state=None, activation="silu", pad_slot_id=-1):  # fmt: skip
+    raise OriginalCalled("vLLM causal_conv1d_fn")
+
+
+def _conv_update(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None):
+    raise OriginalCalled("vLLM causal_conv1d_update")
+
+
+def _hf_chunk(query, key, value, g, beta, chunk_size=64, initial_state=None,
+              output_final_state=False, use_qk_l2norm_in_kernel=False):  # fmt: skip
+    raise OriginalCalled("transformers torch_chunk_gated_delta_rule")
+
+
+def _hf_recurrent(query, key, value, g, beta, initial_state, output_final_state,
+                  use_qk_l2norm_in_kernel=False):  # fmt: skip
+    raise OriginalCalled("transformers torch_recurrent_gated_delta_rule")
+
+
+def _hf_chunk_kwargs(query, key, value, g, beta, chunk_size=64, initial_state=None,
+                     output_final_state=False, use_qk_l2norm_in_kernel=False,
+                     **kwargs):  # fmt: skip
+    raise OriginalCalled("transformers torch_chunk_gated_delta_rule (**kwargs)")
+
+
+def modules() -> dict[str, types.ModuleType]:
+    """Fresh fake modules by name (a holder imported vLLM's chunk function by name)."""
+    fla = _module(FLA, True, chunk_gated_delta_rule=_copy(_fla_chunk),
+                  fused_recurrent_gated_delta_rule=_copy(_fla_recurrent))  # fmt: skip
+    vllm_fla = _module(VLLM_FLA, True, chunk_gated_delta_rule=_copy(_fla_chunk),
+                       fused_recurrent_gated_delta_rule=_copy(_vllm_recurrent))  # fmt: skip
+    conv = _module(CONV, True, causal_conv1d_fn=_copy(_conv_fn),
+                   causal_conv1d_update=_copy(_conv_update))  # fmt: skip
+    holder = types.ModuleType(HOLDER)
+    holder.chunk_gated_delta_rule = vllm_fla.chunk_gated_delta_rule
+    hf = _module(HF, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk),
+                 torch_recurrent_gated_delta_rule=_copy(_hf_recurrent))  # fmt: skip
+    fla_new = _module(FLA_NEW, True, chunk_gated_delta_rule=_copy(_fla_new_chunk))
+    hf35 = _module(HF35, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk_kwargs))
+    return {
+        HF35: hf35,
+        FLA_NEW: fla_new,
+        FLA: fla,
+        VLLM_FLA: vllm_fla,
+        CONV: conv,
+        HOLDER: holder,
+        HF: hf,
+    }
+
+
+def _copy(fn):
+    """A distinct function object per fake module (as each real module defines its own)."""
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new

@@ -1,0 +1,272 @@
+"""Linear-attention ops: which targets are replaced, the adapters' numbers against attn-core's
+float64 reference, idempotence, the Iluvatar refusal, ENGINE_PATCH_LINEAR_OPS, status."""
+
+import sys
+
+import ep_helpers
+import fake_linear
+import pytest
+import torch
+from fake_linear import CONV, FLA, FLA_NEW, HF, HF35, HOLDER, VLLM_FLA, OriginalCalled
+
+from attn_core.core.shapes import AttentionShape
+from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
+from engine_patch import cli, linear_ops, settings
+from engine_patch.exit_codes import EXIT_CONFIG, ConfigurationError
+from engine_patch.invocation import model_layer_plan
+from engine_patch.layer_plan import layer_plan, ranges
+from engine_patch.platform import PLATFORM_ENV, detect_platform
+from engine_patch.state import MARK, STATE
+from engine_patch.status import collect, render
+from engine_patch.triton_guard import TritonRefusedError
+
+clean_state = pytest.fixture(ep_helpers.clean_state)
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+SERVED = {
+    f"{HF35}.torch_chunk_gated_delta_rule",
+    f"{FLA_NEW}.chunk_gated_delta_rule",
+    f"{FLA}.chunk_gated_delta_rule",
+    f"{FLA}.fused_recurrent_gated_delta_rule",
+    f"{VLLM_FLA}.chunk_gated_delta_rule",
+    f"{CONV}.causal_conv1d_update",
+    f"{HF}.torch_chunk_gated_delta_rule",
+    f"{HF}.torch_recurrent_gated_delta_rule",
+}
+UNMATCHED = {f"{VLLM_FLA}.fused_recurrent_gated_delta_rule", f"{CONV}.causal_conv1d_fn"}
+
+
+@pytest.fixture
+def fakes(monkeypatch, clean_state):
+    """The fake modules loaded, no vLLM, the generic platform; the import hook removed after."""
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    monkeypatch.delenv(settings.LINEAR_OPS_ENV, raising=False)
+    mods = fake_linear.modules()
+    for name, module in mods.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    STATE.platform = detect_platform()
+    yield mods
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, linear_ops._Finder)]
+
+
+def _inputs(b=2, t=5, h=2, hv=4, dk=8, dv=8, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, t, h, dk, generator=gen)
+    k = torch.randn(b, t, h, dk, generator=gen)
+    v = torch.randn(b, t, hv, dv, generator=gen)
+    g = -torch.rand(b, t, hv, generator=gen)
+    beta = torch.rand(b, t, hv, generator=gen)
+    state = torch.randn(b, hv, dk, dv, generator=gen) * 0.1
+    return q, k, v, g, beta, state
+
+
+def test_patching_replaces_exactly_the_matched_targets(fakes):
+    originals = {n: dict(vars(m)) for n, m in fakes.items()}
+    linear_ops.install()
+    assert set(STATE.linear_ops) == SERVED | UNMATCHED
+    for target, op in STATE.linear_ops.items():
+        module, attr = target.rsplit(".", 1)
+        live = getattr(fakes[module], attr)
+        if target in SERVED:
+            assert op.serves == linear_ops.SERVED and getattr(live, MARK, None), target
+        else:
+            assert op.serves == linear_ops.UNMATCHED and live is originals[module][attr], target
+            assert "no counterpart" in op.reason
+    # the model module that imported vLLM's chunk function by name runs attn-core too
+    held = fakes[HOLDER].chunk_gated_delta_rule
+    assert getattr(held, MARK, None) and held is not originals[HOLDER]["chunk_gated_delta_rule"]
+    assert STATE.linear_ops[f"{VLLM_FLA}.chunk_gated_delta_rule"].holders == (
+        f"{HOLDER}.chunk_gated_delta_rule",
+    )
+    assert "pad_slot_id" in STATE.linear_ops[f"{CONV}.causal_conv1d_fn"].reason
+    assert STATE.linear_ops[f"{FLA}.chunk_gated_delta_rule"].triton
+    assert not STATE.linear_ops[f"{HF}.torch_chunk_gated_delta_rule"].triton
+
+
+def test_install_twice_is_harmless(fakes):
+    linear_ops.install()
+    first = {t: getattr(fakes[t.rsplit(".", 1)[0]], t.rsplit(".", 1)[1]) for t in SERVED}
+    linear_ops.install()
+    linear_ops.install()
+    again = {t: getattr(fakes[t.rsplit(".", 1)[0]], t.rsplit(".", 1)[1]) for t in SERVED}
+    assert first == again
+    assert sum(isinstance(f, linear_ops._Finder) for f in sys.meta_path) == 1
+
+
+@pytest.mark.parametrize("l2", [False, True])
+def test_fla_chunk_and_recurrent_match_the_reference(fakes, l2):
+    linear_ops.install()
+    q, k, v, g, beta, state = _inputs()
+    want_o, want_s = reference_gated_delta(q, k, v, g, beta, 0.3, state, use_qk_l2norm=l2)
+    fla = fakes[FLA]
+    for fn in (fla.chunk_gated_delta_rule, fla.fused_recurrent_gated_delta_rule):
+        o, s = fn(q, k, v, g, beta, 0.3, state, True, use_qk_l2norm_in_kernel=l2)
+        torch.testing.assert_close(o.double(), want_o, **TOL)
+        torch.testing.assert_close(s.double(), want_s, **TOL)
+
+
+def test_fla_head_first_and_varlen(fakes):
+    linear_ops.install()
+    q, k, v, g, beta, _ = _inputs(b=1, t=7)
+    cu = torch.tensor([0, 3, 7])
+    want_o, want_s = reference_gated_delta(q, k, v, g, beta, cu_seqlens=cu)
+    chunk = fakes[VLLM_FLA].chunk_gated_delta_rule
+    o, s = chunk(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu)
+    torch.testing.assert_close(o.double(), want_o, **TOL)
+    torch.testing.assert_close(s.double(), want_s, **TOL)
+    heads = [x.transpose(1, 2) for x in (q, k, v, g, beta)]
+    o, s = fakes[FLA].chunk_gated_delta_rule(*heads, head_first=True, output_final_state=True,
+                                             cu_seqlens=cu)  # fmt: skip
+    torch.testing.assert_close(o.transpose(1, 2).double(), want_o, **TOL)
+
+
+@pytest.mark.parametrize("platform", ["generic", "iluvatar"])
+def test_a_switch_attn_core_does_not_serve_goes_back_to_the_original(fakes, monkeypatch, platform):
+    monkeypatch.setenv(PLATFORM_ENV, platform)
+    STATE.platform = detect_platform()
+    linear_ops.install()
+    q, k, v, g, beta, state = _inputs()
+    chunk = fakes[FLA_NEW].chunk_gated_delta_rule
+    o, _ = chunk(q, k, v, g, beta, state_v_first=False, cu_seqlens_cpu=None)
+    torch.testing.assert_close(o.double(), reference_gated_delta(q, k, v, g, beta)[0], **TOL)
+    error = OriginalCalled if platform == "generic" else TritonRefusedError
+    with pytest.raises(error):
+        chunk(q, k, v, g, beta, allow_neg_eigval=True)
+
+
+def test_transformers_conventions_match_the_reference(fakes):
+    linear_ops.install()
+    q, k, v, g, beta, state = _inputs(h=4, hv=4)
+    want_o, want_s = reference_gated_delta(q, k, v, g, beta, None, state, use_qk_l2norm=True)
+    hf = fakes[HF]
+    o, s = hf.torch_chunk_gated_delta_rule(
+        q, k, v, g, beta, chunk_size=64, initial_state=state.half(), output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
+    )  # fmt: skip
+    want_half, _ = reference_gated_delta(q, k, v, g, beta, None, state.half(), use_qk_l2norm=True)
+    torch.testing.assert_close(o.double(), want_half, **TOL)
+    o, s = hf.torch_recurrent_gated_delta_rule(q, k, v, g, beta, state, True, True)
+    torch.testing.assert_close(o.double(), want_o, **TOL)
+    torch.testing.assert_close(s.double(), want_s, **TOL)
+    o, s = hf.torch_recurrent_gated_delta_rule(q, k, v, g, beta, None, False)
+    assert s is None
+
+
+def test_keyword_catch_all_is_served_until_a_call_uses_it(fakes):
+    linear_ops.install()
+    q, k, v, g, beta, _ = _inputs(h=4, hv=4)
+    chunk = fakes[HF35].torch_chunk_gated_delta_rule
+    o, _ = chunk(q, k, v, g, beta)
+    torch.testing.assert_close(o.double(), reference_gated_delta(q, k, v, g, beta)[0], **TOL)
+    with pytest.raises(OriginalCalled):
+        chunk(q, k, v, g, beta, cu_seqlens=None)
+
+
+def test_conv_update_matches_the_reference(fakes):
+    linear_ops.install()
+    gen = torch.Generator().manual_seed(1)
+    dim, width, slots = 6, 4, 3
+    x = torch.randn(2, dim, generator=gen)
+    weight = torch.randn(dim, width, generator=gen)
+    bias = torch.randn(dim, generator=gen)
+    pool = torch.randn(slots, dim, width - 1, generator=gen)
+    idx = torch.tensor([2, 0])
+    want = [reference_causal_conv1d(x[i, :, None], weight, bias, pool[s], "silu")
+            for i, s in enumerate(idx.tolist())]  # fmt: skip
+    out = fakes[CONV].causal_conv1d_update(x, pool, weight, bias, "silu", idx)
+    for i, s in enumerate(idx.tolist()):
+        torch.testing.assert_close(out[i].double(), want[i][0][:, 0], **TOL)
+        torch.testing.assert_close(pool[s].double(), want[i][1], **TOL)
+
+
+def test_iluvatar_refuses_an_unmatched_triton_target(fakes, monkeypatch):
+    monkeypatch.setenv(PLATFORM_ENV, "iluvatar")
+    STATE.platform = detect_platform()
+    linear_ops.install()
+    for target in UNMATCHED:
+        module, attr = target.rsplit(".", 1)
+        assert STATE.linear_ops[target].serves == linear_ops.REFUSED
+        with pytest.raises(TritonRefusedError, match="pad_slot_id|ssm_state_indices"):
+            getattr(fakes[module], attr)()
+    untouched = [o for o in STATE.linear_ops.values() if o.triton and o.serves == "untouched"]
+    assert untouched == []
+
+
+def test_a_target_imported_later_is_patched(fakes, monkeypatch, tmp_path):
+    (tmp_path / "eplinear_late_mod.py").write_text(
+        "def chunk(q, k, v, g, beta, scale=None):\n    raise AssertionError('original')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(settings.LINEAR_OPS_ENV, "eplinear_late_mod:chunk=chunk_gated_delta_rule")
+    monkeypatch.delitem(sys.modules, "eplinear_late_mod", raising=False)
+    linear_ops.install()
+    import eplinear_late_mod
+
+    monkeypatch.setitem(sys.modules, "eplinear_late_mod", eplinear_late_mod)
+    q, k, v, g, beta, _ = _inputs()
+    o, _ = eplinear_late_mod.chunk(q, k, v, g, beta)
+    torch.testing.assert_close(o.double(), reference_gated_delta(q, k, v, g, beta)[0], **TOL)
+    assert STATE.linear_ops["eplinear_late_mod.chunk"].serves == linear_ops.SERVED
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("fla.ops:chunk", "convention of fla.ops:chunk must be one of"),
+        ("fla.ops:chunk=flash", "got 'flash'"),
+        ("fla ops:chunk=chunk_gated_delta_rule", "module:attribute=convention"),
+        ("fla.ops=chunk_gated_delta_rule", "module:attribute=convention"),
+        (",".join(["a:b=causal_conv1d_fn"] * 65), "at most 64"),
+    ],
+)
+def test_bad_linear_ops_setting_is_a_named_error(value, words, capsys):
+    with pytest.raises(ValueError, match="ENGINE_PATCH_LINEAR_OPS") as info:
+        settings.linear_ops_extra({settings.LINEAR_OPS_ENV: value})
+    assert words in str(info.value)
+
+
+def test_bad_linear_ops_setting_exits_2(monkeypatch, capsys):
+    monkeypatch.setenv(settings.LINEAR_OPS_ENV, "fla.ops:chunk=nope")
+    assert cli.main(["status", "--no-self-test", "--device", "cpu"]) == EXIT_CONFIG
+    assert "ENGINE_PATCH_LINEAR_OPS" in capsys.readouterr().err
+
+
+def test_layer_plan_from_defaults_and_configs():
+    plan = layer_plan()
+    assert plan["num_layers"] == 40 and plan["full"] == list(range(3, 40, 4))
+    flat = layer_plan({"num_hidden_layers": 6, "full_attention_interval": 3}, "x")
+    assert flat["linear"] == [0, 1, 3, 4] and flat["full"] == [2, 5]
+    kinds = ["linear_attention", "full_attention"]
+    nested = layer_plan({"text_config": {"layer_types": kinds}})
+    assert nested["linear"] == [0] and nested["full"] == [1]
+    assert layer_plan({"num_hidden_layers": 3})["linear"] == []  # not a hybrid model
+    assert ranges([0, 1, 2, 4]) == "0-2,4"
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        layer_plan({"num_hidden_layers": 10**10})
+    with pytest.raises(ValueError, match="layer_types entries"):
+        layer_plan({"layer_types": ["mamba"], "num_hidden_layers": 1})
+
+
+def test_status_lists_the_linear_ops_and_the_layer_plan(fakes):
+    shape = AttentionShape(num_heads=8, num_kv_heads=2, head_size=64, block_size=16,
+                           dtype=torch.float32)  # fmt: skip
+    report = collect(shape, torch.device("cpu"), self_test=False, contexts=(1024,))
+    rows = {r["op"]: r for r in report["linear_ops"]}
+    assert set(rows) == SERVED | UNMATCHED
+    assert rows[f"{FLA}.chunk_gated_delta_rule"]["serves"] == "torch"
+    assert "native_gated_delta" in rows[f"{FLA}.chunk_gated_delta_rule"]["verdict"]
+    assert rows[f"{CONV}.causal_conv1d_fn"]["serves"] == "untouched"
+    assert report["layer_plan"]["num_layers"] == 40
+    text = render(report)
+    assert "linear-attention ops found" in text and "layer plan" in text
+    assert f"{CONV}.causal_conv1d_fn" in text
+
+
+def test_model_layer_plan_reads_the_checkpoint_config(tmp_path):
+    plan = model_layer_plan(str(ep_helpers.DATA / "qwen3_5_moe"))
+    assert plan["num_layers"] == len(plan["linear"]) + len(plan["full"]) >= 1
+    (tmp_path / "config.json").write_text('{"text_config": {"num_hidden_layers": 0}}')
+    with pytest.raises(ConfigurationError, match="num_hidden_layers"):
+        model_layer_plan(str(tmp_path))
