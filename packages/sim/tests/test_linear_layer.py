@@ -134,3 +134,19 @@ def test_request_rows_split_layers_per_path():
     assert native_128k["linear_share"] < 0.5
     assert {r["path"] for r in linear_layer_rows(load_profile("h200"), SHAPE)} == set(L.PATHS)
     assert dataclasses.is_dataclass(L.native_prefill(load_profile("h200"), SHAPE, 64))
+
+
+def test_hybrid_gate_holds_on_bi_v100_and_fails_past_its_bound():
+    from attn_sim.config import load_gates
+    from attn_sim.gates import GateReport, check_hybrid
+
+    gates = load_gates()
+    assert gates["hybrid"]["profiles"] == ["bi-v100"]
+    report = GateReport()
+    check_hybrid(load_profile("bi-v100"), gates, report)
+    assert report.checks == 1 and report.ok
+    strict = {**gates, "hybrid": {**gates["hybrid"], "max_linear_share": 0.001}}
+    check_hybrid(load_profile("bi-v100"), strict, report)
+    assert [v.gate for v in report.violations] == ["linear_share"]
+    check_hybrid(load_profile("h200"), gates, report)  # not a named profile: no check
+    assert report.checks == 2
