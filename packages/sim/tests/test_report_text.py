@@ -150,3 +150,16 @@ def test_terminal_summary_starts_with_the_caveat_and_ends_with_a_verdict(built, 
     failed.violations.append(object())
     last = cli.report_summary(built, text, tmp_path, failed, full=False).splitlines()[-1]
     assert last.startswith("verdict: gates FAILED") and "gates" in last
+
+
+def test_hybrid_request_table_splits_full_and_linear_layers(built):
+    rows = built["hybrid_request"]
+    assert {(r["profile"], r["path"]) for r in rows} >= {
+        ("bi-v100", "native"),
+        ("h200", "fallback"),
+    }
+    assert {r["prompt"] for r in rows} == {"32K", "128K", "256K"}
+    text = report_text.markdown(built)
+    assert "## Attention time of one request (hybrid model" in text
+    assert "10 full + 30 linear" in text and "tests/test_linear_layer.py" in text
+    assert "FALLBACK_LAUNCHES_PER_CHUNK" in text  # every constant with its provenance

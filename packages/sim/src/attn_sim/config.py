@@ -76,6 +76,13 @@ _PLAN = {
     "prefill_query_lens": (False, s.list_of(_context, min_len=0, max_len=64)),
     "decode_stream_tokens": (False, s.list_of(_context, min_len=0, max_len=64)),
 }
+_HYBRID = {
+    "profiles": (True, s.list_of(s.text, max_len=16, what="built-in profile names")),
+    "prompt": (True, _context),
+    "chunk": (True, _context),
+    "path": (True, s.one_of(("fallback", "torch", "native"))),
+    "max_linear_share": (True, s.number(0, strict=True)),
+}
 GATES_SCHEMA = s.table(
     {
         "profiles": (True, s.list_of(s.text, max_len=16, what="profile names or files")),
@@ -83,6 +90,7 @@ GATES_SCHEMA = s.table(
         "prefill": (True, s.table(_PREFILL)),
         "plan": (True, s.table(_PLAN)),
         "time": (True, s.table({"tolerance": (True, s.number(0, strict=False))})),
+        "hybrid": (False, s.table(_HYBRID)),
     }
 )
 

@@ -22,9 +22,11 @@ from tabulate import tabulate
 
 from attn_core.core.settings import DecodeOverrides
 from attn_core.device.spec import DeviceSpec
+from attn_sim import hybrid_request, linear_layer
 from attn_sim.config import decode_threshold
 from attn_sim.designs import evaluate, from_steps
 from attn_sim.native_design import native_designs
+from attn_sim.prefill_ttft import prompt_seconds
 from attn_sim.simulate import CaseResult, simulate
 from attn_sim.workloads import Case, base_name, plan_for
 
@@ -200,7 +202,29 @@ def run_gates(
             r = simulate(spec, case, planner=planner, tracer=tracer)
             report.results.append(r)
             check_result(spec, gates, r, baseline, report)
+        check_hybrid(spec, gates, report)
     return report
+
+
+def check_hybrid(spec: DeviceSpec, gates: dict, report: GateReport) -> None:
+    """``[hybrid]``: the linear layers' share of one request's prefill on the default hybrid
+    model (:mod:`attn_sim.hybrid_request`), on the profiles the section names."""
+    hybrid = gates.get("hybrid")
+    if not hybrid or base_name(spec) not in hybrid["profiles"]:
+        return
+    model = hybrid_request.HybridModel.from_config(None)
+    prompt, chunk, path = hybrid["prompt"], hybrid["chunk"], hybrid["path"]
+    full = prompt_seconds(model.attention, spec, prompt, chunk)
+    full_s = full["torch" if path == "torch" else "plan"] * model.full_layers
+    lin_s = linear_layer.prefill(spec, model.linear, path, prompt, chunk) * model.linear_layers
+    share = lin_s / (full_s + lin_s)
+    report.checks += 1
+    if share > hybrid["max_linear_share"]:
+        detail = f"linear {lin_s:.3g} s vs full attention {full_s:.3g} s"
+        case = f"hybrid {path} prefill {prompt}"
+        report.violations.append(
+            Violation(spec.name, "linear_share", case, share, hybrid["max_linear_share"], detail)
+        )
 
 
 def baseline_from(results: list[CaseResult], previous: Optional[dict] = None) -> dict:

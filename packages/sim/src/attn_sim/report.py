@@ -12,7 +12,9 @@ block 16):
   vs budget, predicted time, transient memory and whether K+V + transient fit the device;
 - attention time per full-attention layer to prefill a whole 32K / 128K / 256K prompt in 2K /
   8K chunks on bi-v100 and h200, torch path vs the native kernel (:mod:`attn_sim.prefill_ttft`,
-  attn-core's own plans and cost function), with the rates behind it.
+  attn-core's own plans and cost function), with the rates behind it;
+- attention time of one request on the hybrid model (Qwen3.5-MoE class, 30 Gated DeltaNet + 10
+  full-attention layers): prefill and one decode step per path (:mod:`attn_sim.hybrid_request`).
 
 Writes ``report.md`` (:mod:`attn_sim.report_text`), ``report.json`` and ``report.png``
 (:mod:`attn_sim.report_plot`) into the output directory.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -40,6 +43,7 @@ from attn_sim.designs import (
     vllm_v1,
     vllm_v2,
 )
+from attn_sim.hybrid_request import HybridModel, linear_layer_rows, provenance_rows, request_rows
 from attn_sim.native_design import native_rows
 from attn_sim.prefill_ttft import PROFILES as TTFT_PROFILES
 from attn_sim.prefill_ttft import rate_rows, ttft_rows
@@ -249,10 +253,22 @@ def build(spec: DeviceSpec, shape: AttentionShape = QWEN36) -> dict:
         "prefill": prefill,
         "prefill_ttft": ttft_rows(shape, _ttft_specs(spec)),
         "prefill_rates": rate_rows(_ttft_specs(spec)),
+        **hybrid_tables(_ttft_specs(spec)),
         "over_device_memory": [
             r.label for r in results if r.kv_bytes + r.transient_bytes > spec.memory_bytes
         ],
         "elapsed_s": time.perf_counter() - start,
+    }
+
+
+def hybrid_tables(specs: list[DeviceSpec], config: Optional[dict] = None) -> dict:
+    """The hybrid model's request table and its linear layer's prices
+    (:mod:`attn_sim.hybrid_request`)."""
+    model = HybridModel.from_config(config)
+    return {
+        "hybrid_request": [row for sp in specs for row in request_rows(sp, model)],
+        "linear_layer": [row for sp in specs for row in linear_layer_rows(sp, model.linear)],
+        "linear_constants": provenance_rows(),
     }
 
 

@@ -122,6 +122,29 @@ TTFT_LEGEND = (
 )
 
 
+HYBRID_LEGEND = (
+    "One request on the hybrid model (layers from its config; default Qwen3.5-MoE class, "
+    "`layers`), all layers of a kind together: `prefill_*_s` the whole prompt in 8192-token "
+    "chunks, `decode_*_ms` one decode token at the prompt's length, `linear_share` the linear "
+    "layers' part of the prefill. `path` is the linear layers': `fallback` transformers' "
+    "torch_chunk_gated_delta_rule (a Python loop over 64-token chunks, ~19 launches a chunk by a "
+    "dispatch counter; its host cost per op fitted to the H100's two prefill times), `torch` "
+    "attn-core's torch path (~3.3 launches a 64-token chunk, counted from its plan and a dispatch "
+    "counter: the tracer cannot run it on meta tensors), `native` attn-core's kernels (16-token "
+    "chunks walked in sequence by each block: waves x chunks x per-chunk latency; never timed "
+    "on a GPU, so its latency terms are assumed). Full attention is attn-core's plan (native "
+    "kernels taken as verified) for `fallback` and `native`, its torch path for `torch`; decode "
+    "is eager for the torch paths, a graph replay for native. Calibration: H100 errors in "
+    "tests/test_linear_layer.py; nothing here is calibrated on BI-V100."
+)
+LINEAR_LEGEND = (
+    "One linear layer's 8192-token prefill call (the request's chunk): launches, bytes and "
+    "FLOPs, the sequential `chunks` and, for the native kernel, the per-chunk latency of a "
+    "block, its `waves` and resident `blocks_per_sm` (shared memory 25,856 B a block against "
+    "the profile's budget)."
+)
+
+
 def headline(text: str) -> str:
     """The start of a :func:`markdown` report up to its second section: the title, the
     assumptions line and the first table (decode: native kernel vs torch path vs the floor),
@@ -183,4 +206,13 @@ def markdown(report: dict) -> str:
             TTFT_LEGEND,
         )
         parts += _section("Prefill prices: rates and efficiencies", report["prefill_rates"])
+    if report.get("hybrid_request"):
+        parts += _section(
+            "Attention time of one request (hybrid model: full and linear attention)",
+            report["hybrid_request"],
+            HYBRID_LEGEND,
+        )
+        parts += _section("Linear attention: one layer's 8K prefill call", report["linear_layer"],
+                          LINEAR_LEGEND)  # fmt: skip
+        parts += _section("Linear attention: constants and provenance", report["linear_constants"])
     return "\n".join(parts)

@@ -1,0 +1,290 @@
+"""One Gated DeltaNet (linear-attention) layer priced on a profile, three ways.
+
+- ``fallback``: transformers' ``torch_chunk_gated_delta_rule``, a Python loop over 64-token
+  chunks; its recurrent form for decode.
+- ``torch``: attn-core's torch path (:mod:`attn_core.linear`): 64-token chunks batched into
+  segments (:func:`attn_core.linear.plan.plan_gated_delta`), one state pass a chunk.
+- ``native``: attn-core's kernels (``native/csrc/gated_delta.cu``): chunked prefill in 16-token
+  chunks on CUDA cores, grid ``(V / 32, HV, N)`` x 128 threads, each block walking its whole
+  sequence with its state slice in registers; decode step grid ``(V / 32, HV / heads_per_block,
+  N)``; the width-4 convolution's kernels beside each.
+
+A chunk pass is sequential: a block cannot start chunk ``i + 1`` before chunk ``i``'s state, so
+the native prefill is ``waves x chunks x per-chunk latency``, not its FLOPs over the device.
+The torch paths are priced as the other eager steps are (:mod:`attn_sim.cost`): the host's
+issue of each launch pipelined with the device's work, whichever is longer.
+
+Why counted, not traced: the tracer stops at the torch path's host read of each segment's
+validity mask (``attn_core.linear.chunked``), and transformers is not a dependency; the launch
+counts are the dispatch counter's (provenance in :data:`PROVENANCE`).
+
+Shapes: 16 key / 32 value heads, K = V = 128, bf16 by default (:class:`LinearShape`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from attn_core.device.spec import DeviceSpec, occupancy_limits
+from attn_core.linear.plan import CHUNK as TORCH_CHUNK
+from attn_core.linear.plan import plan_gated_delta
+
+FP32 = 4
+PATHS = ("fallback", "torch", "native")
+
+# --- transformers' fallback ---------------------------------------------------------------
+FALLBACK_CHUNK = 64
+FALLBACK_LAUNCHES_PER_CHUNK = 19
+# Host seconds one op of the fallback's Python loop costs (slicing, dispatch, launch): the one
+# parameter that equalises the error at the H100's two prefill points (83 ms at 32K, 380 ms at
+# 128K; 512 and 2048 chunks x 19 launches): +8 % / -8 %. Fitted to 32K alone it missed 128K by
+# -15 % (the measured time grows faster than the chunk count).
+FALLBACK_HOST_OP_S = 8.9e-6
+# The preparation before the loop (cumulated decays, the 63-step intra-chunk solve over every
+# chunk at once) holds 5.8 GB at 32K and 23 GB at 128K: ~177 KB a token, written and read once.
+FALLBACK_PREP_BYTES_PER_TOKEN = 177e3
+FALLBACK_PREP_PASSES = 2
+FALLBACK_PREP_LAUNCHES = 63 * 6
+# Fp32 state passes of one loop iteration (k_cumdecay @ S, q @ S, the decay and the update:
+# read + write): each moves the whole [HV, K, V] state.
+FALLBACK_STATE_PASSES = 5
+FALLBACK_DECODE_LAUNCHES = 34
+
+# --- attn-core's torch path -----------------------------------------------------------------
+TORCH_LAUNCHES_PER_CHUNK = 3.3
+TORCH_DECODE_LAUNCHES = 16
+TORCH_BMM_EFFICIENCY = 0.5
+
+# --- native kernels -------------------------------------------------------------------------
+NATIVE_CHUNK = 16
+NATIVE_THREADS = 128
+NATIVE_COLUMNS = 32
+NATIVE_REGISTERS = 64
+NATIVE_PREFILL_SMEM = 25856
+NATIVE_DECODE_SMEM = 3120
+NATIVE_CHUNK_FIXED_S = 1.0e-6
+NATIVE_FMA_EFFICIENCY_PER_WARP = 0.1
+NATIVE_FMA_EFFICIENCY_MAX = 0.8
+NATIVE_CONV_LAUNCHES_PREFILL = 2
+NATIVE_CONV_LAUNCHES_DECODE = 1
+
+PROVENANCE = {
+    "FALLBACK_LAUNCHES_PER_CHUNK": "measured: ~19 aten launches per 64-token chunk, dispatch "
+    "counter over transformers' torch_chunk_gated_delta_rule loop",
+    "FALLBACK_HOST_OP_S": "measured: fitted to the H100 fallback prefill, 83 ms at 32K and "
+    "380 ms at 128K (one parameter, two points: +/-8 %)",
+    "FALLBACK_PREP_BYTES_PER_TOKEN": "measured: transient 5.8 GB at 32K / 23 GB at 128K (H100), "
+    "touched twice (assumed)",
+    "FALLBACK_PREP_LAUNCHES": "assumed: 63 solve steps x ~6 ops",
+    "FALLBACK_STATE_PASSES": "assumed: read/write passes over the fp32 state per chunk",
+    "FALLBACK_DECODE_LAUNCHES": "assumed: ~34 launches counted from reading "
+    "torch_recurrent_gated_delta_rule (l2 norms, casts, one token's step)",
+    "TORCH_LAUNCHES_PER_CHUNK": "measured: ~3.3 launches per 64-token chunk, dispatch counter "
+    "over attn-core's torch path (segments included)",
+    "TORCH_DECODE_LAUNCHES": "assumed: counted from attn_core.linear.recurrent.recurrent_step "
+    "and its casts (~16)",
+    "TORCH_BMM_EFFICIENCY": "assumed: fp32 batched matmuls at half the fp32 rate",
+    "NATIVE_CHUNK": "source: gated_delta.cu kChunk = 16 (64 does not fit 32 KiB)",
+    "NATIVE_PREFILL_SMEM": "source: gated_delta.cu chunked_prefill's static arrays at K = 128",
+    "NATIVE_DECODE_SMEM": "source: gated_delta.cu decode_step's static arrays at K = 128",
+    "NATIVE_REGISTERS": "assumed: 64 per thread (32 state floats + addressing; no facts yet)",
+    "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's six barriers and its load round trip, 1 us",
+    "NATIVE_FMA_EFFICIENCY_PER_WARP": "assumed: 10 % of an SM's fp32 rate per resident warp "
+    "(FMA chains unhidden), capped at 80 %; the native kernels are not yet timed on a GPU",
+}
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    """One linear-attention layer: ``num_heads`` key heads, ``num_value_heads`` value heads
+    (a multiple), head dims ``head_k`` / ``head_v``, conv ``conv_width``, input ``itemsize``."""
+
+    num_heads: int = 16
+    num_value_heads: int = 32
+    head_k: int = 128
+    head_v: int = 128
+    conv_width: int = 4
+    itemsize: int = 2
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"LinearShape.{f.name} must be an int >= 1, got {value!r}")
+        if self.num_value_heads % self.num_heads:
+            raise ValueError(
+                f"num_value_heads must be a multiple of num_heads ({self.num_heads}), got "
+                f"{self.num_value_heads}"
+            )
+
+    @property
+    def state_bytes(self) -> int:
+        """One sequence's fp32 recurrent state ``[HV, K, V]``."""
+        return self.num_value_heads * self.head_k * self.head_v * FP32
+
+    @property
+    def token_bytes(self) -> int:
+        """Inputs (q, k, v, g, beta) and output of one token."""
+        h, hv = self.num_heads, self.num_value_heads
+        qkv = (2 * h * self.head_k + hv * self.head_v) * self.itemsize
+        return qkv + 2 * hv * FP32 + hv * self.head_v * self.itemsize
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.num_heads * self.head_k + self.num_value_heads * self.head_v
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> LinearShape:
+        """The ``linear_*`` keys of a model config (or of its ``text_config``)."""
+        cfg = config.get("text_config", config)
+        d = cls()
+        return cls(
+            num_heads=cfg.get("linear_num_key_heads", d.num_heads),
+            num_value_heads=cfg.get("linear_num_value_heads", d.num_value_heads),
+            head_k=cfg.get("linear_key_head_dim", d.head_k),
+            head_v=cfg.get("linear_value_head_dim", d.head_v),
+            conv_width=cfg.get("linear_conv_kernel_dim", d.conv_width),
+        )
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """One call of one layer: ``seconds`` (eager: host issue pipelined with the device),
+    ``launches``, ``bytes`` and ``flops`` the device moves and does, ``chunks`` of the
+    sequential pass and its per-chunk latency (native only), ``waves`` and resident
+    ``blocks_per_sm`` of the native kernel (0 for the torch paths)."""
+
+    path: str
+    seconds: float
+    launches: float
+    bytes: float
+    flops: float
+    chunks: int = 0
+    chunk_latency_s: float = 0.0
+    waves: int = 0
+    blocks_per_sm: int = 0
+
+
+def _eager(spec: DeviceSpec, launches: float, host_op_s: float, device_s: float) -> float:
+    return max(launches * host_op_s, device_s + launches * spec.launch_gap_s)
+
+
+def _chunk_flops(s: LinearShape, c: int) -> float:
+    """FLOPs of one c-token chunk in the WY/UT form, every value head (Gram and scores at key
+    heads, the solve's right-hand side, S^T k, S^T q, the state update and the intra output)."""
+    h, hv, dk, dv = s.num_heads, s.num_value_heads, s.head_k, s.head_v
+    return 2.0 * (2 * h * c * c * dk + hv * (c * c * (dk + dv) / 2 + 3 * c * dk * dv + c * c * dv))
+
+
+def fallback_prefill(spec: DeviceSpec, s: LinearShape, tokens: int) -> LinearCost:
+    chunks = math.ceil(tokens / FALLBACK_CHUNK)
+    launches = chunks * FALLBACK_LAUNCHES_PER_CHUNK + FALLBACK_PREP_LAUNCHES
+    prep = FALLBACK_PREP_PASSES * FALLBACK_PREP_BYTES_PER_TOKEN * tokens
+    nbytes = prep + chunks * FALLBACK_STATE_PASSES * s.state_bytes + tokens * s.token_bytes
+    flops = chunks * _chunk_flops(s, FALLBACK_CHUNK)
+    device = max(nbytes / spec.hbm_bandwidth, flops / (spec.fp32_flops * TORCH_BMM_EFFICIENCY))
+    seconds = _eager(spec, launches, FALLBACK_HOST_OP_S, device)
+    return LinearCost("fallback", seconds, launches, nbytes, flops, chunks)
+
+
+def torch_prefill(spec: DeviceSpec, s: LinearShape, tokens: int) -> LinearCost:
+    plan = plan_gated_delta(s.num_heads, s.num_value_heads, s.head_k, s.head_v, s.itemsize)
+    chunks = math.ceil(tokens / TORCH_CHUNK)
+    launches = chunks * TORCH_LAUNCHES_PER_CHUNK
+    # Each slot's intermediates written and read once, the state read and written each chunk.
+    nbytes = chunks * (2 * plan.bytes_per_chunk + 2 * s.state_bytes) + tokens * s.token_bytes
+    flops = chunks * _chunk_flops(s, TORCH_CHUNK)
+    device = max(nbytes / spec.hbm_bandwidth, flops / (spec.fp32_flops * TORCH_BMM_EFFICIENCY))
+    seconds = _eager(spec, launches, spec.launch_overhead_s, device)
+    return LinearCost("torch", seconds, launches, nbytes, flops, chunks)
+
+
+def native_occupancy(spec: DeviceSpec, smem: int) -> int:
+    """Resident blocks per SM of a 128-thread native block (0: it cannot launch)."""
+    return min(occupancy_limits(spec, NATIVE_THREADS, NATIVE_REGISTERS, smem).values())
+
+
+def native_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
+    """The chunked kernel: every block walks ``tokens`` in 16-token chunks; blocks beyond one
+    wave wait for a whole earlier block to finish its sequence."""
+    blocks = (s.head_v // NATIVE_COLUMNS) * s.num_value_heads * num_seqs
+    per_sm = native_occupancy(spec, NATIVE_PREFILL_SMEM)
+    if per_sm == 0:
+        raise ValueError(
+            f"native chunked prefill needs {NATIVE_PREFILL_SMEM} bytes of shared memory, the "
+            f"profile {spec.name} allows {spec.shared_mem_per_block}"
+        )
+    resident = min(per_sm, math.ceil(blocks / spec.sm_count))
+    waves = math.ceil(blocks / (spec.sm_count * per_sm))
+    chunks = math.ceil(tokens / NATIVE_CHUNK)
+    c, cols = NATIVE_CHUNK, NATIVE_COLUMNS
+    # Per block and chunk: S^T k, S^T q and the state update on its K x 32 slice, and the Gram
+    # and score matrices each block recomputes for itself, the solve and intra output.
+    block_flops = 2.0 * (3 * c * s.head_k * cols + 2 * c * c * s.head_k + 1.5 * c * c * cols)
+    warps = resident * math.ceil(NATIVE_THREADS / spec.warp_size)
+    eff = min(NATIVE_FMA_EFFICIENCY_MAX, NATIVE_FMA_EFFICIENCY_PER_WARP * warps)
+    sm_rate = spec.fp32_flops / spec.sm_count * eff
+    latency = resident * block_flops / sm_rate + NATIVE_CHUNK_FIXED_S
+    nbytes = num_seqs * (tokens * s.token_bytes + 2 * s.state_bytes)
+    pass_s = max(waves * chunks * latency, nbytes / spec.hbm_bandwidth)
+    conv_bytes = 2 * tokens * num_seqs * s.conv_dim * s.itemsize
+    launches = 1 + NATIVE_CONV_LAUNCHES_PREFILL
+    seconds = pass_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
+    flops = chunks * block_flops * blocks
+    return LinearCost(
+        "native", seconds, launches, nbytes + conv_bytes, flops, chunks, latency, waves, per_sm
+    )
+
+
+def prefill(
+    spec: DeviceSpec, s: LinearShape, path: str, tokens: int, chunk: Optional[int] = None
+) -> float:
+    """Seconds for one layer to prefill ``tokens`` in calls of ``chunk`` tokens (None: one
+    call). The state carries between calls, so the calls add up."""
+    price = {"fallback": fallback_prefill, "torch": torch_prefill, "native": native_prefill}
+    if path not in price:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    step = chunk or tokens
+    full, rest = divmod(tokens, step)
+    total = full * price[path](spec, s, step).seconds
+    return total + (price[path](spec, s, rest).seconds if rest else 0.0)
+
+
+def decode(spec: DeviceSpec, s: LinearShape, path: str, num_seqs: int = 1) -> LinearCost:
+    """One decode token per sequence: the torch paths eager (host issue pipelined with the
+    device), the native kernels as a CUDA-graph replay (device time alone)."""
+    nbytes = num_seqs * (2 * s.state_bytes + s.token_bytes)
+    flops = num_seqs * s.num_value_heads * 6.0 * s.head_k * s.head_v
+    memory_s = nbytes / spec.hbm_bandwidth
+    if path == "fallback":
+        # The step is ~10 elementwise passes over the state, not one.
+        dev = 5 * memory_s
+        t = _eager(spec, FALLBACK_DECODE_LAUNCHES, FALLBACK_HOST_OP_S, dev)
+        return LinearCost(path, t, FALLBACK_DECODE_LAUNCHES, 5 * nbytes, flops)
+    if path == "torch":
+        launches = TORCH_DECODE_LAUNCHES
+        t = _eager(spec, launches, spec.launch_overhead_s, 2 * memory_s)
+        return LinearCost(path, t, launches, 2 * nbytes, flops)
+    if path != "native":
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    per_sm = native_occupancy(spec, NATIVE_DECODE_SMEM)
+    slices = s.head_v // NATIVE_COLUMNS
+    group = s.num_value_heads // s.num_heads
+    hpb = 1
+    for cand in range(1, group + 1):
+        if (
+            group % cand == 0
+            and num_seqs * (s.num_value_heads // cand) * slices >= 4 * spec.sm_count
+        ):
+            hpb = cand
+    blocks = slices * (s.num_value_heads // hpb) * num_seqs
+    waves = math.ceil(blocks / (spec.sm_count * per_sm))
+    # Fewer than ~4 resident blocks an SM leave bandwidth unused (the kernel's own comment).
+    share = min(1.0, blocks / (4 * spec.sm_count))
+    launches = 1 + NATIVE_CONV_LAUNCHES_DECODE
+    # Capturable (no host sync, no allocation): priced as a CUDA-graph replay, device time.
+    t = memory_s / share + launches * spec.launch_gap_s
+    return LinearCost(path, t, launches, nbytes, flops, 0, 0.0, waves, per_sm)
