@@ -435,7 +435,7 @@ def test_tiers_section_records_the_native_kernels_beside_their_facts(monkeypatch
     import attn_core
     from attn_core.device.spec import get_device_spec
     from attn_core.native import facts
-    from attn_core.native.decode import KernelFacts
+    from attn_core.native.abi import KernelFacts
 
     bi = get_device_spec("bi-v100")
 

@@ -16,7 +16,8 @@ import pytest
 from attn_core.core.settings import parse_archs
 from attn_core.native import abi, build, facts, split
 from attn_core.native.__main__ import main as native_main
-from attn_core.native.decode import DecodeArgs, KernelInfo
+from attn_core.native.abi import KernelInfo
+from attn_core.native.decode import DecodeArgs
 from attn_core.native.family import DECODE, DECODE_SLOTS, PREFILL
 from attn_core.native.prefill import PrefillArgs, PrefillConfigInfo
 from attn_core.native.toolchain import CLANG_FTZ, Toolchain, find_toolchain

@@ -111,7 +111,7 @@ class RecordedLibrary:
         self.chain, self.spec, self.extra = chain, spec, extra_registers
 
     def kernel_info(self, which, query_kind, cache_kind, bucket, group):
-        from attn_core.native.decode import KernelFacts
+        from attn_core.native.abi import KernelFacts
         from attn_core.native.split import decode_body, group_slots
 
         q = facts.KINDS[query_kind]

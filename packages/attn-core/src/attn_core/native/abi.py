@@ -10,6 +10,7 @@ exactly, and its ABI version is compared at load, so a stale build is refused, n
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -96,3 +97,26 @@ def current_stream(device: torch.device) -> int:
 
 
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+# What a family's kernel-info export fills (csrc/attn_decode_abi.h AttnKernelInfo; every family
+# that reports its kernels to the simulator uses the same struct).
+KernelInfo = c_struct(
+    "KernelInfo",
+    (
+        "int32",
+        "num_regs smem_bytes local_bytes max_threads_per_block threads_per_block "
+        "blocks_per_sm binary_version ptx_version",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """One compiled kernel as the driver reports it (what plans and the simulator price)."""
+
+    num_regs: int
+    smem_bytes: int
+    local_bytes: int
+    threads_per_block: int
+    blocks_per_sm: int

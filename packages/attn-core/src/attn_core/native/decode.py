@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -53,27 +52,6 @@ DecodeArgs = abi.c_struct(
 )
 
 
-KernelInfo = abi.c_struct(
-    "KernelInfo",
-    (
-        "int32",
-        "num_regs smem_bytes local_bytes max_threads_per_block threads_per_block "
-        "blocks_per_sm binary_version ptx_version",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class KernelFacts:
-    """One compiled kernel as the driver reports it (what plans and the simulator price)."""
-
-    num_regs: int
-    smem_bytes: int
-    local_bytes: int
-    threads_per_block: int
-    blocks_per_sm: int
-
-
 class DecodeLibrary(NativeLibrary):
     """A loaded decode library with typed entry points."""
 
@@ -83,7 +61,7 @@ class DecodeLibrary(NativeLibrary):
         "attn_native_group_slots": (ctypes.c_int, []),
         "attn_native_decode": (ctypes.c_int, [ctypes.POINTER(DecodeArgs), ctypes.c_void_p]),
         "attn_native_kernel_info": (
-            ctypes.c_int, [ctypes.c_int] * 5 + [ctypes.POINTER(KernelInfo)],
+            ctypes.c_int, [ctypes.c_int] * 5 + [ctypes.POINTER(abi.KernelInfo)],
         ),
     }  # fmt: skip
 
@@ -98,16 +76,16 @@ class DecodeLibrary(NativeLibrary):
 
     def kernel_info(
         self, which: str, query_kind: int, cache_kind: int, bucket: int, group: int
-    ) -> KernelFacts:
+    ) -> abi.KernelFacts:
         """Registers, shared memory and occupancy of the ``"partition"`` or ``"merge"`` kernel
         for a head bucket and GQA group."""
-        info = KernelInfo()
+        info = abi.KernelInfo()
         code = 0 if which == "partition" else 1
         rc = self._lib.attn_native_kernel_info(
             code, query_kind, cache_kind, bucket, group, ctypes.byref(info)
         )
         self.check(rc, f"kernel_info({which})")
-        return KernelFacts(
+        return abi.KernelFacts(
             num_regs=info.num_regs,
             smem_bytes=info.smem_bytes,
             local_bytes=info.local_bytes,

@@ -25,7 +25,6 @@ import torch
 from attn_core.core import verify_once
 from attn_core.core.verify_once import Verdict
 from attn_core.native import abi
-from attn_core.native.decode import KernelFacts, KernelInfo
 from attn_core.native.family import GATED_DELTA
 from attn_core.native.loader import NativeLibrary
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
@@ -136,7 +135,7 @@ class GatedDeltaLibrary(NativeLibrary):
         "attn_gdn_conv_update": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_conv_prefill": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_kernel_info": (
-            ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(KernelInfo)],
+            ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(abi.KernelInfo)],
         ),
     }  # fmt: skip
 
@@ -159,13 +158,13 @@ class GatedDeltaLibrary(NativeLibrary):
         rc = self._lib.attn_gdn_conv_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, "native causal_conv1d_fn launch")
 
-    def kernel_info(self, which: str, head_k: int = 128) -> KernelFacts:
+    def kernel_info(self, which: str, head_k: int = 128) -> abi.KernelFacts:
         """Registers, shared memory and occupancy of one of :data:`KERNELS` (the decode step's
         for ``head_k``)."""
-        info = KernelInfo()
+        info = abi.KernelInfo()
         rc = self._lib.attn_gdn_kernel_info(KERNELS[which], head_k, ctypes.byref(info))
         self.check(rc, f"kernel_info({which})")
-        return KernelFacts(
+        return abi.KernelFacts(
             num_regs=info.num_regs,
             smem_bytes=info.smem_bytes,
             local_bytes=info.local_bytes,
