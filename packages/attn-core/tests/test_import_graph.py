@@ -319,10 +319,10 @@ def test_the_loader_knows_no_family() -> None:
 
 @pytest.mark.parametrize("binding", BINDINGS)
 def test_each_binding_stands_on_the_loader(binding: str) -> None:
-    """A family's binding imports the loader, the shared ABI and the split rules, and never
-    another family's binding."""
+    """A family's binding imports the loader and the shared ABI, and never another family's
+    binding."""
     edges = graph()
-    wanted = {"attn_core.native.loader", "attn_core.native.abi", "attn_core.native.split"}
+    wanted = {"attn_core.native.loader", "attn_core.native.abi"}
     assert wanted <= edges[binding], edges[binding]
     assert not reachable(edges, binding) & (set(BINDINGS) - {binding})
 

@@ -5,11 +5,14 @@ lists the subcommands there are."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 
 import pytest
 
 from attn_core.native import __main__ as cli
+from attn_core.native import build as build_mod
 from attn_core.native import decode, facts
 from attn_core.native.build import family_key, log_path
 from attn_core.native.family import DECODE
@@ -59,12 +62,24 @@ def test_facts_reads_the_logs_of_the_build_it_made(clean_env, tmp_path, capsys, 
     built = []
 
     def fake_build(toolchain, families, *, out_dir=None, cache=None, defines=(), **kw):
-        # what build_all leaves: a log per library, each family in its folder
+        # what build_all leaves: a library, its log and the build record vouching for both,
+        # each family in its folder
         for family in families:
             folder = out_dir if out_dir is not None else cache / family_key(toolchain, family)
             folder.mkdir(parents=True, exist_ok=True)
             for variant in family.variants_for(toolchain.kind):
-                log_path(folder / family.library_name(variant)).write_text("")
+                library = folder / family.library_name(variant)
+                library.write_bytes(b"library")
+                log_path(library).write_text("")
+                key = build_mod.library_key(
+                    toolchain, build_mod.CSRC / family.source, library.name,
+                    (*defines, *family.variants[variant]), flush_denormals=family.flush_denormals,
+                )  # fmt: skip
+                record = {
+                    "key": key, "size": 7, "sha256": hashlib.sha256(b"library").hexdigest(),
+                    "log_sha256": hashlib.sha256(b"").hexdigest(),
+                }  # fmt: skip
+                build_mod.record_path(library).write_text(json.dumps(record))
             if family is DECODE:
                 built.append((folder, defines))
         return 0.1
