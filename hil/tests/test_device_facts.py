@@ -400,6 +400,7 @@ def test_prefill_section_reports_each_variant_and_why(monkeypatch):
 
     class Lib:
         VERIFY_KIND = kind
+        verify_config = native_prefill.PrefillLibrary.verify_config
 
         def __init__(self, mma):
             self.path = Path(f"/fake/libattn_prefill_{mma}.so")

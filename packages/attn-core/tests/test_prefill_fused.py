@@ -99,7 +99,7 @@ def test_wrong_fused_backend_is_rejected(fake_sdpa, monkeypatch) -> None:
     assert verified_on_cpu(torch.float16, 64) == ()
     case = make_prefill_case(MIXED, 8, 2, 64, 16, torch.float16, seed=3)
     forced = prefill_plan(8, 2, 64, torch.float16, case.max_query_len, backend="sdpa")
-    with pytest.raises(RuntimeError, match="did not match the reference"):
+    with pytest.raises(ValueError, match="did not match the reference"):
         run_prefill(case, forced)
 
 

@@ -33,6 +33,7 @@ LENGTHS = PrefillLengths(8192, 100_000)
 
 class FakeLib:
     VERIFY_KIND = PrefillLibrary.VERIFY_KIND
+    verify_config = PrefillLibrary.verify_config
 
     def __init__(self, mma: str) -> None:
         self.mma = mma

@@ -17,6 +17,7 @@ from attn_core.core.checks import (
     check_tensor,
     check_window,
     resolve_scale,
+    value_checks_enabled,
 )
 from attn_core.prefill.problem import Problem, SeqSpan
 
@@ -84,6 +85,8 @@ def validate_prefill(
         max_blocks * layout.block_size,
         layout.num_blocks,
     )
+    if value_checks_enabled() and device.type != "meta":
+        _check_block_ids(block_tables, spans, layout.block_size, layout.num_blocks)
     problem = Problem(
         query=query,
         key=key,
@@ -99,6 +102,25 @@ def validate_prefill(
         v_scale=float(v_scale),
     )
     return problem, spans
+
+
+def _check_block_ids(
+    block_tables: torch.Tensor, spans: list[SeqSpan], block_size: int, num_blocks: int
+) -> None:
+    """``ATTN_CORE_CHECKS=1``: the block ids each sequence's context reads are in
+    ``[0, num_blocks)`` (one device read; the call has read its lengths already)."""
+    needed = torch.tensor(
+        [-(-s.ctx // block_size) for s in spans], dtype=torch.long, device=block_tables.device
+    )
+    cols = torch.arange(block_tables.shape[1], device=block_tables.device)
+    used = block_tables[cols[None, :] < needed[:, None]]
+    if used.numel() == 0:
+        return
+    lo, hi = int(used.min()), int(used.max())
+    if lo < 0 or hi >= num_blocks:
+        raise ValueError(
+            f"block_tables entries in use must be in [0, {num_blocks - 1}], got min {lo} max {hi}"
+        )
 
 
 def _spans(

@@ -209,6 +209,12 @@ def plan_prefill(
     check_type("large_scale", large_scale, bool, "a bool")
     check_window(sliding_window)
     overrides = overrides if overrides is not None else PrefillOverrides()
+    if overrides.native_mma is not None and overrides.backend not in (None, "native"):
+        raise ValueError(
+            f"overrides.native_mma ({overrides.native_mma!r}, ATTN_CORE_PREFILL_MMA) picks a "
+            f"native variant, but overrides.backend ({overrides.backend!r}, "
+            "ATTN_CORE_PREFILL_BACKEND) forces another backend: unset one"
+        )
     if overrides.backend == "native":
         return _forced_native(shape, lengths, spec, caps, overrides)
     plan = _portable_plan(shape, lengths, spec, caps, overrides, alibi, sliding_window, large_scale)

@@ -44,13 +44,14 @@ def verified_capabilities(
 
 
 def ensure_verified(name: str, device: torch.device, dtype: torch.dtype, head_size: int) -> None:
-    """Raise ``RuntimeError`` unless backend ``name`` is available and matched the reference."""
+    """Raise ``ValueError`` unless backend ``name`` is available and matched the reference: a
+    forced backend that cannot serve is the caller's choice at fault, as for the native one."""
     why = fused_unavailable_reason(name, device, dtype)
     if why is not None:
-        raise RuntimeError(f"prefill backend {name!r} is not available: {why}")
+        raise ValueError(f"prefill backend {name!r} is not available: {why}")
     ok, detail = _verify(name, device, dtype, head_size)
     if not ok:
-        raise RuntimeError(
+        raise ValueError(
             f"prefill backend {name!r} did not match the reference on {device} for {dtype}, "
             f"head_size {head_size}: {detail}"
         )

@@ -122,6 +122,8 @@ def paged_prefix_prefill(
     )
     out = _check_out(out, query)
     workspace = check_workspace(workspace)
+    if query.shape[0] == 0:  # no new token (an empty batch): a no-op, as decode's
+        return out
     if plan is None:
         plan = _resolved_plan(problem, spans, block_tables.shape[1], max_query_len, backend)
     else:
@@ -238,7 +240,7 @@ def verify_prefill_backend(
     name: str, device: torch.device, dtype: torch.dtype, head_size: int
 ) -> None:
     """Check fused backend ``name`` against the float64 reference here (once per process);
-    ``RuntimeError`` if it is unavailable or does not match. For registration-time checks and
+    ``ValueError`` if it is unavailable or does not match. For registration-time checks and
     benchmarks; :func:`paged_prefix_prefill` does the same lazily."""
     ensure_verified(name, torch.device(device), dtype, head_size)
 
