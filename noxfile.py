@@ -25,6 +25,7 @@ import glob
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
 
 import nox
@@ -99,6 +100,12 @@ def sim(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Every test that runs on this machine; then the vLLM and torch-2.1 sessions."""
+    # compat, the last session, needs a python3.10: say so now, not after the other sessions
+    if not (os.path.isabs(COMPAT_PYTHON) or shutil.which(f"python{COMPAT_PYTHON}")):
+        session.error(
+            "nox -s tests ends with the compat session (attn-core on torch 2.1), which needs a "
+            "python3.10 on PATH or under ~/.pyenv/versions/3.10.*: install one first"
+        )
     _install_stack(session, "-e", HIL)
     _cpu_tests(session, "-m", "not cuda")
     # The HIL tests drive a real Docker engine (DOCKER_HOST); under CI=true an unreachable
