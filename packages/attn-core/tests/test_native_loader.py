@@ -4,6 +4,8 @@ the "cached or built now" answers, and the CPU refusal."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,11 @@ def test_cached_or_built_answers(tmp_path: Path, monkeypatch) -> None:
             raise BuildError(f"{failed}: cc\nboom")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(library.read_bytes())
+        # the build record a real build leaves beside the library, which a cache hit checks
+        key = build.library_key(tc, source, target.name, defines, flush_denormals=flush_denormals)
+        data = target.read_bytes()
+        record = {"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        build.record_path(target).write_text(json.dumps(record))
         return target, outcome["seconds"]
 
     monkeypatch.setattr(build, "compile_library", compile_library)

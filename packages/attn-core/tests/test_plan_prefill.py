@@ -89,7 +89,7 @@ def test_forced_fused_backend_that_cannot_run_raises() -> None:
     case = make_prefill_case(((10, 5),), 4, 2, 64, 16, torch.float16)
     for name in ("sdpa", "vendor_flash"):
         plan = prefill_plan(4, 2, 64, torch.float16, case.max_query_len, backend=name)
-        with pytest.raises(RuntimeError, match=f"'{name}' is not available"):
+        with pytest.raises(ValueError, match=f"'{name}' is not available"):
             run_prefill(case, plan=plan)
 
 
