@@ -2,7 +2,7 @@
 
 The format is the one ``attn_sim.facts`` reads (``bi100-attn/device-facts/1``)::
 
-    {"schema": ..., "target": ..., "date": "2026-12-01T10:00:00Z", "device_name": ...,
+    {"schema": ..., "target": ..., "date": "YYYY-MM-DDThh:mm:ssZ", "device_name": ...,
      "torch": ..., "quick": bool, "facts": {name: {"value", "unit", "method"} or
                                                   {"value": null, "unit", "absent": why}}}
 

@@ -3,7 +3,7 @@
 The format (``bi100-attn/device-facts/1``)::
 
     {"schema": "bi100-attn/device-facts/1",
-     "target": "h200-local", "date": "2026-12-01T10:00:00Z", "device_name": "NVIDIA H200",
+     "target": "h200-local", "date": "YYYY-MM-DDThh:mm:ssZ", "device_name": "NVIDIA H200",
      "torch": "2.11.0+cu130", "quick": false,
      "facts": {"<name>": {"value": <number|string|bool|object|list|null>, "unit": "...",
                           "method": "how it was measured",
@@ -145,7 +145,8 @@ def parse_facts(data: Any) -> DeviceFacts:
     try:
         date = datetime.datetime.fromisoformat(data["date"].replace("Z", "+00:00"))
     except ValueError:
-        raise s.Invalid("date", "an ISO 8601 time ('2026-12-01T10:00:00Z')", data["date"]) from None
+        expected = "an ISO 8601 UTC time (YYYY-MM-DDThh:mm:ssZ)"
+        raise s.Invalid("date", expected, data["date"]) from None
     facts = {name: _fact(f"facts.{name}", name, raw) for name, raw in data["facts"].items()}
     return DeviceFacts(
         target=data["target"],
