@@ -103,23 +103,10 @@ def paged_prefix_prefill(
         expected = "None or an attn_core PrefillPlan or NativePrefillPlan"
         check_type("plan", plan, tuple({r.plan_type for r in RUNNERS.values()}), expected)
     problem, spans = validate_prefill(
-        query,
-        key,
-        value,
-        key_cache,
-        value_cache,
-        block_tables,
-        query_start_loc,
-        seq_lens,
-        context_lens,
-        max_query_len,
-        scale,
-        alibi_slopes,
-        sliding_window,
-        kv_cache_dtype,
-        k_scale,
+        query, key, value, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
+        context_lens, max_query_len, scale, alibi_slopes, sliding_window, kv_cache_dtype, k_scale,
         v_scale,
-    )
+    )  # fmt: skip
     out = _check_out(out, query)
     workspace = check_workspace(workspace)
     if query.shape[0] == 0:  # no new token (an empty batch): a no-op, as decode's
