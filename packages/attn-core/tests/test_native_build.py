@@ -18,7 +18,8 @@ from attn_core.native import abi, build, facts, split
 from attn_core.native.__main__ import main as native_main
 from attn_core.native.abi import KernelInfo
 from attn_core.native.decode import DecodeArgs
-from attn_core.native.family import DECODE, DECODE_SLOTS, PREFILL
+from attn_core.native.gated_delta import GdnConvArgs, GdnDecodeArgs, GdnPrefillArgs
+from attn_core.native.family import DECODE, DECODE_SLOTS, GATED_DELTA, PREFILL
 from attn_core.native.prefill import PrefillArgs, PrefillConfigInfo
 from attn_core.native.toolchain import CLANG_FTZ, Toolchain, find_toolchain
 
@@ -228,20 +229,35 @@ def test_block_threads_mirror_the_kernel() -> None:
             assert record.threads == want, record
 
 
+# Each family's ABI header and the version it defines (a struct's header may be shared)
+ABI_VERSION = {
+    DECODE.name: ("attn_decode_abi.h", "ATTN_NATIVE_ABI_VERSION"),
+    PREFILL.name: ("attn_prefill_abi.h", "ATTN_PREFILL_ABI_VERSION"),
+    GATED_DELTA.name: ("attn_gated_delta_abi.h", "ATTN_GDN_ABI_VERSION"),
+}
+
+
 @pytest.mark.parametrize(
-    "header, struct, mirror, version, family",
+    "header, struct, mirror, family",
     [
-        ("attn_decode_abi.h", "AttnDecodeArgs", DecodeArgs, "ATTN_NATIVE_ABI_VERSION", DECODE),
-        ("attn_decode_abi.h", "AttnKernelInfo", KernelInfo, "ATTN_NATIVE_ABI_VERSION", DECODE),
-        ("attn_prefill_abi.h", "AttnPrefillArgs", PrefillArgs, "ATTN_PREFILL_ABI_VERSION", PREFILL),
-        ("attn_prefill_abi.h", "AttnPrefillConfig", PrefillConfigInfo, "ATTN_PREFILL_ABI_VERSION",
-         PREFILL),
+        ("attn_decode_abi.h", "AttnDecodeArgs", DecodeArgs, DECODE),
+        ("attn_kernel_info.h", "AttnKernelInfo", KernelInfo, DECODE),
+        ("attn_kernel_info.h", "AttnKernelInfo", KernelInfo, GATED_DELTA),
+        ("attn_prefill_abi.h", "AttnPrefillArgs", PrefillArgs, PREFILL),
+        ("attn_prefill_abi.h", "AttnPrefillConfig", PrefillConfigInfo, PREFILL),
+        ("attn_gated_delta_abi.h", "AttnGdnDecodeArgs", GdnDecodeArgs, GATED_DELTA),
+        ("attn_gated_delta_abi.h", "AttnGdnPrefillArgs", GdnPrefillArgs, GATED_DELTA),
+        ("attn_gated_delta_abi.h", "AttnGdnConvArgs", GdnConvArgs, GATED_DELTA),
     ],
-    ids=["decode args", "decode kernel info", "prefill args", "prefill config"],
+    ids=[
+        "decode args", "decode kernel info", "gated delta kernel info", "prefill args",
+        "prefill config", "gated delta decode args", "gated delta prefill args",
+        "gated delta conv args",
+    ],
 )  # fmt: skip
-def test_abi_structs_mirror_the_header(header, struct, mirror, version, family) -> None:
-    """Field names, order and widths of each family's ctypes structs follow its header, and
-    the family's ABI version is the header's."""
+def test_abi_structs_mirror_the_header(header, struct, mirror, family) -> None:
+    """Field names, order and widths of each family's ctypes structs follow its header, the
+    family's ABI header includes the struct's, and its ABI version is the header's."""
     text = (CSRC / header).read_text()
     start, end = text.index(f"typedef struct {struct} {{"), text.index(f"}} {struct};")
     declared = []
@@ -257,7 +273,10 @@ def test_abi_structs_mirror_the_header(header, struct, mirror, version, family) 
     for (name, ctype), (_, ptype) in zip(declared, fields, strict=True):
         want = widths.get(ctype, ctypes.sizeof(ctypes.c_void_p))
         assert ctypes.sizeof(ptype) == want, name
-    found = re.search(rf"#define {version} (\d+)", text)
+    abi_header, version = ABI_VERSION[family.name]
+    family_text = (CSRC / abi_header).read_text()
+    assert header == abi_header or f'#include "{header}"' in family_text
+    found = re.search(rf"#define {version} (\d+)", family_text)
     assert found and int(found.group(1)) == family.abi_version
 
 

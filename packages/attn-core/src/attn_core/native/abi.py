@@ -99,8 +99,8 @@ def current_stream(device: torch.device) -> int:
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-# What a family's kernel-info export fills (csrc/attn_decode_abi.h AttnKernelInfo; every family
-# that reports its kernels to the simulator uses the same struct).
+# What a family's kernel-info export fills (csrc/attn_kernel_info.h AttnKernelInfo, the one
+# struct every family that reports its kernels to the simulator includes).
 KernelInfo = c_struct(
     "KernelInfo",
     (

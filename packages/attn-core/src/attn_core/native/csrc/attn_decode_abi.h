@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "attn_kernel_info.h"
+
 #define ATTN_NATIVE_ABI_VERSION 4
 
 #ifdef __cplusplus
@@ -44,19 +46,6 @@ typedef struct AttnDecodeArgs {
   float scale;                             // softmax scale x k_scale (fp8 keys)
   float v_scale;                           // applied to the output (fp8 values)
 } AttnDecodeArgs;
-
-// What the compiled kernel needs, read from the driver (cudaFuncGetAttributes and the occupancy
-// calculator for a 128-thread block with the kernel's dynamic shared memory).
-typedef struct AttnKernelInfo {
-  int32_t num_regs;
-  int32_t smem_bytes;  // per block: static + the dynamic bytes the launcher passes
-  int32_t local_bytes;  // spills; 0 is expected
-  int32_t max_threads_per_block;
-  int32_t threads_per_block;  // what the launcher uses
-  int32_t blocks_per_sm;      // resident blocks per SM at that size
-  int32_t binary_version;
-  int32_t ptx_version;
-} AttnKernelInfo;
 
 int attn_native_abi_version(void);
 // The head slots this library's partition kernels serve (one library per value, 1..8).

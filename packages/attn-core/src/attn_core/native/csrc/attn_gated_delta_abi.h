@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "attn_kernel_info.h"
+
 #define ATTN_GDN_ABI_VERSION 3
 
 #ifdef __cplusplus
@@ -105,18 +107,6 @@ typedef struct AttnGdnConvArgs {
   int32_t silu;
 } AttnGdnConvArgs;
 
-// The driver's facts of one kernel (the simulator prices from these), as AttnKernelInfo.
-typedef struct AttnGdnKernelInfo {
-  int32_t num_regs;
-  int32_t smem_bytes;
-  int32_t local_bytes;
-  int32_t max_threads_per_block;
-  int32_t threads_per_block;
-  int32_t blocks_per_sm;
-  int32_t binary_version;
-  int32_t ptx_version;
-} AttnGdnKernelInfo;
-
 int attn_gdn_abi_version(void);
 const char* attn_gdn_platform(void);
 const char* attn_gdn_error_string(int code);
@@ -129,7 +119,7 @@ int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream);
 int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream);
 // which: 0 decode step (head_k 64 or 128), 1 conv update, 2 conv prefill outputs, 3 conv
 // prefill states (head_k ignored), 4 recurrent prefill, 5 chunked prefill (head_k 64 or 128).
-int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info);
+int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info);
 
 #ifdef __cplusplus
 }

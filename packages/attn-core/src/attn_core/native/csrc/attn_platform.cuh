@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "attn_kernel_info.h"
+
 #if defined(__ILUVATAR__)
 #define ATTN_PLATFORM "iluvatar-corex"
 #define ATTN_HW_WARP_SIZE 64
@@ -69,6 +71,27 @@ inline int head_bucket(int head_size) { return head_size <= 64 ? 64 : head_size 
 template <typename V>
 ATTN_DEVICE V load_vec(const void* p) {
   return *reinterpret_cast<const V*>(p);
+}
+
+// The driver's facts of `kernel` launched with `threads` threads and no dynamic shared memory,
+// for every family's <prefix>_kernel_info export.
+inline cudaError_t read_kernel_info(const void* kernel, int threads, AttnKernelInfo* info) {
+  if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
+  if (err != cudaSuccess) return err;
+  int blocks = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0);
+  if (err != cudaSuccess) return err;
+  info->num_regs = attr.numRegs;
+  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
+  info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
+  info->max_threads_per_block = attr.maxThreadsPerBlock;
+  info->threads_per_block = threads;
+  info->blocks_per_sm = blocks;
+  info->binary_version = attr.binaryVersion;
+  info->ptx_version = attr.ptxVersion;
+  return cudaSuccess;
 }
 
 }  // namespace attn

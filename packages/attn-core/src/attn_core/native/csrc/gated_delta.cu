@@ -641,6 +641,14 @@ inline bool prefill_ok(const AttnGdnPrefillArgs& a) {
          index_ok(a.offset_kind);
 }
 
+// One block per (kCols value columns, value head, sequence), each walking its whole sequence.
+inline int launch_prefill(PrefillKernel kernel, const AttnGdnPrefillArgs& a, cudaStream_t stream) {
+  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
+  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
+  kernel<<<grid, kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
 inline bool conv_ok(const AttnGdnConvArgs& a) {
   return a.num_seqs >= 1 && a.dim >= 1 && a.tokens >= 0 && a.width == kWidth &&
          kind_ok(a.x_kind) && kind_ok(a.weight_kind) &&
@@ -675,22 +683,12 @@ int attn_gdn_decode(const AttnGdnDecodeArgs* args, void* stream) {
 
 int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream) {
   using namespace attn::gdn;
-  const AttnGdnPrefillArgs& a = *args;
-  const PrefillKernel kernel = prefill_for(a.head_k);
-  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
-  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
-  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  return static_cast<int>(cudaGetLastError());
+  return launch_prefill(prefill_for(args->head_k), *args, static_cast<cudaStream_t>(stream));
 }
 
 int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream) {
   using namespace attn::gdn;
-  const AttnGdnPrefillArgs& a = *args;
-  const PrefillKernel kernel = chunked_for(a.head_k);
-  if (kernel == nullptr || !prefill_ok(a)) return cudaErrorInvalidValue;
-  const dim3 grid(a.head_v / kCols, a.num_value_heads, a.num_seqs);
-  kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
-  return static_cast<int>(cudaGetLastError());
+  return launch_prefill(chunked_for(args->head_k), *args, static_cast<cudaStream_t>(stream));
 }
 
 int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream) {
@@ -726,7 +724,7 @@ int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info) {
+int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info) {
   using namespace attn::gdn;
   const void* kernel = nullptr;
   if (which == 0) kernel = reinterpret_cast<const void*>(decode_for(head_k));
@@ -735,22 +733,7 @@ int attn_gdn_kernel_info(int which, int head_k, AttnGdnKernelInfo* info) {
   if (which == 3) kernel = reinterpret_cast<const void*>(conv_prefill_state<kWidth>);
   if (which == 4) kernel = reinterpret_cast<const void*>(prefill_for(head_k));
   if (which == 5) kernel = reinterpret_cast<const void*>(chunked_for(head_k));
-  if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
-  if (err != cudaSuccess) return err;
-  int blocks = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0);
-  if (err != cudaSuccess) return err;
-  info->num_regs = attr.numRegs;
-  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
-  info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
-  info->max_threads_per_block = attr.maxThreadsPerBlock;
-  info->threads_per_block = kThreads;
-  info->blocks_per_sm = blocks;
-  info->binary_version = attr.binaryVersion;
-  info->ptx_version = attr.ptxVersion;
-  return cudaSuccess;
+  return attn::read_kernel_info(kernel, kThreads, info);
 }
 
 }  // extern "C"

@@ -923,25 +923,7 @@ int attn_native_kernel_info(int which, int query_kind, int cache_kind, int head_
   const PartitionLaunch launch =
       which == 0 ? partition_for(query_kind, cache_kind, head_bucket, group_slots(group))
                  : PartitionLaunch{merge_for(query_kind), kMergeThreads};
-  const KernelPtr kernel = launch.kernel;
-  const int threads = launch.threads;
-  if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
-  cudaFuncAttributes attr;
-  cudaError_t err = cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel));
-  if (err != cudaSuccess) return err;
-  int blocks = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, reinterpret_cast<const void*>(kernel), threads, 0);
-  if (err != cudaSuccess) return err;
-  info->num_regs = attr.numRegs;
-  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
-  info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
-  info->max_threads_per_block = attr.maxThreadsPerBlock;
-  info->threads_per_block = threads;
-  info->blocks_per_sm = blocks;
-  info->binary_version = attr.binaryVersion;
-  info->ptx_version = attr.ptxVersion;
-  return cudaSuccess;
+  return read_kernel_info(reinterpret_cast<const void*>(launch.kernel), launch.threads, info);
 }
 
 }  // extern "C"
