@@ -132,20 +132,41 @@ _BI_V100_SMEM48K = dataclasses.replace(
     },
 )
 
+
+def _cuda_limits(cc: str) -> tuple[dict, dict]:
+    """The occupancy limits NVIDIA compute capabilities 8.0 and 9.0 share, and their
+    provenance: ``(DeviceSpec fields, provenance)``."""
+    cc_source = f"datasheet: CUDA compute capability {cc}"
+    calculator = f"datasheet: CUDA occupancy calculator, cc {cc}"
+    values = dict(
+        warp_size=32, max_threads_per_block=1024, max_threads_per_sm=2048, max_blocks_per_sm=32,
+        registers_per_sm=65536, max_registers_per_thread=255, register_alloc_unit=256,
+        shared_mem_per_block=48 * KiB, shared_mem_alloc_unit=128,
+        shared_mem_reserved_per_block=1 * KiB,
+    )  # fmt: skip
+    provenance = {
+        "warp_size": "datasheet",
+        **dict.fromkeys(
+            ("max_threads_per_block", "max_threads_per_sm", "max_blocks_per_sm",
+             "registers_per_sm", "max_registers_per_thread", "max_registers_per_block"),
+            cc_source,
+        ),
+        "register_alloc_unit": calculator,
+        "shared_mem_alloc_unit": calculator,
+        "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
+        "register_sub_partitions": f"datasheet: cuda_occupancy.h, 4 sub-partitions for cc {cc}",
+    }  # fmt: skip
+    return values, provenance
+
+
+_SM90_LIMITS, _SM90_PROVENANCE = _cuda_limits("9.0")
+_SM80_LIMITS, _SM80_PROVENANCE = _cuda_limits("8.0")
+
 _H200 = DeviceSpec(
     name="h200",
     sm_count=132,
-    warp_size=32,
-    max_threads_per_block=1024,
-    max_threads_per_sm=2048,
-    max_blocks_per_sm=32,
-    registers_per_sm=65536,
-    max_registers_per_thread=255,
-    register_alloc_unit=256,
+    **_SM90_LIMITS,
     shared_mem_per_sm=228 * KiB,
-    shared_mem_per_block=48 * KiB,
-    shared_mem_alloc_unit=128,
-    shared_mem_reserved_per_block=1 * KiB,
     memory_bytes=150_109_880_320,
     hbm_bandwidth=4.8e12,
     fp16_flops=989e12,
@@ -156,18 +177,10 @@ _H200 = DeviceSpec(
     shared_mem_per_block_optin=227 * KiB,
     dependent_launch_gap_s=0.5e-6,
     provenance={
+        **_SM90_PROVENANCE,
         "sm_count": "datasheet: H200 SXM, 132 SMs",
-        "warp_size": "datasheet",
-        "max_threads_per_block": "datasheet: CUDA compute capability 9.0",
-        "max_threads_per_sm": "datasheet: CUDA compute capability 9.0",
-        "max_blocks_per_sm": "datasheet: CUDA compute capability 9.0",
-        "registers_per_sm": "datasheet: CUDA compute capability 9.0",
-        "max_registers_per_thread": "datasheet: CUDA compute capability 9.0",
-        "register_alloc_unit": "datasheet: CUDA occupancy calculator, cc 9.0",
         "shared_mem_per_sm": "datasheet: 228 KiB per SM, cc 9.0",
         "shared_mem_per_block": "datasheet: 48 KiB without opt-in (227 KiB with)",
-        "shared_mem_alloc_unit": "datasheet: CUDA occupancy calculator, cc 9.0",
-        "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
         "memory_bytes": (
             "measured: the driver's total_memory (device-facts, H200; datasheet 141 GB)"
         ),
@@ -177,8 +190,6 @@ _H200 = DeviceSpec(
         "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager (a host property: "
         "GPU run 1's host, torch 2.11, fitted 28 us; calibrated profiles carry their host's)",
         "l2_bytes": ("measured: the driver's L2 size (device-facts, H200; datasheet 50 MiB)"),
-        "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 9.0",
-        "max_registers_per_block": "datasheet: CUDA compute capability 9.0",
         "launch_gap_s": "measured: GPU run 1 (H200, torch 2.11), CUDA-graph replay of attn-core "
         "decode at 1x8K: 0.209 ms for 64 launches moving ~0.12 GB (~0.03 ms) => ~2.8 us each",
         "shared_mem_per_block_optin": "datasheet: 227 KiB with opt-in, cc 9.0",
@@ -191,17 +202,8 @@ _H200 = DeviceSpec(
 _A100 = DeviceSpec(
     name="a100",
     sm_count=108,
-    warp_size=32,
-    max_threads_per_block=1024,
-    max_threads_per_sm=2048,
-    max_blocks_per_sm=32,
-    registers_per_sm=65536,
-    max_registers_per_thread=255,
-    register_alloc_unit=256,
+    **_SM80_LIMITS,
     shared_mem_per_sm=164 * KiB,
-    shared_mem_per_block=48 * KiB,
-    shared_mem_alloc_unit=128,
-    shared_mem_reserved_per_block=1 * KiB,
     memory_bytes=80 * 10**9,
     hbm_bandwidth=2.039e12,
     fp16_flops=312e12,
@@ -211,26 +213,16 @@ _A100 = DeviceSpec(
     launch_gap_s=3e-6,
     shared_mem_per_block_optin=163 * KiB,
     provenance={
+        **_SM80_PROVENANCE,
         "sm_count": "datasheet: A100 SXM4 80GB, 108 SMs",
-        "warp_size": "datasheet",
-        "max_threads_per_block": "datasheet: CUDA compute capability 8.0",
-        "max_threads_per_sm": "datasheet: CUDA compute capability 8.0",
-        "max_blocks_per_sm": "datasheet: CUDA compute capability 8.0",
-        "registers_per_sm": "datasheet: CUDA compute capability 8.0",
-        "max_registers_per_thread": "datasheet: CUDA compute capability 8.0",
-        "register_alloc_unit": "datasheet: CUDA occupancy calculator, cc 8.0",
         "shared_mem_per_sm": "datasheet: 164 KiB per SM, cc 8.0",
         "shared_mem_per_block": "datasheet: 48 KiB without opt-in (163 KiB with)",
-        "shared_mem_alloc_unit": "datasheet: CUDA occupancy calculator, cc 8.0",
-        "shared_mem_reserved_per_block": "datasheet: 1 KiB system use per block, cc >= 8.0",
         "memory_bytes": "datasheet: 80 GB HBM2e",
         "hbm_bandwidth": "datasheet: 2.039 TB/s",
         "fp16_flops": "datasheet: 312 TFLOPS dense fp16",
         "fp32_flops": "datasheet: 19.5 TFLOPS fp32",
         "launch_overhead_s": "assumed: 4 us per launch from PyTorch eager",
         "l2_bytes": "datasheet: 40 MiB",
-        "register_sub_partitions": "datasheet: cuda_occupancy.h, 4 sub-partitions for cc 8.0",
-        "max_registers_per_block": "datasheet: CUDA compute capability 8.0",
         "launch_gap_s": "assumed: 3 us, near the H200's measured 2.8 us",
         "shared_mem_per_block_optin": "datasheet: 163 KiB with opt-in, cc 8.0",
         "dependent_launch_gap_s": "datasheet: 0, programmatic dependent launch needs cc 9.0",

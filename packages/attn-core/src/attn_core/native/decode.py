@@ -79,18 +79,9 @@ class DecodeLibrary(NativeLibrary):
     ) -> abi.KernelFacts:
         """Registers, shared memory and occupancy of the ``"partition"`` or ``"merge"`` kernel
         for a head bucket and GQA group."""
-        info = abi.KernelInfo()
         code = 0 if which == "partition" else 1
-        rc = self._lib.attn_native_kernel_info(
-            code, query_kind, cache_kind, bucket, group, ctypes.byref(info)
-        )
-        self.check(rc, f"kernel_info({which})")
-        return abi.KernelFacts(
-            num_regs=info.num_regs,
-            smem_bytes=info.smem_bytes,
-            local_bytes=info.local_bytes,
-            threads_per_block=info.threads_per_block,
-            blocks_per_sm=info.blocks_per_sm,
+        return self.read_kernel_info(
+            "attn_native_kernel_info", code, query_kind, cache_kind, bucket, group
         )
 
     def probe(self) -> None:

@@ -161,16 +161,7 @@ class GatedDeltaLibrary(NativeLibrary):
     def kernel_info(self, which: str, head_k: int = 128) -> abi.KernelFacts:
         """Registers, shared memory and occupancy of one of :data:`KERNELS` (the decode step's
         for ``head_k``)."""
-        info = abi.KernelInfo()
-        rc = self._lib.attn_gdn_kernel_info(KERNELS[which], head_k, ctypes.byref(info))
-        self.check(rc, f"kernel_info({which})")
-        return abi.KernelFacts(
-            num_regs=info.num_regs,
-            smem_bytes=info.smem_bytes,
-            local_bytes=info.local_bytes,
-            threads_per_block=info.threads_per_block,
-            blocks_per_sm=info.blocks_per_sm,
-        )
+        return self.read_kernel_info("attn_gdn_kernel_info", KERNELS[which], head_k)
 
     def probe(self) -> None:
         self.kernel_info("decode", 128)

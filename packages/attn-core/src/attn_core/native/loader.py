@@ -105,6 +105,19 @@ class NativeLibrary:
         if rc:
             raise NativeError(f"{what} failed: {self.error_string(rc)} ({rc})")
 
+    def read_kernel_info(self, export: str, *args: int) -> abi.KernelFacts:
+        """The driver's facts of one kernel from the family's kernel-info ``export`` (its
+        arguments before the :class:`~attn_core.native.abi.KernelInfo` it fills)."""
+        info = abi.KernelInfo()
+        self.check(getattr(self._lib, export)(*args, ctypes.byref(info)), f"{export}{args}")
+        return abi.KernelFacts(
+            num_regs=info.num_regs,
+            smem_bytes=info.smem_bytes,
+            local_bytes=info.local_bytes,
+            threads_per_block=info.threads_per_block,
+            blocks_per_sm=info.blocks_per_sm,
+        )
+
     def probe(self) -> None:
         """Raise (``NativeError``) unless the library has code for the current device."""
 

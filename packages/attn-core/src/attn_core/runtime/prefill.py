@@ -16,14 +16,12 @@ from typing import Optional
 import torch
 
 from attn_core.core.checks import check_backend, check_out, check_type
-from attn_core.core.settings import PREFILL_BACKENDS, PrefillOverrides, generation
+from attn_core.core.settings import PREFILL_BACKENDS, generation
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace, check_workspace
-from attn_core.device.spec import DeviceSpec
 from attn_core.prefill.inputs import validate_prefill
 from attn_core.prefill.plan import (
     AnyPrefillPlan,
-    PrefillLengths,
     PrefillPlan,
     large_scale_dtypes,
 )
@@ -31,6 +29,7 @@ from attn_core.prefill.problem import Problem, SeqSpan
 from attn_core.prefill.runners import RUNNERS, PrefillCall, runner_of
 from attn_core.prefill.verify import ensure_verified
 from attn_core.runtime import resolve
+from attn_core.runtime.resolve import prefill_plan_for as prefill_plan_for  # public here too
 
 
 def paged_prefix_prefill(
@@ -199,28 +198,6 @@ def _fit_scale(plan: PrefillPlan, scale: float) -> PrefillPlan:
         return plan
     matmul, score, pv = large_scale_dtypes(plan.matmul_dtype, plan.score_dtype, plan.pv_dtype)
     return dataclasses.replace(plan, matmul_dtype=matmul, score_dtype=score, pv_dtype=pv)
-
-
-def prefill_plan_for(
-    shape: AttentionShape,
-    lengths: PrefillLengths,
-    device: torch.device,
-    device_spec: Optional[DeviceSpec] = None,
-    overrides: Optional[PrefillOverrides] = None,
-    *,
-    alibi: bool = False,
-    sliding_window: int = 0,
-    large_scale: bool = False,
-    backend: Optional[str] = None,
-) -> AnyPrefillPlan:
-    """:func:`attn_core.runtime.resolve.prefill_plan_for`: the profile, the probed capabilities
-    with fused backends narrowed to those that matched the reference (once per process), and
-    ``overrides`` (default: the settings'), ``backend`` winning. ``large_scale``: the calls it
-    serves have a softmax scale > 1 (fp32 scores)."""
-    return resolve.prefill_plan_for(
-        shape, lengths, device, device_spec, overrides, alibi=alibi,
-        sliding_window=sliding_window, large_scale=large_scale, backend=backend,
-    )  # fmt: skip
 
 
 def verify_prefill_backend(
