@@ -19,6 +19,7 @@ import torch
 from attn_core.core import verify_once
 from attn_core.core.settings import parse_bool
 from engine_patch import native_v2
+from engine_patch.platform import PLATFORM_ENV
 from engine_patch.state import LOCK, STATE, PatchState
 
 DATA = Path(__file__).parent / "data"
@@ -62,6 +63,18 @@ def undo_patches() -> None:
             setattr(STATE, name, getattr(fresh, name))
 
 
+def forget_vllm(monkeypatch) -> None:
+    """Drop every imported ``vllm`` module for one test (``monkeypatch`` puts them back)."""
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def hide_vllm(monkeypatch) -> None:
+    """This process as if vLLM were not installed: ``import vllm`` raises ImportError."""
+    forget_vllm(monkeypatch)
+    monkeypatch.setitem(sys.modules, "vllm", None)
+
+
 def assert_close(got: torch.Tensor, want: torch.Tensor, tol: dict) -> None:
     assert torch.isfinite(got).all(), "output has non-finite values (unwritten elements?)"
     torch.testing.assert_close(got.double().cpu(), want, **tol)
@@ -83,6 +96,17 @@ def clean_state():
     undo_patches()
     yield STATE
     undo_patches()
+
+
+def clean_env(monkeypatch, clean_state):
+    """Fixture body: no ENGINE_PATCH_* / ATTN_CORE_* variable but the ones a test sets, the
+    generic platform and no vLLM (these tests are about input; importing the real one would
+    cost ~13 s in `nox -s vllm`)."""
+    for name in list(os.environ):
+        if name.startswith(("ENGINE_PATCH_", "ATTN_CORE_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    hide_vllm(monkeypatch)
 
 
 def vllm_modules():
