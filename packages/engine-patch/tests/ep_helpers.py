@@ -18,6 +18,7 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.settings import parse_bool
+from attn_core.reference import PagedCase, reference_decode
 from engine_patch import native_v2
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.state import LOCK, STATE, PatchState
@@ -78,6 +79,43 @@ def hide_vllm(monkeypatch) -> None:
 def assert_close(got: torch.Tensor, want: torch.Tensor, tol: dict) -> None:
     assert torch.isfinite(got).all(), "output has non-finite values (unwritten elements?)"
     torch.testing.assert_close(got.double().cpu(), want, **tol)
+
+
+def decode_reference(case: PagedCase, scale: float | None = None) -> torch.Tensor:
+    """The float64 decode of ``case`` (its cache dtype and fp8 scales, no ALiBi):
+    ``[num_seqs, num_heads, head_size]``."""
+    return reference_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        scale,
+        None,
+        case.kv_cache_dtype,
+        case.k_scale,
+        case.v_scale,
+    )
+
+
+def upstream_op_args(case: PagedCase, num_kv_heads: int, scale: float, max_seq_len: int) -> tuple:
+    """``_custom_ops.paged_attention_v1``'s arguments after ``out`` (V2's after its scratch
+    outputs), in vLLM 0.6.3's order, up to the fp8 scales."""
+    return (
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        num_kv_heads,
+        scale,
+        case.block_tables,
+        case.seq_lens,
+        case.value_cache.shape[-1],
+        max_seq_len,
+        None,
+        case.kv_cache_dtype,
+        case.k_scale,
+        case.v_scale,
+    )
 
 
 def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:  # noqa: F821

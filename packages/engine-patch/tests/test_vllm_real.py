@@ -9,11 +9,17 @@ import json
 import ep_helpers
 import pytest
 import torch
-from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, run_python
+from ep_helpers import (
+    DECODE_TOL,
+    PREFIX_TOL,
+    assert_close,
+    decode_reference,
+    run_python,
+    upstream_op_args,
+)
 
 from attn_core.reference import (
     make_paged_case,
-    reference_decode,
     reference_prefix_prefill,
     tokens_from_cache,
 )
@@ -67,21 +73,6 @@ def _decode_args(case, max_seq_len, num_kv_heads, scale, kv="auto"):
     )
 
 
-def _reference(case, scale):
-    return reference_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        scale,
-        None,
-        case.kv_cache_dtype,
-        case.k_scale,
-        case.v_scale,
-    )
-
-
 @pytest.mark.parametrize(
     "seq_lens, max_seq_len, branch",
     [
@@ -101,7 +92,7 @@ def test_vllms_own_forward_decode_both_branches(vllm, monkeypatch, seq_lens, max
     vllm_forward_decode = STATE.original_forward_decode
     out = vllm_forward_decode(*_decode_args(case, max_seq_len, 4, 0.0625))
     assert {n: s.calls for n, s in spies.items()} == {n: int(n == branch) for n in spies}
-    assert_close(out, _reference(case, 0.0625), DECODE_TOL[torch.float16])
+    assert_close(out, decode_reference(case, 0.0625), DECODE_TOL[torch.float16])
 
 
 @pytest.mark.parametrize(
@@ -126,7 +117,7 @@ def test_patched_forward_decode(vllm, heads, kv_heads, head_size, block_size, dt
         seed=12,
     )
     out = paged.forward_decode(*_decode_args(case, 729, kv_heads, head_size**-0.5))
-    assert_close(out, _reference(case, head_size**-0.5), DECODE_TOL[dtype])
+    assert_close(out, decode_reference(case, head_size**-0.5), DECODE_TOL[dtype])
 
 
 @pytest.mark.parametrize("name", ["paged_attention_v1", "paged_attention_v2"])
@@ -147,24 +138,8 @@ def test_custom_ops_directly(vllm, name, kv):
     )
     out = torch.full_like(case.query, float("nan"))
     scratch = (torch.empty(0), torch.empty(0), torch.empty(0)) if name.endswith("v2") else ()
-    getattr(ops, name)(
-        out,
-        *scratch,
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        2,
-        0.1,
-        case.block_tables,
-        case.seq_lens,
-        16,
-        260,
-        None,
-        kv,
-        case.k_scale,
-        case.v_scale,
-    )
-    assert_close(out, _reference(case, 0.1), DECODE_TOL[torch.float16])
+    getattr(ops, name)(out, *scratch, *upstream_op_args(case, 2, 0.1, 260))
+    assert_close(out, decode_reference(case, 0.1), DECODE_TOL[torch.float16])
 
 
 def test_custom_op_errors_name_the_argument(vllm):
@@ -172,44 +147,10 @@ def test_custom_op_errors_name_the_argument(vllm):
     case = make_paged_case([5], 8, 2, 128, 16, torch.float16)
     out = torch.empty_like(case.query)
     with pytest.raises(ValueError, match=r"num_kv_heads must equal key_cache.shape\[1\] \(2\)"):
-        ops.paged_attention_v1(
-            out,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            4,
-            0.1,
-            case.block_tables,
-            case.seq_lens,
-            16,
-            5,
-            None,
-            "auto",
-            1.0,
-            1.0,
-        )
+        ops.paged_attention_v1(out, *upstream_op_args(case, 4, 0.1, 5))
     with pytest.raises(ValueError, match="blocksparse_vert_stride"):
-        ops.paged_attention_v1(
-            out,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            2,
-            0.1,
-            case.block_tables,
-            case.seq_lens,
-            16,
-            5,
-            None,
-            "auto",
-            1.0,
-            1.0,
-            0,
-            1,
-            4,
-            64,
-            0,
-        )
+        # tp_rank 0; block-sparse local_blocks 1, vert_stride 4 (refused), block 64, step 0
+        ops.paged_attention_v1(out, *upstream_op_args(case, 2, 0.1, 5), 0, 1, 4, 64, 0)
 
 
 def _prefix_case(context_lens, query_lens, heads, kv_heads, head_size, dtype, seed):
@@ -386,4 +327,4 @@ def test_forward_decode_100k(vllm):
     _, paged = vllm
     case = make_paged_case([102400, 7], 8, 2, 64, 16, torch.float32, seed=16)
     out = paged.forward_decode(*_decode_args(case, 102400, 2, 0.125))
-    assert_close(out, _reference(case, 0.125), DECODE_TOL[torch.float32])
+    assert_close(out, decode_reference(case, 0.125), DECODE_TOL[torch.float32])
