@@ -98,23 +98,43 @@ def decode_reference(case: PagedCase, scale: float | None = None) -> torch.Tenso
     )
 
 
-def upstream_op_args(case: PagedCase, num_kv_heads: int, scale: float, max_seq_len: int) -> tuple:
-    """``_custom_ops.paged_attention_v1``'s arguments after ``out`` (V2's after its scratch
-    outputs), in vLLM 0.6.3's order, up to the fp8 scales."""
+def decode_args(case: PagedCase, max_seq_len: int, kv_heads, scale: float) -> tuple:
+    """``PagedAttention.forward_decode``'s arguments for ``case``, in the order both conventions
+    share: the fork's (``kv_heads`` a head_mapping tensor) ends here, vLLM 0.6.3's (``kv_heads``
+    a count) goes on with ``k_scale, v_scale``."""
     return (
         case.query,
         case.key_cache,
         case.value_cache,
-        num_kv_heads,
+        case.block_tables,
+        case.seq_lens,
+        max_seq_len,
+        case.kv_cache_dtype,
+        kv_heads,
+        scale,
+        None,
+    )
+
+
+def op_args(
+    case: PagedCase, kv_heads, scale: float, max_seq_len: int, block_size: int | None = None
+) -> tuple:
+    """``_custom_ops.paged_attention_v1``'s arguments after ``out`` (V2's after its scratch
+    outputs) for ``case``, in the order both conventions share: the fork's (``kv_heads`` a
+    head_mapping tensor) ends here, vLLM 0.6.3's (``kv_heads`` a count) goes on with
+    ``k_scale, v_scale``. ``block_size`` is the cache's unless a test passes a wrong one."""
+    return (
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        kv_heads,
         scale,
         case.block_tables,
         case.seq_lens,
-        case.value_cache.shape[-1],
+        case.value_cache.shape[-1] if block_size is None else block_size,
         max_seq_len,
         None,
         case.kv_cache_dtype,
-        case.k_scale,
-        case.v_scale,
     )
 
 

@@ -140,47 +140,6 @@ class VendorPagedAttention:
         context_attention_fwd()
 
 
-def fork_decode_args(case, max_context_len: int, head_mapping: torch.Tensor, scale: float) -> tuple:
-    """``PagedAttention.forward_decode``'s arguments for ``case`` in the fork's order, as its
-    callers pass them (positionally)."""
-    return (
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        max_context_len,
-        "auto",
-        head_mapping,
-        scale,
-        None,
-    )
-
-
-def fork_op_args(
-    case,
-    head_mapping: torch.Tensor,
-    scale: float,
-    max_context_len: int,
-    block_size: Optional[int] = None,
-) -> tuple:
-    """The fork's ``paged_attention_v1`` arguments after ``output`` (its V2's after the four
-    outputs) for ``case``; ``block_size`` is the cache's unless a test passes a wrong one."""
-    return (
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        head_mapping,
-        scale,
-        case.block_tables,
-        case.seq_lens,
-        case.value_cache.shape[-1] if block_size is None else block_size,
-        max_context_len,
-        None,
-        "auto",
-    )
-
-
 def context_attention_fwd(*args, **kwargs):
     CALLS.append("triton_context_attention_fwd")
 

@@ -10,7 +10,7 @@ import ep_helpers
 import fake_vllm
 import pytest
 import torch
-from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, decode_reference, upstream_op_args
+from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, decode_args, decode_reference, op_args
 
 from attn_core.core import settings, verify_once
 from attn_core.core.shapes import AttentionShape, dtype_from_name
@@ -51,7 +51,7 @@ def test_upstream_v2_replacement_on_device(seq_lens):
     out = torch.full_like(case.query, float("nan"))
     empty = torch.empty(0, device=CUDA)
     ops.upstream_paged_attention_v2(
-        out, empty, empty, empty, *upstream_op_args(case, 4, 0.0625, max(seq_lens))
+        out, empty, empty, empty, *op_args(case, 4, 0.0625, max(seq_lens)), 1.0, 1.0
     )
     assert_close(out, decode_reference(case, 0.0625), DECODE_TOL[torch.float16])
 
@@ -72,7 +72,7 @@ def test_fork_route_on_device(monkeypatch, clean_state):
     for lens, calls in cases:
         fake_vllm.CALLS.clear()
         case = make_paged_case(lens, 16, 2, 256, 16, torch.bfloat16, CUDA, seed=22)
-        out = paged.forward_decode(*fake_vllm.fork_decode_args(case, max(lens), mapping, 0.0625))
+        out = paged.forward_decode(*decode_args(case, max(lens), mapping, 0.0625))
         assert fake_vllm.CALLS == calls
         assert_close(out, decode_reference(case, 0.0625), DECODE_TOL[torch.bfloat16])
 
