@@ -18,7 +18,9 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.settings import parse_bool
+from attn_core.reference import PagedCase, reference_decode
 from engine_patch import native_v2
+from engine_patch.platform import PLATFORM_ENV
 from engine_patch.state import LOCK, STATE, PatchState
 
 DATA = Path(__file__).parent / "data"
@@ -62,9 +64,78 @@ def undo_patches() -> None:
             setattr(STATE, name, getattr(fresh, name))
 
 
+def forget_vllm(monkeypatch) -> None:
+    """Drop every imported ``vllm`` module for one test (``monkeypatch`` puts them back)."""
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def hide_vllm(monkeypatch) -> None:
+    """This process as if vLLM were not installed: ``import vllm`` raises ImportError."""
+    forget_vllm(monkeypatch)
+    monkeypatch.setitem(sys.modules, "vllm", None)
+
+
 def assert_close(got: torch.Tensor, want: torch.Tensor, tol: dict) -> None:
     assert torch.isfinite(got).all(), "output has non-finite values (unwritten elements?)"
     torch.testing.assert_close(got.double().cpu(), want, **tol)
+
+
+def decode_reference(case: PagedCase, scale: float | None = None) -> torch.Tensor:
+    """The float64 decode of ``case`` (its cache dtype and fp8 scales, no ALiBi):
+    ``[num_seqs, num_heads, head_size]``."""
+    return reference_decode(
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        scale,
+        None,
+        case.kv_cache_dtype,
+        case.k_scale,
+        case.v_scale,
+    )
+
+
+def decode_args(case: PagedCase, max_seq_len: int, kv_heads, scale: float) -> tuple:
+    """``PagedAttention.forward_decode``'s arguments for ``case``, in the order both conventions
+    share: the fork's (``kv_heads`` a head_mapping tensor) ends here, vLLM 0.6.3's (``kv_heads``
+    a count) goes on with ``k_scale, v_scale``."""
+    return (
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        case.block_tables,
+        case.seq_lens,
+        max_seq_len,
+        case.kv_cache_dtype,
+        kv_heads,
+        scale,
+        None,
+    )
+
+
+def op_args(
+    case: PagedCase, kv_heads, scale: float, max_seq_len: int, block_size: int | None = None
+) -> tuple:
+    """``_custom_ops.paged_attention_v1``'s arguments after ``out`` (V2's after its scratch
+    outputs) for ``case``, in the order both conventions share: the fork's (``kv_heads`` a
+    head_mapping tensor) ends here, vLLM 0.6.3's (``kv_heads`` a count) goes on with
+    ``k_scale, v_scale``. ``block_size`` is the cache's unless a test passes a wrong one."""
+    return (
+        case.query,
+        case.key_cache,
+        case.value_cache,
+        kv_heads,
+        scale,
+        case.block_tables,
+        case.seq_lens,
+        case.value_cache.shape[-1] if block_size is None else block_size,
+        max_seq_len,
+        None,
+        case.kv_cache_dtype,
+    )
 
 
 def run_python(code: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:  # noqa: F821
@@ -83,6 +154,17 @@ def clean_state():
     undo_patches()
     yield STATE
     undo_patches()
+
+
+def clean_env(monkeypatch, clean_state):
+    """Fixture body: no ENGINE_PATCH_* / ATTN_CORE_* variable but the ones a test sets, the
+    generic platform and no vLLM (these tests are about input; importing the real one would
+    cost ~13 s in `nox -s vllm`)."""
+    for name in list(os.environ):
+        if name.startswith(("ENGINE_PATCH_", "ATTN_CORE_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    hide_vllm(monkeypatch)
 
 
 def vllm_modules():

@@ -17,6 +17,7 @@ import types
 from typing import Optional
 
 import torch
+from ep_helpers import forget_vllm
 
 from attn_core.reference import reference_decode
 
@@ -146,8 +147,7 @@ def context_attention_fwd(*args, **kwargs):
 def install(monkeypatch, *, plugins=None, ops: Optional[types.ModuleType] = None) -> dict:
     """Put the fake vLLM into ``sys.modules`` for one test (``monkeypatch`` undoes it)."""
     CALLS.clear()
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
+    forget_vllm(monkeypatch)
     mods = {
         name: types.ModuleType(name)
         for name in (

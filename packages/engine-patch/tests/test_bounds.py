@@ -4,29 +4,16 @@ error (exit 2) naming it and the limit, never a 15 GB allocation or a MemoryErro
 
 import contextlib
 import io
-import os
-import sys
 
 import ep_helpers
 import pytest
 
 from engine_patch import cli, qwen3_5_moe
 from engine_patch.exit_codes import EXIT_CONFIG
-from engine_patch.platform import PLATFORM_ENV
 
 clean_state = pytest.fixture(ep_helpers.clean_state)
+clean_env = pytest.fixture(ep_helpers.clean_env)
 BASE = ["--contexts", "1024", "--device", "cpu", "--no-self-test"]
-
-
-@pytest.fixture
-def clean_env(monkeypatch, clean_state):
-    for name in list(os.environ):
-        if name.startswith(("ENGINE_PATCH_", "ATTN_CORE_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv(PLATFORM_ENV, "generic")
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "vllm", None)
 
 
 def _run(argv):

@@ -30,19 +30,7 @@ from engine_patch.platform import PLATFORM_ENV
 README = Path(__file__).parents[1] / "README.md"
 BASE = ["--no-self-test", "--contexts", "1024"]  # bad arguments come after, and win
 clean_state = pytest.fixture(ep_helpers.clean_state)
-
-
-@pytest.fixture
-def clean_env(monkeypatch, clean_state):
-    """No ENGINE_PATCH_* / ATTN_CORE_* variable but the ones a test sets, and no vLLM (these
-    tests are about input; importing the real one would cost ~13 s in `nox -s vllm`)."""
-    for name in list(os.environ):
-        if name.startswith(("ENGINE_PATCH_", "ATTN_CORE_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv(PLATFORM_ENV, "generic")
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "vllm", None)
+clean_env = pytest.fixture(ep_helpers.clean_env)
 
 
 def _run(argv, as_json):

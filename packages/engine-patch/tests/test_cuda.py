@@ -10,7 +10,7 @@ import ep_helpers
 import fake_vllm
 import pytest
 import torch
-from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close
+from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, decode_args, decode_reference, op_args
 
 from attn_core.core import settings, verify_once
 from attn_core.core.shapes import AttentionShape, dtype_from_name
@@ -18,7 +18,6 @@ from attn_core.native.prefill import PrefillLibrary
 from attn_core.reference import (
     make_paged_case,
     make_prefill_case,
-    reference_decode,
     reference_prefix_prefill,
 )
 from engine_patch import cli, ops, register
@@ -52,28 +51,9 @@ def test_upstream_v2_replacement_on_device(seq_lens):
     out = torch.full_like(case.query, float("nan"))
     empty = torch.empty(0, device=CUDA)
     ops.upstream_paged_attention_v2(
-        out,
-        empty,
-        empty,
-        empty,
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        4,
-        0.0625,
-        case.block_tables,
-        case.seq_lens,
-        16,
-        max(seq_lens),
-        None,
-        "auto",
-        1.0,
-        1.0,
+        out, empty, empty, empty, *op_args(case, 4, 0.0625, max(seq_lens)), 1.0, 1.0
     )
-    want = reference_decode(
-        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, 0.0625
-    )
-    assert_close(out, want, DECODE_TOL[torch.float16])
+    assert_close(out, decode_reference(case, 0.0625), DECODE_TOL[torch.float16])
 
 
 def test_fork_route_on_device(monkeypatch, clean_state):
@@ -92,23 +72,9 @@ def test_fork_route_on_device(monkeypatch, clean_state):
     for lens, calls in cases:
         fake_vllm.CALLS.clear()
         case = make_paged_case(lens, 16, 2, 256, 16, torch.bfloat16, CUDA, seed=22)
-        out = paged.forward_decode(
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            case.block_tables,
-            case.seq_lens,
-            max(lens),
-            "auto",
-            mapping,
-            0.0625,
-            None,
-        )
+        out = paged.forward_decode(*decode_args(case, max(lens), mapping, 0.0625))
         assert fake_vllm.CALLS == calls
-        want = reference_decode(
-            case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, 0.0625
-        )
-        assert_close(out, want, DECODE_TOL[torch.bfloat16])
+        assert_close(out, decode_reference(case, 0.0625), DECODE_TOL[torch.bfloat16])
 
 
 def test_status_cli_on_device(capsys, clean_state):

@@ -38,9 +38,7 @@ UNMATCHED = {f"{VLLM_FLA}.fused_recurrent_gated_delta_rule", f"{CONV}.causal_con
 @pytest.fixture
 def fakes(monkeypatch, clean_state):
     """The fake modules loaded, no vLLM, the generic platform; the import hook removed after."""
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "vllm", None)
+    ep_helpers.hide_vllm(monkeypatch)
     monkeypatch.setenv(PLATFORM_ENV, "generic")
     monkeypatch.delenv(settings.LINEAR_OPS_ENV, raising=False)
     mods = fake_linear.modules()

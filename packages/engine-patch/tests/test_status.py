@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-import sys
 
 import ep_helpers
 import fake_vllm
@@ -34,9 +33,7 @@ CPU = torch.device("cpu")
 @pytest.fixture
 def no_vllm(monkeypatch, clean_state):
     """This process as if vLLM were not installed."""
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "vllm", None)
+    ep_helpers.hide_vllm(monkeypatch)
     monkeypatch.setenv(PLATFORM_ENV, "generic")
     monkeypatch.setenv("ATTN_CORE_DEVICE", "bi-v100")
 
@@ -63,8 +60,7 @@ def test_a_broken_vllm_install_is_an_error_row(monkeypatch, clean_state, tmp_pat
     package = tmp_path / "vllm"
     package.mkdir()
     (package / "__init__.py").write_text("raise ImportError('No module named xformers_stub')\n")
-    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
-        monkeypatch.delitem(sys.modules, name)
+    ep_helpers.forget_vllm(monkeypatch)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(PLATFORM_ENV, "generic")
     report = collect(SMALL, CPU, contexts=(1024,), self_test=False)

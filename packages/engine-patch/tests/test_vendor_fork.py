@@ -8,9 +8,9 @@ import ep_helpers
 import fake_vllm
 import pytest
 import torch
-from ep_helpers import DECODE_TOL, assert_close
+from ep_helpers import DECODE_TOL, assert_close, decode_args, decode_reference, op_args
 
-from attn_core.reference import make_paged_case, reference_decode
+from attn_core.reference import make_paged_case
 from engine_patch import STATE, is_active, register, routing
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.settings import FORCE_ENV, V1_LIMIT_ENV
@@ -54,23 +54,9 @@ def test_forward_decode_keeps_native_v1_within_its_reach(vendor):
     register()
     paged = vendor["vllm.attention.ops.paged_attn"].PagedAttention
     case = _case([1, 37, 300])
-    out = paged.forward_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        300,
-        "auto",
-        _mapping(24, 4),
-        256**-0.5,
-        None,
-    )
+    out = paged.forward_decode(*decode_args(case, 300, _mapping(24, 4), 256**-0.5))
     assert fake_vllm.CALLS == ["native_v1"]
-    want = reference_decode(
-        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
-    )
-    assert_close(out, want, DECODE_TOL[torch.float16])
+    assert_close(out, decode_reference(case), DECODE_TOL[torch.float16])
 
 
 def test_forward_decode_beyond_v1_reach_uses_attn_core(vendor, monkeypatch):
@@ -78,24 +64,10 @@ def test_forward_decode_beyond_v1_reach_uses_attn_core(vendor, monkeypatch):
     register()
     paged = vendor["vllm.attention.ops.paged_attn"].PagedAttention
     case = _case([65, 9], heads=16, kv_heads=2)
-    out = paged.forward_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        65,
-        "auto",
-        _mapping(16, 2),
-        256**-0.5,
-        None,
-    )
+    out = paged.forward_decode(*decode_args(case, 65, _mapping(16, 2), 256**-0.5))
     # The platform's V2 was tried once (its reference check) and raised: attn-core served.
     assert fake_vllm.CALLS == ["native_v2"]
-    want = reference_decode(
-        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
-    )
-    assert_close(out, want, DECODE_TOL[torch.float16])
+    assert_close(out, decode_reference(case), DECODE_TOL[torch.float16])
 
 
 @pytest.mark.parametrize("v2, route", [("works", "native_v2"), ("wrong", "attn_core")])
@@ -108,22 +80,8 @@ def test_native_v2_only_after_it_matched_the_reference(monkeypatch, clean_state,
     case = _case([65, 9], dtype=torch.float32, heads=16, kv_heads=2)
     for _ in range(2):
         fake_vllm.CALLS.clear()
-        out = paged.forward_decode(
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            case.block_tables,
-            case.seq_lens,
-            65,
-            "auto",
-            _mapping(16, 2),
-            256**-0.5,
-            None,
-        )
-        want = reference_decode(
-            case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
-        )
-        assert_close(out, want, DECODE_TOL[torch.float32])
+        out = paged.forward_decode(*decode_args(case, 65, _mapping(16, 2), 256**-0.5))
+        assert_close(out, decode_reference(case), DECODE_TOL[torch.float32])
     # Second call: the check is cached; V2 runs only where it is the route.
     assert fake_vllm.CALLS == (["native_v2"] if route == "native_v2" else [])
     impl, reason, _ = routing.choose(65, 16, 256, torch.float32, torch.device("cpu"))
@@ -135,28 +93,12 @@ def test_v2_that_raises_is_replaced_after_the_first_call(vendor):
     state = register()
     ops = vendor["vllm._custom_ops"]
     case = _case([70, 5], dtype=torch.float32)
-    want = reference_decode(
-        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
-    )
+    want = decode_reference(case)
     for _ in range(2):
         out = torch.full_like(case.query, float("nan"))
         scratch = torch.empty(0)
         ops.paged_attention_v2(
-            out,
-            scratch,
-            scratch,
-            scratch,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            _mapping(24, 4),
-            256**-0.5,
-            case.block_tables,
-            case.seq_lens,
-            16,
-            70,
-            None,
-            "auto",
+            out, scratch, scratch, scratch, *op_args(case, _mapping(24, 4), 256**-0.5, 70)
         )
         assert_close(out, want, DECODE_TOL[torch.float32])
     assert fake_vllm.CALLS == ["native_v2"]  # tried once, then attn-core only
@@ -170,25 +112,9 @@ def test_force_replaces_a_working_native_op(vendor, monkeypatch):
     assert state.patches["vllm._custom_ops.paged_attention_v1"].reason == f"{FORCE_ENV}=1"
     case = _case([33, 1], dtype=torch.bfloat16)
     out = torch.full_like(case.query, float("nan"))
-    ops.paged_attention_v1(
-        out,
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        _mapping(24, 4),
-        256**-0.5,
-        case.block_tables,
-        case.seq_lens,
-        16,
-        33,
-        None,
-        "auto",
-    )
+    ops.paged_attention_v1(out, *op_args(case, _mapping(24, 4), 256**-0.5, 33))
     assert fake_vllm.CALLS == []
-    want = reference_decode(
-        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens
-    )
-    assert_close(out, want, DECODE_TOL[torch.bfloat16])
+    assert_close(out, decode_reference(case), DECODE_TOL[torch.bfloat16])
     impl, reason, _ = routing.choose(16, 16, 256, torch.float16, torch.device("cpu"))
     assert impl == routing.ATTN_CORE and FORCE_ENV in reason
 
@@ -200,35 +126,9 @@ def test_vendor_checks_name_the_argument(vendor, monkeypatch):
     case = _case([5])
     out = torch.empty_like(case.query)
     with pytest.raises(ValueError, match=r"head_mapping must have shape \[24\]"):
-        ops.paged_attention_v1(
-            out,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            _mapping(12, 4),
-            1.0,
-            case.block_tables,
-            case.seq_lens,
-            16,
-            5,
-            None,
-            "auto",
-        )
+        ops.paged_attention_v1(out, *op_args(case, _mapping(12, 4), 1.0, 5))
     with pytest.raises(ValueError, match=r"block_size must equal value_cache.shape\[3\] \(16\)"):
-        ops.paged_attention_v1(
-            out,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            _mapping(24, 4),
-            1.0,
-            case.block_tables,
-            case.seq_lens,
-            32,
-            5,
-            None,
-            "auto",
-        )
+        ops.paged_attention_v1(out, *op_args(case, _mapping(24, 4), 1.0, 5, block_size=32))
 
 
 def test_vendor_reshape_and_cache_writes_the_slots(vendor):

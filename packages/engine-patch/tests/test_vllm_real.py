@@ -9,11 +9,18 @@ import json
 import ep_helpers
 import pytest
 import torch
-from ep_helpers import DECODE_TOL, PREFIX_TOL, assert_close, run_python
+from ep_helpers import (
+    DECODE_TOL,
+    PREFIX_TOL,
+    assert_close,
+    decode_args,
+    decode_reference,
+    op_args,
+    run_python,
+)
 
 from attn_core.reference import (
     make_paged_case,
-    reference_decode,
     reference_prefix_prefill,
     tokens_from_cache,
 )
@@ -50,38 +57,6 @@ class Spy:
         monkeypatch.setattr(ops, name, spy)
 
 
-def _decode_args(case, max_seq_len, num_kv_heads, scale, kv="auto"):
-    return (
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        max_seq_len,
-        kv,
-        num_kv_heads,
-        scale,
-        None,
-        case.k_scale,
-        case.v_scale,
-    )
-
-
-def _reference(case, scale):
-    return reference_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        scale,
-        None,
-        case.kv_cache_dtype,
-        case.k_scale,
-        case.v_scale,
-    )
-
-
 @pytest.mark.parametrize(
     "seq_lens, max_seq_len, branch",
     [
@@ -99,9 +74,11 @@ def test_vllms_own_forward_decode_both_branches(vllm, monkeypatch, seq_lens, max
         pad = torch.zeros(len(seq_lens), width - case.block_tables.shape[1], dtype=torch.int32)
         case.block_tables = torch.cat([case.block_tables, pad], dim=1)
     vllm_forward_decode = STATE.original_forward_decode
-    out = vllm_forward_decode(*_decode_args(case, max_seq_len, 4, 0.0625))
+    out = vllm_forward_decode(
+        *decode_args(case, max_seq_len, 4, 0.0625), case.k_scale, case.v_scale
+    )
     assert {n: s.calls for n, s in spies.items()} == {n: int(n == branch) for n in spies}
-    assert_close(out, _reference(case, 0.0625), DECODE_TOL[torch.float16])
+    assert_close(out, decode_reference(case, 0.0625), DECODE_TOL[torch.float16])
 
 
 @pytest.mark.parametrize(
@@ -125,8 +102,10 @@ def test_patched_forward_decode(vllm, heads, kv_heads, head_size, block_size, dt
         non_contiguous_tables=True,
         seed=12,
     )
-    out = paged.forward_decode(*_decode_args(case, 729, kv_heads, head_size**-0.5))
-    assert_close(out, _reference(case, head_size**-0.5), DECODE_TOL[dtype])
+    out = paged.forward_decode(
+        *decode_args(case, 729, kv_heads, head_size**-0.5), case.k_scale, case.v_scale
+    )
+    assert_close(out, decode_reference(case, head_size**-0.5), DECODE_TOL[dtype])
 
 
 @pytest.mark.parametrize("name", ["paged_attention_v1", "paged_attention_v2"])
@@ -147,24 +126,8 @@ def test_custom_ops_directly(vllm, name, kv):
     )
     out = torch.full_like(case.query, float("nan"))
     scratch = (torch.empty(0), torch.empty(0), torch.empty(0)) if name.endswith("v2") else ()
-    getattr(ops, name)(
-        out,
-        *scratch,
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        2,
-        0.1,
-        case.block_tables,
-        case.seq_lens,
-        16,
-        260,
-        None,
-        kv,
-        case.k_scale,
-        case.v_scale,
-    )
-    assert_close(out, _reference(case, 0.1), DECODE_TOL[torch.float16])
+    getattr(ops, name)(out, *scratch, *op_args(case, 2, 0.1, 260), case.k_scale, case.v_scale)
+    assert_close(out, decode_reference(case, 0.1), DECODE_TOL[torch.float16])
 
 
 def test_custom_op_errors_name_the_argument(vllm):
@@ -172,44 +135,10 @@ def test_custom_op_errors_name_the_argument(vllm):
     case = make_paged_case([5], 8, 2, 128, 16, torch.float16)
     out = torch.empty_like(case.query)
     with pytest.raises(ValueError, match=r"num_kv_heads must equal key_cache.shape\[1\] \(2\)"):
-        ops.paged_attention_v1(
-            out,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            4,
-            0.1,
-            case.block_tables,
-            case.seq_lens,
-            16,
-            5,
-            None,
-            "auto",
-            1.0,
-            1.0,
-        )
+        ops.paged_attention_v1(out, *op_args(case, 4, 0.1, 5), 1.0, 1.0)
     with pytest.raises(ValueError, match="blocksparse_vert_stride"):
-        ops.paged_attention_v1(
-            out,
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            2,
-            0.1,
-            case.block_tables,
-            case.seq_lens,
-            16,
-            5,
-            None,
-            "auto",
-            1.0,
-            1.0,
-            0,
-            1,
-            4,
-            64,
-            0,
-        )
+        # scales 1.0, tp_rank 0; block-sparse local_blocks 1, vert_stride 4 (refused), 64, 0
+        ops.paged_attention_v1(out, *op_args(case, 2, 0.1, 5), 1.0, 1.0, 0, 1, 4, 64, 0)
 
 
 def _prefix_case(context_lens, query_lens, heads, kv_heads, head_size, dtype, seed):
@@ -385,5 +314,5 @@ vllm_modules = pytest.fixture(ep_helpers.vllm_modules)
 def test_forward_decode_100k(vllm):
     _, paged = vllm
     case = make_paged_case([102400, 7], 8, 2, 64, 16, torch.float32, seed=16)
-    out = paged.forward_decode(*_decode_args(case, 102400, 2, 0.125))
-    assert_close(out, _reference(case, 0.125), DECODE_TOL[torch.float32])
+    out = paged.forward_decode(*decode_args(case, 102400, 2, 0.125), case.k_scale, case.v_scale)
+    assert_close(out, decode_reference(case, 0.125), DECODE_TOL[torch.float32])

@@ -53,25 +53,21 @@ MAX_CONTEXT = 1 << 24
 MAX_TP = 1024
 
 
-def _bounded_int(text: str, maximum: int) -> int:
+def _bounded_int(text: str, maximum: Optional[int]) -> int:
+    """An integer >= 1, and <= ``maximum`` unless that is None."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if not 1 <= value <= maximum:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1 and <= {maximum}, got {text!r}")
+    if value < 1 or (maximum is not None and value > maximum):
+        bound = "" if maximum is None else f" and <= {maximum}"
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1{bound}, got {text!r}")
     return value
 
 
 def _positive_int(text: str) -> int:
     """An integer >= 1; the shape's own bounds are checked with its origin (invocation)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
+    return _bounded_int(text, None)
 
 
 def _num_seqs(text: str) -> int:

@@ -137,23 +137,18 @@ def _call_native_v1(out: torch.Tensor, a: dict[str, Any]) -> bool:
     return True
 
 
+# decode_into's parameters after ``out``: DECODE_PARAMS gives them the same canonical names.
+_DECODE_INTO = tuple(inspect.signature(decode_into).parameters)[1:]
+
+
+def _decode_values(a: dict[str, Any]) -> dict[str, Any]:
+    """The canonical values ``decode_into`` (and, with ``kv_heads``, native V2) takes."""
+    return {name: a[name] for name in _DECODE_INTO}
+
+
 def _call_native_v2(out: torch.Tensor, a: dict[str, Any]) -> bool:
-    return native_v2.call(
-        STATE.natives["paged_attention_v2"],
-        out,
-        a["query"],
-        a["key_cache"],
-        a["value_cache"],
-        a["kv_heads"],
-        a["scale"],
-        a["block_tables"],
-        a["seq_lens"],
-        a["max_seq_len"],
-        a["alibi_slopes"],
-        a["kv_cache_dtype"],
-        a["k_scale"],
-        a["v_scale"],
-    )
+    native = STATE.natives["paged_attention_v2"]
+    return native_v2.call(native, out, kv_heads=a["kv_heads"], **_decode_values(a))
 
 
 def make_forward_decode(original: Callable) -> Callable:
@@ -180,20 +175,7 @@ def make_forward_decode(original: Callable) -> Callable:
             raise ValueError(
                 f"num_kv_heads must equal key_cache.shape[1] ({key_cache.shape[1]}), got {heads}"
             )
-        decode_into(
-            out,
-            query,
-            key_cache,
-            value_cache,
-            a["scale"],
-            a["block_tables"],
-            a["seq_lens"],
-            a["max_seq_len"],
-            a["alibi_slopes"],
-            a["kv_cache_dtype"],
-            a["k_scale"],
-            a["v_scale"],
-        )
+        decode_into(out, **_decode_values(a))
         return out
 
     forward_decode.__signature__ = read.signature  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ import torch
 import attn_core
 from attn_core.core.shapes import AttentionShape
 from attn_core.reference import (
+    PagedCase,
     make_paged_case,
     reference_decode,
     reference_prefix_prefill,
@@ -28,8 +29,12 @@ from attn_core.reference import (
 )
 from engine_patch import routing
 from engine_patch.hooks import DECODE_PARAMS, PREFIX_PARAMS
+from engine_patch.ops import head_mapping
 from engine_patch.registration import is_active
 from engine_patch.tolerances import DECODE_TOL, PREFIX_TOL, excess
+
+# The self-test's caches hold the model dtype as is: no fp8, unit scales.
+_UNSCALED_CACHE = {"kv_cache_dtype": "auto", "k_scale": 1.0, "v_scale": 1.0}
 
 
 @dataclass
@@ -88,26 +93,32 @@ def _guard(name: str, path: str, device: torch.device, dtype: torch.dtype, run: 
         return Check(name, path, str(device), str(dtype), float("nan"), 0.0, False, detail)
 
 
-def _decode(shape: AttentionShape, device: torch.device, seq_lens: list[int]) -> Check:
-    dtype = shape.dtype
-    case = make_paged_case(
+def _paged_case(
+    shape: AttentionShape, device: torch.device, seq_lens: list[int], seed: int
+) -> PagedCase:
+    """Random caches of ``shape`` on ``device`` holding ``seq_lens`` tokens per sequence."""
+    return make_paged_case(
         seq_lens,
         shape.num_heads,
         shape.num_kv_heads,
         shape.head_size,
         shape.block_size,
-        dtype,
+        shape.dtype,
         device,
-        seed=1,
+        seed=seed,
     )
+
+
+def _decode(shape: AttentionShape, device: torch.device, seq_lens: list[int]) -> Check:
+    dtype = shape.dtype
+    case = _paged_case(shape, device, seq_lens, seed=1)
     scale = shape.head_size**-0.5
     max_len = max(seq_lens)
     paged = _paged_attention()
     if paged is not None:
         path = "vllm PagedAttention.forward_decode"
         num_kv = shape.num_kv_heads
-        group = shape.num_heads // num_kv
-        mapping = torch.arange(shape.num_heads, dtype=torch.int32, device=device) // group
+        mapping = head_mapping(shape.num_heads, num_kv, device)
         values = {
             "query": case.query,
             "key_cache": case.key_cache,
@@ -115,12 +126,10 @@ def _decode(shape: AttentionShape, device: torch.device, seq_lens: list[int]) ->
             "block_tables": case.block_tables,
             "seq_lens": case.seq_lens,
             "max_seq_len": max_len,
-            "kv_cache_dtype": "auto",
             "kv_heads": lambda name: mapping if name == "head_mapping" else num_kv,
             "scale": scale,
             "alibi_slopes": None,
-            "k_scale": 1.0,
-            "v_scale": 1.0,
+            **_UNSCALED_CACHE,
         }
         got = _call_by_name(paged.forward_decode, DECODE_PARAMS, values)
     else:
@@ -150,16 +159,7 @@ def _prefix(shape: AttentionShape, device: torch.device) -> list[Check]:
     # Context 0 is plain causal prefill; 45 and 300 span partial and many blocks.
     context_lens, query_lens = [0, 45, 300], [5, 17, 33]
     total = [c + q for c, q in zip(context_lens, query_lens, strict=True)]
-    case = make_paged_case(
-        total,
-        shape.num_heads,
-        shape.num_kv_heads,
-        shape.head_size,
-        shape.block_size,
-        dtype,
-        device,
-        seed=2,
-    )
+    case = _paged_case(shape, device, total, seed=2)
     g = torch.Generator().manual_seed(3)
     tokens = sum(query_lens)
     query = torch.randn(tokens, shape.num_heads, shape.head_size, generator=g).to(device, dtype)
@@ -177,20 +177,12 @@ def _prefix(shape: AttentionShape, device: torch.device) -> list[Check]:
     ctx = torch.tensor(context_lens, dtype=torch.int32, device=device)
     paged = _paged_attention()
     kc, vc, bt = case.key_cache, case.value_cache, case.block_tables
+    chunk = {"key": key, "value": value, "key_cache": kc, "value_cache": vc}  # by vLLM's names
 
     def write() -> Check:
         if paged is not None:
             path = "vllm PagedAttention.write_to_paged_cache"
-            values = {
-                "key": key,
-                "value": value,
-                "key_cache": kc,
-                "value_cache": vc,
-                "slot_mapping": slot_mapping,
-                "kv_cache_dtype": "auto",
-                "k_scale": 1.0,
-                "v_scale": 1.0,
-            }
+            values = {**chunk, "slot_mapping": slot_mapping, **_UNSCALED_CACHE}
             _call_by_name(paged.write_to_paged_cache, {k: (k,) for k in values}, values)
         else:
             path = "attn_core.write_to_paged_cache"
@@ -217,11 +209,7 @@ def _prefix(shape: AttentionShape, device: torch.device) -> list[Check]:
             path = "vllm PagedAttention.forward_prefix"
             values = {
                 "query": query,
-                "key": key,
-                "value": value,
-                "kv_cache_dtype": "auto",
-                "key_cache": kc,
-                "value_cache": vc,
+                **chunk,
                 "block_tables": bt,
                 "query_start_loc": query_start_loc,
                 "seq_lens": seq_lens,
@@ -229,8 +217,7 @@ def _prefix(shape: AttentionShape, device: torch.device) -> list[Check]:
                 "max_query_len": max(query_lens),
                 "alibi_slopes": None,
                 "sliding_window": None,
-                "k_scale": 1.0,
-                "v_scale": 1.0,
+                **_UNSCALED_CACHE,
             }
             got = _call_by_name(paged.forward_prefix, PREFIX_PARAMS, values)
         else:
