@@ -172,15 +172,7 @@ def graph_replay_fn(c: Case) -> Optional[Callable[[], object]]:
     if c.query.device.type != "cuda":
         return None
     ws, out = Workspace(), torch.empty_like(c.query)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            c.decode(ws, out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c.decode(ws, out)
+    graph = _timing.capture_graph(lambda: c.decode(ws, out), warmup=2)
 
     def replay() -> torch.Tensor:
         graph.replay()
