@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tempfile
 
 import torch
@@ -74,3 +75,10 @@ def writable_dir(text: str) -> str:
         why = getattr(err, "strerror", None) or err
         raise argparse.ArgumentTypeError(f"cannot write into {text!r} ({why})") from None
     return text
+
+
+def not_a_benchmark(doc: str, used_by: str) -> None:
+    """``__main__`` of a bench/ module that a benchmark imports and that is none itself: it
+    takes no argument (argparse refuses any, exit 2) and says on stderr which script uses it."""
+    argparse.ArgumentParser(description=doc.split("\n\n")[0]).parse_args()
+    print(f"nothing to run here: {used_by}", file=sys.stderr)

@@ -31,22 +31,41 @@ def median_time_s(
     for _ in range(warmup):
         fn()
     synchronize(device)
-    times: list[float] = []
     if device.type == "cuda":
-        for _ in range(iters):
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-    else:
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+        return statistics.median(event_ms(fn) / 1e3 for _ in range(iters))
+    times: list[float] = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def event_ms(fn: Callable[[], object], *, calls: int = 1) -> float:
+    """Milliseconds a call of ``fn``: ``calls`` calls back to back between two CUDA events
+    (the device's time for them as queued), divided by ``calls``."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def capture_graph(step: Callable[[], object], *, warmup: int = 1) -> torch.cuda.CUDAGraph:
+    """``step`` captured in a CUDA graph, after ``warmup`` calls on a side stream (the pattern
+    PyTorch documents: the allocator and lazy state settle outside the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
 
 
 def graph_ms(
@@ -60,27 +79,17 @@ def graph_ms(
     also counts the graph launch's latency while the GPU waits: 2-7 % more on the H200's native
     decode rows (1 x 100K 0.182 against 0.177, 64 x 8K 0.818 against 0.762).
     """
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+
+    def every_step() -> None:
         for fn in steps:
             fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for fn in steps:
-            fn()
+
+    graph = capture_graph(every_step)
     graph.replay()
     torch.cuda.synchronize()
 
     def timed(n: int) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(n):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / (n * len(steps))
+        return event_ms(graph.replay, calls=n) / len(steps)
 
     single = statistics.median(timed(1) for _ in range(rounds))
     back_to_back = statistics.median(timed(replays) for _ in range(rounds))

@@ -14,10 +14,14 @@ asserts.
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 
-import attn_core
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import capture_graph, event_ms, median_time_s  # noqa: E402
+
+import attn_core  # noqa: E402
 
 dev = torch.device("cuda")
 H, KVH, D, BS = 24, 4, 256, 16
@@ -39,42 +43,15 @@ def decode_case(batch, ctx):
 
 
 def graph_ms(fn, reps=50):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g = capture_graph(fn, warmup=3)
     for _ in range(5):
         g.replay()
     torch.cuda.synchronize()
-    best = []
-    for _ in range(3):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        best.append(a.elapsed_time(b) / reps)
-    return sorted(best)[1]
+    return sorted(event_ms(g.replay, calls=reps) for _ in range(3))[1]
 
 
 def eager_ms(fn, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
+    return median_time_s(fn, dev, warmup=1, iters=reps) * 1e3
 
 
 def prefill_case(ctx, n):

@@ -172,15 +172,7 @@ def graph_replay_fn(c: Case) -> Optional[Callable[[], object]]:
     if c.query.device.type != "cuda":
         return None
     ws, out = Workspace(), torch.empty_like(c.query)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            c.decode(ws, out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c.decode(ws, out)
+    graph = _timing.capture_graph(lambda: c.decode(ws, out), warmup=2)
 
     def replay() -> torch.Tensor:
         graph.replay()
@@ -253,6 +245,27 @@ def safe_measure(name: str, c: Case, *args: Any, **kwargs: Any) -> dict[str, Any
                 "error": f"{type(exc).__name__}: {str(exc)[:160]}"}  # fmt: skip
 
 
+def measure_plan(
+    name: str, c: Case, device: torch.device, copy_bw: float, iters: int
+) -> dict[str, Any]:
+    """The case's eager decode under ``c.overrides``, timed on one workspace, checked on a
+    NaN-filled output (a row it does not write shows), its first-call peak on a fresh workspace;
+    the plan's fields added."""
+    ws, out = Workspace(), torch.empty_like(c.query)
+    row = safe_measure(
+        name,
+        c,
+        lambda: c.decode(ws, out),
+        device,
+        copy_bw,
+        iters,
+        check=lambda: c.decode(ws, torch.full_like(c.query, math.nan)),
+        fresh=lambda: c.decode(Workspace(), out),
+    )
+    row.update(plan_row(c))
+    return row
+
+
 def plan_row(c: Case) -> dict[str, Any]:
     plan = c.plan()
     return {
@@ -316,20 +329,7 @@ def bench_shape(
             flush=True,
         )
 
-    out = torch.empty_like(c.query)
-    ws = Workspace()
-    row = safe_measure(
-        "attn_core plan",
-        c,
-        lambda: c.decode(ws, out),
-        device,
-        copy_bw,
-        iters,
-        check=lambda: c.decode(ws, torch.full_like(c.query, math.nan)),
-        fresh=lambda: c.decode(Workspace(), out),
-    )
-    row.update(plan_row(c))
-    emit(row)
+    emit(measure_plan("attn_core plan", c, device, copy_bw, iters))
     graphs = [("attn_core plan, CUDA graph", DecodeOverrides())] + variants(c)
     for name, overrides in graphs:
         c.overrides = overrides
@@ -349,20 +349,7 @@ def bench_shape(
     c.overrides = DecodeOverrides()
     if not quick and tokens >= 32768 and batch == 1:
         c.overrides = DecodeOverrides(stream_tokens=8192)
-        sws = Workspace()
-        row = safe_measure(
-            "attn_core stream=8192",
-            c,
-            lambda: c.decode(sws, out),
-            device,
-            copy_bw,
-            max(3, iters // 4),
-            check=lambda: c.decode(sws, torch.full_like(c.query, math.nan)),
-            fresh=lambda: c.decode(Workspace(), out),
-        )
-        row.update(plan_row(c))
-        emit(row)
-        del sws
+        emit(measure_plan("attn_core stream=8192", c, device, copy_bw, max(3, iters // 4)))
         _release(device)
     fn, label = sdpa_fn(c)
     emit(safe_measure(label + " (contiguous)", c, fn, device, copy_bw, iters, check=fn))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import device_info, print_table, write_results  # noqa: E402
+from _timing import capture_graph, device_info, print_table, write_results  # noqa: E402
 
 CSRC = Path(__file__).resolve().parents[1] / "packages/attn-core/src/attn_core/native/csrc"
 DEFAULT_SHAPES = "6/1/1x102400,12/2/1x102400,24/4/1x102400,24/4/1x8192,6/1/1x8192"
@@ -159,11 +159,7 @@ def timeline(lib_path: Path, spec: tuple) -> dict[str, Any]:
     case = PagedKV(batch, tokens, torch.float16, cache, 0, heads, kv_heads)
     parts, size = _rule_split(case)
     step = native_step(lib, case, parts, size)
-    step()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = capture_graph(step)
     for _ in range(4):
         graph.replay()
     torch.cuda.synchronize()

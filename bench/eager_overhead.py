@@ -30,7 +30,7 @@ from typing import Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import device_info, graph_ms, print_table, write_results  # noqa: E402
+from _timing import device_info, event_ms, graph_ms, print_table, write_results  # noqa: E402
 
 HEADS, KV_HEADS, HEAD, BLOCK = 24, 4, 256, 16
 ROWS = ((1, 8192), (1, 100_000), (8, 100_000))
@@ -63,13 +63,8 @@ def _case(batch: int, tokens: int, backend: Optional[str]):
 def _events_ms(fn, reps: int = 20) -> float:
     times = []
     for _ in range(reps):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        torch.cuda.synchronize()  # an idle stream: the GPU waits for the host's launch
+        times.append(event_ms(fn))
     return statistics.median(times)
 
 

@@ -16,17 +16,8 @@ mkdir -p "$OUT"
 # absolute before the cd below: a relative OUT_DIR is the caller's, not the repository's
 OUT="$(cd "$OUT" && pwd)" || { echo "cannot enter OUT_DIR $OUT" >&2; exit 2; }
 cd "$(dirname "$0")/.."
-export PYTHONPATH="packages/attn-core/src:packages/engine-patch/src:packages/sim/src:hil/src${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-
-step() {
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s)"
-    timeout -k 5 "$limit" "$@" >"$OUT/$name.log" 2>&1
-    local rc=$?
-    echo "$name rc=$rc" | tee -a "$OUT/steps.txt"
-}
+STEPS_DIR="$OUT"
+. bench/_steps.sh
 
 run() {
     case "$1" in
@@ -59,7 +50,6 @@ run() {
 
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(cuda_tests decode_bench prefill_bench occupancy sim_calibration long_context)
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT/device.txt"
-python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT/device.txt"
+record_device python3
 for s in "${steps[@]}"; do run "$s"; done
 cat "$OUT/steps.txt"

@@ -43,7 +43,6 @@ import argparse
 import functools
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -51,6 +50,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _run  # noqa: E402
+from _run import say  # noqa: E402
 from _timing import (  # noqa: E402
     copy_bandwidth,
     device_info,
@@ -61,7 +62,6 @@ from _timing import (  # noqa: E402
     print_table,
     synchronize,
     transient_peak_bytes,
-    write_results,
 )
 
 from attn_core import (  # noqa: E402
@@ -163,39 +163,16 @@ def _bf16_rate(device: torch.device, quick: bool) -> float:
     return rate if rate == rate else matmul_flops(device, torch.float32, n=512)  # NaN: no bf16 mm
 
 
-class Run:
-    """The run's clock, rows and skips; rewrites the JSON after every change."""
+class Run(_run.Run):
+    filename = "linear_attn_bench.json"
 
-    def __init__(self, args: argparse.Namespace, payload: dict[str, Any]) -> None:
-        self.args = args
-        self.t0 = time.monotonic()
-        self.payload = {**payload, "rows": [], "skipped": [], "complete": False}
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-    def has_time(self, what: str) -> bool:
-        if self.elapsed() < self.args.budget_s:
-            return True
-        self.payload["skipped"].append(what)
-        say(f"skipped (time budget {self.args.budget_s:.0f} s spent): {what}")
-        return False
-
-    def add(self, row: dict[str, Any]) -> None:
-        self.payload["rows"].append(row)
+    def line(self, row: dict[str, Any]) -> str:
         ms = f"{row['ms']:10.3f} ms" if row.get("ms") else "         - ms"
-        say(f"[{self.elapsed():6.1f} s] {row['kind']:<7} {row['case']:<10} {row['impl']:<16} "
+        return (
+            f"[{self.elapsed():6.1f} s] {row['kind']:<7} {row['case']:<10} {row['impl']:<16} "
             f"{row['mode']:<5} {ms} mem {row.get('transient_mib')} launches "
-            f"{row.get('launches')} err {row.get('max_err')} {row.get('note', '')}")  # fmt: skip
-        self.save()
-
-    def save(self) -> str:
-        self.payload["elapsed_s"] = round(self.elapsed(), 1)
-        return write_results(self.args.out, "linear_attn_bench.json", self.payload)
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
+            f"{row.get('launches')} err {row.get('max_err')} {row.get('note', '')}"
+        )
 
 
 # --- baselines: imported where present, a note where not ---------------------------------------

@@ -19,24 +19,19 @@ set -u
 OUT_DIR="${1:-${OUT:-results/linear_native}}"
 mkdir -p "$OUT_DIR"
 cd "$(dirname "$0")/.."
-export PYTHONPATH="packages/attn-core/src:packages/engine-patch/src:packages/sim/src:hil/src${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
+STEPS_DIR="$OUT_DIR"
+. bench/_steps.sh
 PY="${PYTHON:-python3}"
 
-step() {
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name (limit ${limit}s)"
-    timeout -k 5 "$limit" "$@" >"$OUT_DIR/$name.log" 2>&1
-    local rc=$?
-    echo "$name rc=$rc" | tee -a "$OUT_DIR/steps.txt"
-    tail -n 25 "$OUT_DIR/$name.log"
+# a step, then its log's last lines: this script's output is what gets read
+shown_step() {
+    step "$@"
+    tail -n 25 "$OUT_DIR/$1.log"
 }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee "$OUT_DIR/device.txt"
-"$PY" -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])" | tee -a "$OUT_DIR/device.txt"
+record_device "$PY"
 
-step build 60 "$PY" - <<'PYEOF'
+shown_step build 60 "$PY" - <<'PYEOF'
 import torch
 from attn_core.core.settings import current_overrides
 from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary
@@ -55,11 +50,11 @@ print("reference check bf16 128x128 group 2:",
       check_library(lib, torch.device("cuda"), (lib.path.name, torch.bfloat16, 128, 128, 2)))
 PYEOF
 
-step cuda_tests 240 "$PY" -m pytest -q -m cuda -p no:cacheprovider -p no:xdist \
+shown_step cuda_tests 240 "$PY" -m pytest -q -m cuda -p no:cacheprovider -p no:xdist \
     packages/attn-core/tests/test_native_gated_delta_cuda.py \
     packages/attn-core/tests/test_linear_cuda.py
 
 # limits: 60 + 240 + 170 s, under 8 minutes with the device query; the bench starts no row
 # after 130 s and rewrites its JSON after every row, so a step cut short keeps what it measured
-step bench 170 "$PY" bench/linear_attn_bench.py --out "$OUT_DIR" --prefill 32768,131072 \
+shown_step bench 170 "$PY" bench/linear_attn_bench.py --out "$OUT_DIR" --prefill 32768,131072 \
     --varlen 2x16384 --decode-batches 1,8,64 --iters 3 --budget-s 130

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import (  # noqa: E402
     copy_bandwidth,
     device_info,
+    event_ms,
     graph_ms,
     print_table,
     write_results,
@@ -120,15 +121,7 @@ def eager_ms(fn: Callable[[], object], reps: int = 30) -> float:
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
+    times = sorted(event_ms(fn) for _ in range(reps))
     return times[len(times) // 2]
 
 

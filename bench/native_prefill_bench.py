@@ -30,6 +30,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _args  # noqa: E402
 import prefill_bench as pb  # noqa: E402
 from _timing import (  # noqa: E402
     device_info,
@@ -182,8 +183,8 @@ def _row(payload, args, impl, fn, out, want, check, base, iters, note, splits) -
 def _parse(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="results")
-    p.add_argument("--contexts", type=pb._ints, default=[100000, 250000])
-    p.add_argument("--chunks", type=pb._ints, default=[8192, 2048])
+    p.add_argument("--contexts", type=_args.positive_ints, default=[100000, 250000])
+    p.add_argument("--chunks", type=_args.positive_ints, default=[8192, 2048])
     p.add_argument("--fma-rows", default="100000/8192,100000/2048")
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--budget-s", type=float, default=400.0)

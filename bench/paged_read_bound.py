@@ -43,7 +43,14 @@ from typing import Any, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import copy_bandwidth, device_info, graph_ms, print_table, write_results  # noqa: E402
+from _timing import (  # noqa: E402
+    copy_bandwidth,
+    device_info,
+    event_ms,
+    graph_ms,
+    print_table,
+    write_results,
+)
 
 KV_HEADS, HEAD, BLOCK = 4, 256, 16
 PAGE_BYTES = HEAD * BLOCK * 2  # one page of one head, K or V: 8 KiB
@@ -257,16 +264,7 @@ def _run(cupy: Any, fn: Any, case: Any, parts: int, smem: int, reps: int = 30) -
     for _ in range(3):
         launch()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return min(times)
+    return min(event_ms(launch, calls=reps) for _ in range(5))
 
 
 # --shapes: the read-only bound of a whole decode step, beside native decode on the same inputs
@@ -437,17 +435,15 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     key = cases[False][0]
     flat = key.view(-1)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def sum_key_and_value() -> None:
+        flat.sum(dtype=torch.float32)
+        cases[False][1].view(-1).sum(dtype=torch.float32)
+
     for _ in range(3):
         flat.sum(dtype=torch.float32)
     torch.cuda.synchronize()
-    start.record()
-    for _ in range(20):
-        flat.sum(dtype=torch.float32)
-        cases[False][1].view(-1).sum(dtype=torch.float32)
-    end.record()
-    end.synchronize()
-    add("torch sum (contiguous)", "-", 0, "-", start.elapsed_time(end) / 20)
+    add("torch sum (contiguous)", "-", 0, "-", event_ms(sum_key_and_value, calls=20))
 
     variants = [("ldg", "read_ldg", 1, p) for p in (1, 2, 4)]
     variants += [

@@ -55,6 +55,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _args  # noqa: E402
+import _run  # noqa: E402
+from _run import say  # noqa: E402
 from _timing import (  # noqa: E402
     copy_bandwidth,
     device_info,
@@ -64,7 +66,6 @@ from _timing import (  # noqa: E402
     print_table,
     synchronize,
     transient_peak_bytes,
-    write_results,
 )
 
 from attn_core import (  # noqa: E402  # noqa: E402
@@ -107,39 +108,15 @@ class Timing:
     launches: bool = True
 
 
-class Run:
-    """The run's clock, rows and skips; rewrites the JSON after every change."""
+class Run(_run.Run):
+    filename = "prefill_bench.json"
 
     def __init__(self, args: argparse.Namespace, payload: dict[str, Any]) -> None:
-        self.args = args
-        self.t0 = time.monotonic()
-        self.payload = {**payload, "rows": [], "skipped": [], "complete": False}
+        super().__init__(args, payload)
         self.sweep_inputs: Optional[tuple] = None  # (case, want, heads) kept for --sweep
 
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-    def has_time(self, what: str, deadline_s: float) -> bool:
-        """False (and the skip recorded and printed) once ``deadline_s`` has passed."""
-        if self.elapsed() < deadline_s:
-            return True
-        self.payload["skipped"].append(what)
-        say(f"skipped (time budget {deadline_s:.0f} s spent): {what}")
-        self.save()
-        return False
-
-    def add(self, row: dict[str, Any]) -> None:
-        self.payload["rows"].append(row)
-        say(_row_line(row, self.elapsed()))
-        self.save()
-
-    def save(self) -> str:
-        self.payload["elapsed_s"] = round(self.elapsed(), 1)
-        return write_results(self.args.out, "prefill_bench.json", self.payload)
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
+    def line(self, row: dict[str, Any]) -> str:
+        return _row_line(row, self.elapsed())
 
 
 def main(argv: Optional[list[str]] = None) -> None:

@@ -32,7 +32,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -40,7 +39,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _args  # noqa: E402
-from _timing import copy_bandwidth, device_info, kernel_launches, median_time_s  # noqa: E402
+from _timing import (  # noqa: E402
+    capture_graph,
+    copy_bandwidth,
+    device_info,
+    kernel_launches,
+    median_time_s,
+)
 
 K = 1024
 CONTEXTS = (8 * K, 16 * K, 32 * K, 64 * K, 100 * K)
@@ -76,21 +81,6 @@ def fits(num_seqs: int, context: int, device: torch.device) -> bool:
     free, _ = torch.cuda.mem_get_info(device)
     # cache + eager transient (~1.1x K+V, run 1) + the graph pool's own copy of it + margin
     return 3.8 * kv < free
-
-
-def capture(step: Callable[[], object]) -> torch.cuda.CUDAGraph:
-    """``step`` captured in a CUDA graph, after two warm-up calls on a side stream (the
-    pattern PyTorch documents: allocator and lazy state settle outside the capture)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return graph
 
 
 def _error(err: BaseException) -> str:
@@ -129,7 +119,7 @@ def measure_case(num_seqs: int, context: int, device: torch.device, iters: int) 
     graph = None
     try:
         torch.cuda.empty_cache()
-        graph = capture(step)
+        graph = capture_graph(step, warmup=2)
         rec["graph_s"] = median_time_s(graph.replay, device, warmup=WARMUP, iters=iters)
         # the same inputs: a replay should give what the eager call gave
         rec["graph_vs_eager_max_abs"] = (out.float() - eager_out.float()).abs().max().item()

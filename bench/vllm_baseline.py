@@ -14,10 +14,8 @@ sdist or a CUDA device is missing, so the benchmark can print the row as skipped
 
 from __future__ import annotations
 
-import argparse
 import math
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
@@ -122,7 +120,6 @@ def v2_step(
 
 
 if __name__ == "__main__":
-    # A module of bench/native_decode_bench.py, not a benchmark: run as a script it takes no
-    # argument (argparse refuses any, exit 2) and says where it is used.
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
-    print("nothing to run here: bench/native_decode_bench.py times this baseline", file=sys.stderr)
+    from _args import not_a_benchmark  # this script's folder leads sys.path
+
+    not_a_benchmark(__doc__, "bench/native_decode_bench.py times this baseline")

@@ -11,7 +11,6 @@ for the device capability); nothing of vLLM is stored in this repository.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import tarfile
@@ -81,7 +80,6 @@ def vllm_prefill_fn(fwd: Callable, case, out: torch.Tensor) -> Callable[[], torc
 
 
 if __name__ == "__main__":
-    # A module of bench/native_prefill_bench.py, not a benchmark: run as a script it takes no
-    # argument (argparse refuses any, exit 2) and says where it is used.
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
-    print("nothing to run here: bench/native_prefill_bench.py times this kernel", file=sys.stderr)
+    from _args import not_a_benchmark  # this script's folder leads sys.path
+
+    not_a_benchmark(__doc__, "bench/native_prefill_bench.py times this kernel")
