@@ -52,7 +52,12 @@ from attn_core.core.checks import check_positive, check_types
 from attn_core.core.plan_types import KernelStep
 from attn_core.core.settings import DecodeOverrides
 from attn_core.core.shapes import AttentionShape
-from attn_core.decode.plan_native import NativeDecodePlan, choose_backend, plan_native_decode
+from attn_core.decode.plan_native import (
+    DecodeStep,
+    NativeDecodePlan,
+    choose_backend,
+    plan_native_decode,
+)
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 
@@ -93,15 +98,12 @@ ONE_PASS_MIN_SOFTMAX_FILL = 0.5
 
 
 @dataclass(frozen=True)
-class DecodePlan:
-    """What one decode step of the torch path will do.
+class DecodePlan(DecodeStep):
+    """What one decode step of the torch path will do (the fields of
+    :class:`~attn_core.decode.plan_native.DecodeStep`, then its own).
 
     Attributes:
         tier: one of :data:`attn_core.core.settings.DECODE_TIERS`.
-        num_seqs, num_heads, num_kv_heads, head_size, block_size: problem sizes.
-        group: query heads per KV head (``num_heads // num_kv_heads``).
-        context_tokens: tokens the step covers, ``min(max_seq_len, table capacity)``.
-        partition_size: tokens per partition (a multiple of ``block_size``).
         num_partitions: partitions per chunk (1 unless ``tier == "partitioned"``).
         chunk_tokens: tokens processed per chunk (``num_partitions * partition_size``).
         num_chunks: chunks (1 unless streaming).
@@ -123,16 +125,6 @@ class DecodePlan:
             built or not verified here, ...).
     """
 
-    tier: str
-    num_seqs: int
-    num_heads: int
-    num_kv_heads: int
-    head_size: int
-    block_size: int
-    group: int
-    context_tokens: int
-    partition_size: int
-    num_partitions: int
     chunk_tokens: int
     num_chunks: int
     streaming: bool
@@ -140,7 +132,6 @@ class DecodePlan:
     matmul_dtype: torch.dtype
     score_input_dtype: torch.dtype
     compute_dtype: torch.dtype
-    cache_element_size: int
     scores_fp32_from_bmm: bool
     scores_in_compute_dtype: bool
     workspace_bytes: int
@@ -149,18 +140,6 @@ class DecodePlan:
     backend_reason: str = ""
 
     backend = "torch"
-
-    @property
-    def kv_bytes(self) -> int:
-        """K+V bytes the real context occupies in the cache (what a step must read)."""
-        return (
-            2
-            * self.num_seqs
-            * self.num_kv_heads
-            * self.context_tokens
-            * self.head_size
-            * (self.cache_element_size)
-        )
 
 
 def _round_up(value: int, multiple: int) -> int:

@@ -44,23 +44,18 @@ TORCH_ONLY_OVERRIDES = (
 
 
 @dataclass(frozen=True)
-class NativeDecodePlan:
-    """One native decode step.
+class DecodeStep:
+    """What every decode plan says of its step, whichever backend runs it (the fields both
+    :class:`NativeDecodePlan` and :class:`attn_core.decode.plan.DecodePlan` start with).
 
     Attributes:
-        tier: ``"partitioned"`` when the merge kernel runs, else ``"one_pass"``.
-        num_seqs, num_heads, num_kv_heads, head_size, block_size, group: problem sizes.
+        tier: how the context is split (each plan type names its tiers).
+        num_seqs, num_heads, num_kv_heads, head_size, block_size: problem sizes.
+        group: query heads per KV head (``num_heads // num_kv_heads``).
         context_tokens: tokens the step covers, ``min(max_seq_len, table capacity)``.
-        partition_size / num_partitions: the kernel's split of the context.
-        compute_dtype / kv_cache_dtype / cache_element_size: query dtype, cache storage
-            (``"auto"`` or an fp8 format), bytes per cache element.
-        workspace_bytes: the fp32 partials (0 with one partition).
-        steps: the partition launch, and the merge launch when split.
-        device_spec: the profile the plan was made for.
-        split: the kernel's grid and recorded resources.
-        backend_reason: why the native backend was chosen.
-        library: the loaded, verified library (attached by the resolver; None in a plan made
-            by the pure planner, e.g. the simulator's).
+        partition_size: tokens per partition (a multiple of ``block_size``).
+        num_partitions: partitions the context is split into.
+        cache_element_size: bytes per cache element.
     """
 
     tier: str
@@ -73,9 +68,34 @@ class NativeDecodePlan:
     context_tokens: int
     partition_size: int
     num_partitions: int
+    cache_element_size: int
+
+    @property
+    def kv_bytes(self) -> int:
+        """K+V bytes the real context occupies in the cache (what a step must read)."""
+        per_token = self.num_kv_heads * self.head_size * self.cache_element_size
+        return 2 * self.num_seqs * self.context_tokens * per_token
+
+
+@dataclass(frozen=True)
+class NativeDecodePlan(DecodeStep):
+    """One native decode step (the fields of :class:`DecodeStep`, then its own).
+
+    Attributes:
+        tier: ``"partitioned"`` when the merge kernel runs, else ``"one_pass"``.
+        compute_dtype / kv_cache_dtype: query dtype, cache storage (``"auto"`` or an fp8
+            format).
+        workspace_bytes: the fp32 partials (0 with one partition).
+        steps: the partition launch, and the merge launch when split.
+        device_spec: the profile the plan was made for.
+        split: the kernel's grid and recorded resources.
+        backend_reason: why the native backend was chosen.
+        library: the loaded, verified library (attached by the resolver; None in a plan made
+            by the pure planner, e.g. the simulator's).
+    """
+
     compute_dtype: torch.dtype
     kv_cache_dtype: str
-    cache_element_size: int
     workspace_bytes: int
     steps: tuple[KernelStep, ...]
     device_spec: DeviceSpec
@@ -89,12 +109,6 @@ class NativeDecodePlan:
     def native(self) -> NativeSplit:
         """The split (the name the simulator and benchmarks read)."""
         return self.split
-
-    @property
-    def kv_bytes(self) -> int:
-        """K+V bytes the real context occupies in the cache (what a step must read)."""
-        per_token = self.num_kv_heads * self.head_size * self.cache_element_size
-        return 2 * self.num_seqs * self.context_tokens * per_token
 
 
 def choose_backend(caps: Capabilities, overrides: DecodeOverrides) -> tuple[str, str]:
