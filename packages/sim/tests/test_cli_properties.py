@@ -129,6 +129,26 @@ def test_random_extra_arguments(command, extra, in_tmp):
     assert_clean(r)
 
 
+# --- every argument that takes free text: random text -----------------------------------------
+
+FREE_TEXT_ARGS = [  # (command, option, the rest of its arguments)
+    ("report", "--shape", ()),
+    ("gates", "--profiles", ("--baseline", "b.json")),
+    ("update-baseline", "--profiles", ("--baseline", "b.json")),
+    ("sweep", "--profile", ()),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "rest"), FREE_TEXT_ARGS)
+@PROPERTY
+@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
+def test_random_text_argument(command, option, rest, text):
+    r = _run_stubbed(command, option, text, *rest)
+    assert_clean(r)
+    if r.code != "reached":
+        assert_bad_input(r, option)
+
+
 # --- report ------------------------------------------------------------------------------------
 
 
@@ -139,15 +159,6 @@ def test_report_shape_is_accepted_exactly_when_attention_shape_accepts_it(parts)
     r = _run_stubbed("report", "--shape", text)
     ok = _holds(lambda: len(parts) in (3, 4) and AttentionShape(*parts) is not None)
     _assert_reached_exactly_when(ok, r, "--shape")
-
-
-@PROPERTY
-@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
-def test_report_shape_random_text(text):
-    r = _run_stubbed("report", "--shape", text)
-    assert_clean(r)
-    if r.code != "reached":
-        assert_bad_input(r, "--shape")
 
 
 @PROPERTY
@@ -238,16 +249,6 @@ def test_random_baseline_file(data, in_tmp):
         assert_bad_input(r, str(path))
 
 
-@pytest.mark.parametrize("command", ["gates", "update-baseline"])
-@PROPERTY
-@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
-def test_random_profiles_argument(command, text):
-    r = _run_stubbed(command, "--profiles", text, "--baseline", "b.json")
-    assert_clean(r)
-    if r.code != "reached":
-        assert_bad_input(r, "--profiles")
-
-
 @PROPERTY
 @given(sub=relative_text)
 def test_update_baseline_under_a_file(sub, in_tmp):
@@ -323,15 +324,6 @@ def test_calibrate_tolerance(text, in_tmp):
 
 
 # --- sweep and occupancy -----------------------------------------------------------------------
-
-
-@PROPERTY
-@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
-def test_sweep_profile_argument(text):
-    r = _run_stubbed("sweep", "--profile", text)
-    assert_clean(r)
-    if r.code != "reached":
-        assert_bad_input(r, "--profile")
 
 
 @PROPERTY
