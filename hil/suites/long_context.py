@@ -101,11 +101,12 @@ def fits(kind: str, context_len: int, shape: Shape, elem: int, device: str) -> O
     return None
 
 
-def decode_case(context_len: int, shape: Shape, dtype, device: str, seed: int):
+def paged_case(tokens: int, shape: Shape, dtype, device: str, seed: int):
+    """One sequence of ``tokens`` cached tokens in a random paged cache of ``shape``."""
     from attn_core.reference import make_paged_case
 
-    case = make_paged_case(
-        [context_len],
+    return make_paged_case(
+        [tokens],
         shape.num_heads,
         shape.num_kv_heads,
         shape.head_size,
@@ -114,7 +115,6 @@ def decode_case(context_len: int, shape: Shape, dtype, device: str, seed: int):
         device,
         seed=seed,
     )
-    return case
 
 
 def decode_plan(case, backend: Optional[str]):
@@ -181,19 +181,8 @@ class PrefillInputs:
 
 
 def prefill_case(context_len: int, shape: Shape, dtype, device: str, seed: int) -> PrefillInputs:
-    from attn_core.reference import make_paged_case
-
     q_len = shape.query_len
-    case = make_paged_case(
-        [context_len + q_len],
-        shape.num_heads,
-        shape.num_kv_heads,
-        shape.head_size,
-        shape.block_size,
-        dtype,
-        device,
-        seed=seed,
-    )
+    case = paged_case(context_len + q_len, shape, dtype, device, seed)
     g = torch.Generator().manual_seed(seed + 1)
     mk = lambda h: torch.randn(q_len, h, shape.head_size, generator=g).to(dtype).to(device)  # noqa: E731
     return PrefillInputs(
@@ -305,7 +294,7 @@ def run_case(
         rec["skipped"] = why_not
         return rec
     if kind == "decode":
-        inputs = decode_case(context_len, shape, dtype, device, args.seed)
+        inputs = paged_case(context_len, shape, dtype, device, args.seed)
         plan = decode_plan(inputs, backend)
         rec["backend"] = plan.backend
         call, out_shape = (lambda o: run_decode(inputs, o, plan)), inputs.query.shape

@@ -4,7 +4,9 @@ each have a ``conftest``, so importing from ``conftest`` breaks a combined pytes
 
 from __future__ import annotations
 
+import io
 import os
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -34,6 +36,18 @@ def light_target(host: str, wheels: Path, name: str = "", **changes) -> Target:
     )
     fields.update(changes)
     return Target(**fields)
+
+
+def tar_of(members: dict) -> io.BytesIO:
+    """An uncompressed tar stream of ``{name: bytes}``, as a container's copy-out sends it."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
 
 
 def fault_suite(name: str, *steps: tuple, timeout_s: float = 120.0) -> Suite:

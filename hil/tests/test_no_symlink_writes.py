@@ -8,11 +8,10 @@ import io
 import json
 import re
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
-from hil_helpers import REPO
+from hil_helpers import REPO, tar_of
 
 from hil.files import write_atomic
 from hil.logs import Console, LogPump
@@ -92,17 +91,6 @@ def test_suite_runner_replaces_links_at_its_junit_and_record(tmp_path, art, outs
     assert run_suite.main(str(tmp_path / "spec.json")) == 0
     assert outside.read_text() == KEPT
     assert "testcase" in (art / "py.xml").read_text()
-
-
-def tar_of(files: dict) -> io.BytesIO:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
 
 
 def test_results_copied_out_replace_a_link_and_skip_linked_folders(tmp_path, art, outside):

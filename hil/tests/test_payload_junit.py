@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import io
 import tarfile
-from pathlib import Path
+
+from hil_helpers import REPO, tar_of
 
 from hil.config import Step, Suite
 from hil.junit import count_report, count_reports
 from hil.payload import SPEC_NAME, build_payload, extract_safely, suite_spec
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_payload_holds_runner_tests_and_spec():
@@ -29,17 +28,6 @@ def test_payload_holds_runner_tests_and_spec():
     assert spec["test_timeout_s"] == 7.0 and spec["steps"][0]["pytest"] == [
         "hil/tests/faults/fault_ok.py"
     ]
-
-
-def tar_of(members: dict) -> io.BytesIO:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    return buf
 
 
 def test_extract_refuses_escapes(tmp_path):

@@ -220,18 +220,27 @@ def probe(executor, target, ctx, label, results) -> bool:
     return False
 
 
-def not_run(target: Target, suites: Sequence[Suite], why: str, ctx: RunContext) -> list:
-    out = []
-    for suite in suites:
-        result = SuiteResult(
+def unrun_results(
+    target: Target, suites: Sequence[Suite], status: Status, why: str, ctx: RunContext
+) -> list[SuiteResult]:
+    """One row per suite that did not run (no counts, no time), naming its artifact folder."""
+    return [
+        SuiteResult(
             target.name,
-            suite.name,
-            Status.NOT_RUN,
+            s.name,
+            status,
             Counts(),
             0.0,
             why,
-            str(artifact_dir(ctx.out, target.name, suite.name)),
+            str(artifact_dir(ctx.out, target.name, s.name)),
         )
+        for s in suites
+    ]
+
+
+def not_run(target: Target, suites: Sequence[Suite], why: str, ctx: RunContext) -> list:
+    out = []
+    for result in unrun_results(target, suites, Status.NOT_RUN, why, ctx):
         write_result(result)
         if ctx.on_result:
             ctx.on_result(result)
@@ -246,18 +255,7 @@ def run_target(target: Target, suites: Sequence[Suite], ctx: RunContext) -> list
         return not_run(target, suites, refusal(target.name, entry), ctx)
     executor, error = make_executor(target, ctx, suites)
     if executor is None:
-        infra = [
-            SuiteResult(
-                target.name,
-                s.name,
-                Status.ERROR,
-                Counts(),
-                0.0,
-                error,
-                str(artifact_dir(ctx.out, target.name, s.name)),
-            )
-            for s in suites
-        ]
+        infra = unrun_results(target, suites, Status.ERROR, error, ctx)
         for r in infra:
             write_result(r)
         return infra
@@ -288,18 +286,7 @@ def run_target_safely(target: Target, suites: Sequence[Suite], ctx: RunContext) 
         return run_target(target, suites, ctx)
     except Exception as exc:
         why = f"runner failed on this target: {type(exc).__name__}: {exc}"
-        return [
-            SuiteResult(
-                target.name,
-                s.name,
-                Status.ERROR,
-                Counts(),
-                0.0,
-                why,
-                str(artifact_dir(ctx.out, target.name, s.name)),
-            )
-            for s in suites
-        ]
+        return unrun_results(target, suites, Status.ERROR, why, ctx)
 
 
 def run_all(targets: Sequence[Target], suites: Sequence[Suite], ctx: RunContext) -> list:

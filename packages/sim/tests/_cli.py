@@ -4,11 +4,13 @@
 escapes ``main`` propagates (that would be a traceback for a user, so the test fails).
 :func:`stop_before` replaces a command's expensive step with one that raises :class:`Reached`,
 so a property test learns that every argument was accepted without paying for the work.
+:func:`changed` breaks one key of a nested config (a gates file, a device-facts file).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import math
@@ -36,6 +38,24 @@ SMALL = {
     "plan": {"batches": [1], "context_min": 1024, "context_max": 2048, "steps_per_octave": 1},
     "time": {"tolerance": 0.1},
 }
+
+
+DELETE = object()  # as the value given to changed(): remove the key
+
+
+def changed(data: dict, dotted: str, value: object) -> dict:
+    """A deep copy of ``data`` with the key at ``dotted`` (``"plan.context_min"``) set to
+    ``value``, or removed where ``value`` is :data:`DELETE`."""
+    data = copy.deepcopy(data)
+    *parents, last = dotted.split(".")
+    node = data
+    for p in parents:
+        node = node[p]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return data
 
 
 class Reached(Exception):

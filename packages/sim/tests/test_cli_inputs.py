@@ -7,28 +7,20 @@ exit 2 with text that named nothing (``Unknown format code '%'``). Every case he
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
-from _cli import SMALL, assert_bad_input, run, stop_before, to_toml
+from _cli import DELETE, SMALL, assert_bad_input, changed, run, stop_before, to_toml
 
 from attn_sim import config
 
 
 def small(tmp_path: Path, **changes) -> Path:
-    """SMALL with ``changes`` (``"plan.context_min": 0``; None deletes the key) as a file."""
-    data = copy.deepcopy(SMALL)
-    for dotted, value in changes.items():
-        *parents, last = dotted.split("__")
-        node = data
-        for p in parents:
-            node = node[p]
-        if value is None:
-            del node[last]
-        else:
-            node[last] = value
+    """SMALL with ``changes`` (``plan__context_min=0``; None deletes the key) as a file."""
+    data = SMALL
+    for dunder, value in changes.items():
+        data = changed(data, dunder.replace("__", "."), DELETE if value is None else value)
     path = tmp_path / "gates.toml"
     path.write_text(to_toml(data))
     return path

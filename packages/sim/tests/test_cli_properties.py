@@ -14,10 +14,21 @@ from __future__ import annotations
 import copy
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from _cli import SMALL, assert_bad_input, assert_clean, run, stop_before, to_toml
+from _cli import (
+    DELETE,
+    SMALL,
+    Result,
+    assert_bad_input,
+    assert_clean,
+    changed,
+    run,
+    stop_before,
+    to_toml,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +89,22 @@ def _run_stubbed(command: str, *argv: str):
         return run(command, *argv)
 
 
+def _holds(check: Callable[[], object]) -> bool:
+    """Whether the oracle ``check`` accepts the input; its ValueError is a refusal."""
+    try:
+        return bool(check())
+    except ValueError:
+        return False
+
+
+def _assert_reached_exactly_when(ok: bool, r: Result, *names: str) -> None:
+    """An input the oracle accepts reaches the work; any other is refused naming ``names``."""
+    if ok:
+        assert r.code == "reached", r.err
+    else:
+        assert_bad_input(r, *names)
+
+
 # --- every subcommand: random extra arguments -------------------------------------------------
 
 BASE_ARGS = {
@@ -102,6 +129,26 @@ def test_random_extra_arguments(command, extra, in_tmp):
     assert_clean(r)
 
 
+# --- every argument that takes free text: random text -----------------------------------------
+
+FREE_TEXT_ARGS = [  # (command, option, the rest of its arguments)
+    ("report", "--shape", ()),
+    ("gates", "--profiles", ("--baseline", "b.json")),
+    ("update-baseline", "--profiles", ("--baseline", "b.json")),
+    ("sweep", "--profile", ()),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "rest"), FREE_TEXT_ARGS)
+@PROPERTY
+@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
+def test_random_text_argument(command, option, rest, text):
+    r = _run_stubbed(command, option, text, *rest)
+    assert_clean(r)
+    if r.code != "reached":
+        assert_bad_input(r, option)
+
+
 # --- report ------------------------------------------------------------------------------------
 
 
@@ -110,23 +157,8 @@ def test_random_extra_arguments(command, extra, in_tmp):
 def test_report_shape_is_accepted_exactly_when_attention_shape_accepts_it(parts):
     text = ",".join(map(str, parts))
     r = _run_stubbed("report", "--shape", text)
-    try:
-        ok = len(parts) in (3, 4) and AttentionShape(*parts) is not None
-    except ValueError:
-        ok = False
-    if ok:
-        assert r.code == "reached", r.err
-    else:
-        assert_bad_input(r, "--shape")
-
-
-@PROPERTY
-@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
-def test_report_shape_random_text(text):
-    r = _run_stubbed("report", "--shape", text)
-    assert_clean(r)
-    if r.code != "reached":
-        assert_bad_input(r, "--shape")
+    ok = _holds(lambda: len(parts) in (3, 4) and AttentionShape(*parts) is not None)
+    _assert_reached_exactly_when(ok, r, "--shape")
 
 
 @PROPERTY
@@ -141,15 +173,8 @@ def test_report_random_profile_file(data, in_tmp):
     path = in_tmp / "profile.json"
     path.write_text(json.dumps(data))
     r = _run_stubbed("report", "--profile", str(path))
-    try:
-        spec = profile_from_json(data, str(path))
-        ok = spec.name.split("+")[0] in DEVICE_SPECS
-    except ValueError:
-        ok = False
-    if ok:
-        assert r.code == "reached", r.err
-    else:
-        assert_bad_input(r, "--profile", str(path))
+    ok = _holds(lambda: profile_from_json(data, str(path)).name.split("+")[0] in DEVICE_SPECS)
+    _assert_reached_exactly_when(ok, r, "--profile", str(path))
 
 
 @PROPERTY
@@ -188,34 +213,18 @@ OPTIONAL = [
 ]
 
 
-def _mutated(key: str, value) -> dict:
-    data = copy.deepcopy(SMALL)
-    *parents, last = key.split(".")
-    node = data
-    for p in parents:
-        node = node[p]
-    if value is _DELETE:
-        del node[last]
-    else:
-        node[last] = value
-    return data
-
-
-_DELETE = object()
-
-
 @pytest.mark.parametrize("command", ["gates", "update-baseline"])
 @PROPERTY
 @given(
     change=st.one_of(
-        st.tuples(st.sampled_from(REQUIRED), st.just(_DELETE)),
+        st.tuples(st.sampled_from(REQUIRED), st.just(DELETE)),
         st.tuples(st.sampled_from(REQUIRED + OPTIONAL), bad_gate_value),
     )
 )
 def test_broken_gates_file_names_file_and_key(command, change, in_tmp):
     key, value = change
     path = in_tmp / "gates.toml"
-    path.write_text(to_toml(_mutated(key, value)))
+    path.write_text(to_toml(changed(SMALL, key, value)))
     r = _run_stubbed(command, "--gates", str(path), "--baseline", "b.json")
     assert_bad_input(r, str(path), key)
 
@@ -238,16 +247,6 @@ def test_random_baseline_file(data, in_tmp):
     r = _run_stubbed("gates", "--gates", "small.toml", "--baseline", str(path))
     if r.code != "reached":  # {"profiles": {}} and the like are valid baselines
         assert_bad_input(r, str(path))
-
-
-@pytest.mark.parametrize("command", ["gates", "update-baseline"])
-@PROPERTY
-@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
-def test_random_profiles_argument(command, text):
-    r = _run_stubbed(command, "--profiles", text, "--baseline", "b.json")
-    assert_clean(r)
-    if r.code != "reached":
-        assert_bad_input(r, "--profiles")
 
 
 @PROPERTY
@@ -320,26 +319,11 @@ def test_calibrate_random_file(data, in_tmp):
 def test_calibrate_tolerance(text, in_tmp):
     (in_tmp / "m.json").write_text("[]")
     r = _run_stubbed("calibrate", "m.json", "--tolerance", text)
-    try:
-        ok = math.isfinite(float(text)) and float(text) > 0
-    except ValueError:
-        ok = False
-    if ok:
-        assert r.code == "reached", r.err
-    else:
-        assert_bad_input(r, "--tolerance")
+    ok = _holds(lambda: math.isfinite(float(text)) and float(text) > 0)
+    _assert_reached_exactly_when(ok, r, "--tolerance")
 
 
 # --- sweep and occupancy -----------------------------------------------------------------------
-
-
-@PROPERTY
-@given(text=st.text(max_size=20).filter(lambda t: "\x00" not in t))
-def test_sweep_profile_argument(text):
-    r = _run_stubbed("sweep", "--profile", text)
-    assert_clean(r)
-    if r.code != "reached":
-        assert_bad_input(r, "--profile")
 
 
 @PROPERTY
@@ -365,10 +349,7 @@ def test_occupancy_numbers(threads, registers, smem, blocks):
 
 
 def _int_ok(text: str, lo: int) -> bool:
-    try:
-        return int(text) >= lo
-    except ValueError:
-        return False
+    return _holds(lambda: int(text) >= lo)
 
 
 # --- profile-from ------------------------------------------------------------------------------

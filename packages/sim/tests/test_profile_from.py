@@ -7,13 +7,12 @@ other facts absent, four decode-tier rows); it is not a measurement.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from _cli import assert_bad_input, run
+from _cli import DELETE, assert_bad_input, changed, run
 
 from attn_core.device.profile_file import FIELDS, SCHEMA
 from attn_core.device.spec import DEVICE_SPECS
@@ -130,39 +129,23 @@ def test_a_value_in_another_unit_is_warned_about_or_refused(tmp_path):
     assert not (tmp_path / "q").exists()
 
 
-def _set(data: dict, path: str, value) -> dict:
-    data = copy.deepcopy(data)
-    *parents, last = path.split(".")
-    node = data
-    for p in parents:
-        node = node[p]
-    if value is _DELETE:
-        del node[last]
-    else:
-        node[last] = value
-    return data
-
-
-_DELETE = object()
-
-
 @pytest.mark.parametrize(
     ("path", "value", "named"),
     [
         ("schema", "bi100-attn/device-facts/2", "schema"),
-        ("target", _DELETE, "target is missing"),
+        ("target", DELETE, "target is missing"),
         ("target", "", "target"),
         ("date", "yesterday", "date"),
         ("quick", "no", "quick"),
         ("facts", [], "facts"),
         ("facts.sm_count", 132, "facts.sm_count"),
-        ("facts.sm_count.value", _DELETE, "facts.sm_count.value is missing"),
+        ("facts.sm_count.value", DELETE, "facts.sm_count.value is missing"),
         ("facts.sm_count.value", None, "facts.sm_count.value is null"),
         ("facts.sm_count.value", 0, "facts.sm_count.value"),
         ("facts.sm_count.value", 1.5, "facts.sm_count.value"),
         ("facts.sm_count.value", "132", "facts.sm_count.value"),
         ("facts.sm_count.value", True, "facts.sm_count.value"),
-        ("facts.sm_count.method", _DELETE, "facts.sm_count.method"),
+        ("facts.sm_count.method", DELETE, "facts.sm_count.method"),
         ("facts.hbm_bandwidth.value", -5, "facts.hbm_bandwidth.value"),
         ("facts.hbm_bandwidth.value", float("nan"), "facts.hbm_bandwidth.value"),
         ("facts.launch_gap_s.value", -1e-6, "facts.launch_gap_s.value"),
@@ -175,14 +158,14 @@ _DELETE = object()
     ],
 )
 def test_bad_facts_are_named(path, value, named, tmp_path):
-    facts = write(tmp_path, _set(sample(), path, value))
+    facts = write(tmp_path, changed(sample(), path, value))
     r = run("profile-from", facts, "--base", "h200", "--out", str(tmp_path / "p.json"))
     assert_bad_input(r, facts, named)
     assert not (tmp_path / "p.json").exists()  # nothing written for a bad file
 
 
 def test_launch_latencies_may_be_zero(tmp_path):
-    facts = write(tmp_path, _set(sample(), "facts.launch_gap_s.value", 0))
+    facts = write(tmp_path, changed(sample(), "facts.launch_gap_s.value", 0))
     r = run("profile-from", facts, "--base", "h200", "--out", str(tmp_path / "p.json"))
     assert r.code == 0 and load_profile(str(tmp_path / "p.json")).launch_gap_s == 0
 
@@ -202,7 +185,7 @@ def test_bad_arguments(argv, named, tmp_path):
 
 
 def test_default_name_needs_a_plain_target(tmp_path):
-    facts = write(tmp_path, _set(sample(), "target", "lab/machine 1"))
+    facts = write(tmp_path, changed(sample(), "target", "lab/machine 1"))
     r = run("profile-from", facts, "--out", str(tmp_path / "p"))
     assert_bad_input(r, "default name")
 

@@ -174,15 +174,10 @@ def memory_columns(r: CaseResult, spec: DeviceSpec) -> dict:
     }
 
 
-def result_row(r: CaseResult, spec: DeviceSpec) -> dict:
-    """One decode step as the report's table shows it."""
+def cost_columns(r: CaseResult, spec: DeviceSpec) -> dict:
+    """What a step moves, computes, needs on chip and costs in time and memory: the columns
+    a decode row and a prefill row share, in the report's order."""
     return {
-        "batch": r.num_seqs,
-        "context": r.context,
-        "tier": r.tier,
-        "partitions": r.partitions,
-        "launches": r.launches,
-        "plan_launches": r.plan_launches,
         "GB": round(r.bytes / 1e9, 3),
         "GFLOP": round(r.flops / 1e9, 2),
         "max_waves": r.max_waves,
@@ -193,6 +188,19 @@ def result_row(r: CaseResult, spec: DeviceSpec) -> dict:
         "transient_MB": round(r.transient_bytes / 1e6, 1),
         "kv_MB": round(r.kv_bytes / 1e6, 1),
         **memory_columns(r, spec),
+    }
+
+
+def result_row(r: CaseResult, spec: DeviceSpec) -> dict:
+    """One decode step as the report's table shows it."""
+    return {
+        "batch": r.num_seqs,
+        "context": r.context,
+        "tier": r.tier,
+        "partitions": r.partitions,
+        "launches": r.launches,
+        "plan_launches": r.plan_launches,
+        **cost_columns(r, spec),
     }
 
 
@@ -211,16 +219,7 @@ def prefill_row(r: CaseResult, case: Case, spec: DeviceSpec) -> dict:
         "tile_updates": plan.num_tile_updates(case.query_len, cached),
         "launches": r.launches,
         "plan_steps": r.plan_launches,
-        "GB": round(r.bytes / 1e9, 3),
-        "GFLOP": round(r.flops / 1e9, 2),
-        "max_waves": r.max_waves,
-        "smem/budget": f"{r.smem_max}/{r.smem_budget}",
-        "fits": r.plan_fits,
-        "time_ms": round(r.time_s * 1e3, 3),
-        "graph_ms": round(r.graph_time_s * 1e3, 3),
-        "transient_MB": round(r.transient_bytes / 1e6, 1),
-        "kv_MB": round(r.kv_bytes / 1e6, 1),
-        **memory_columns(r, spec),
+        **cost_columns(r, spec),
     }
 
 

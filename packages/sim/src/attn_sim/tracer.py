@@ -118,21 +118,11 @@ class _Recorder(TorchDispatchMode):
             cpu_args, cpu_kwargs = tree_map(self._shadow_of, (args, kwargs))
             cpu_kwargs = _to_cpu_kwargs(cpu_kwargs)
             shadow_out = func(*cpu_args, **cpu_kwargs)
-        if func is aten._local_scalar_dense.default:
+        host_read = _host_read(func, args, kwargs)
+        if host_read:
             self._record(func, args, kwargs, [])
             if shadow_out is None:
-                raise HostReadError(
-                    f"traced code read a value of a meta tensor of shape {_shape(args[0])} "
-                    "(.item()/.tolist()/.cpu()); give that input a CPU shadow"
-                )
-            return shadow_out
-        if func is aten._to_copy.default and _target_device(kwargs) == "cpu":
-            self._record(func, args, kwargs, [])
-            if shadow_out is None:
-                raise HostReadError(
-                    f"traced code copied a meta tensor of shape {_shape(args[0])} to the host; "
-                    "give that input a CPU shadow"
-                )
+                raise HostReadError(f"traced code {host_read}; give that input a CPU shadow")
             return shadow_out
         try:
             out = func(*args, **kwargs)
@@ -202,6 +192,18 @@ _ALLOCATORS = {
 def _target_device(kwargs: dict) -> Optional[str]:
     dev = kwargs.get("device")
     return None if dev is None else torch.device(dev).type
+
+
+def _host_read(func, args: tuple, kwargs: dict) -> Optional[str]:
+    """What ``func`` does that needs a meta tensor's values on the host, in words; None when
+    it needs none."""
+    if func is aten._local_scalar_dense.default:
+        return (
+            f"read a value of a meta tensor of shape {_shape(args[0])} (.item()/.tolist()/.cpu())"
+        )
+    if func is aten._to_copy.default and _target_device(kwargs) == "cpu":
+        return f"copied a meta tensor of shape {_shape(args[0])} to the host"
+    return None
 
 
 def _to_cpu_kwargs(kwargs: dict) -> dict:
