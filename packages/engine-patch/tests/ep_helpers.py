@@ -18,7 +18,7 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.settings import parse_bool
-from attn_core.reference import PagedCase, reference_decode
+from attn_core.reference import PagedCase
 from engine_patch import native_v2
 from engine_patch.platform import PLATFORM_ENV
 from engine_patch.state import LOCK, STATE, PatchState
@@ -84,18 +84,7 @@ def assert_close(got: torch.Tensor, want: torch.Tensor, tol: dict) -> None:
 def decode_reference(case: PagedCase, scale: float | None = None) -> torch.Tensor:
     """The float64 decode of ``case`` (its cache dtype and fp8 scales, no ALiBi):
     ``[num_seqs, num_heads, head_size]``."""
-    return reference_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        scale,
-        None,
-        case.kv_cache_dtype,
-        case.k_scale,
-        case.v_scale,
-    )
+    return case.reference(scale)
 
 
 def decode_args(case: PagedCase, max_seq_len: int, kv_heads, scale: float) -> tuple:

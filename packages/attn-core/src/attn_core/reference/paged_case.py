@@ -15,6 +15,8 @@ from typing import Optional
 
 import torch
 
+from attn_core.reference.attention import reference_decode
+
 
 @dataclass
 class PagedCase:
@@ -38,6 +40,16 @@ class PagedCase:
     @property
     def max_seq_len(self) -> int:
         return int(self.seq_lens.max())
+
+    def reference(
+        self, scale: Optional[float] = None, alibi_slopes: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """The float64 decode of this case, its cache dtype and fp8 scales included
+        (:func:`reference_decode`): ``[num_seqs, num_heads, head_size]`` on the CPU."""
+        return reference_decode(
+            self.query, self.key_cache, self.value_cache, self.block_tables, self.seq_lens,
+            scale, alibi_slopes, self.kv_cache_dtype, self.k_scale, self.v_scale,
+        )  # fmt: skip
 
 
 def random_block_tables(
