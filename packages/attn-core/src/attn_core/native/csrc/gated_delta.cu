@@ -178,6 +178,44 @@ ATTN_DEVICE TokenInputs load_token(const AttnGdnPrefillArgs& a, int64_t t, int k
   return in;
 }
 
+// The block (slice, value head, sequence) of a prefill kernel: thread (r, c) holds rows
+// r * kRows .. r * kRows + kRows - 1 of value column `col` of the sequence's K x V state for
+// value head h, whose tokens are [start, end).
+template <int K>
+struct PrefillSlice {
+  static constexpr int kRows = K / kRowGroups;
+  int c, r, h, kh, col;
+  int64_t start, end, state_at;
+
+  ATTN_DEVICE explicit PrefillSlice(const AttnGdnPrefillArgs& a) {
+    const int tid = threadIdx.x, seq = blockIdx.z;
+    c = tid % kCols;
+    r = tid / kCols;
+    h = blockIdx.y;
+    kh = h / (a.num_value_heads / a.num_heads);
+    col = blockIdx.x * kCols + c;
+    start = load_index(a.cu_seqlens, seq, a.offset_kind);
+    end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
+    state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  }
+
+  // The initial state's rows (zeros without one).
+  ATTN_DEVICE void load(const AttnGdnPrefillArgs& a, float (&s)[kRows]) const {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int64_t at = state_at + (r * kRows + i) * a.head_v;
+      s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
+    }
+  }
+
+  // The final state's rows, when the caller asked for it.
+  ATTN_DEVICE void store(const AttnGdnPrefillArgs& a, const float (&s)[kRows]) const {
+    if (a.final_state == nullptr) return;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
+  }
+};
+
 // Grid (V / 32, HV, N): block (slice, value head, sequence) walks its sequence's tokens with its
 // K x 32 slice of the state in registers (the decode step's thread mapping). Two barriers a
 // token: one makes the token's k and q visible, one the row-group partial sums (with the l2
@@ -190,19 +228,11 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
   __shared__ float norms[2][kRowGroups][3];
   __shared__ float red[2][2][kRowGroups][kCols];
   const int tid = threadIdx.x;
-  const int c = tid % kCols, r = tid / kCols;
-  const int seq = blockIdx.z, h = blockIdx.y;
-  const int kh = h / (a.num_value_heads / a.num_heads);
-  const int col = blockIdx.x * kCols + c;
-  const int64_t start = load_index(a.cu_seqlens, seq, a.offset_kind);
-  const int64_t end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
-  const int64_t state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  const PrefillSlice<K> slice(a);
+  const int c = slice.c, r = slice.r, h = slice.h, kh = slice.kh, col = slice.col;
+  const int64_t start = slice.start, end = slice.end;
   float s[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int64_t at = state_at + (r * kRows + i) * a.head_v;
-    s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
-  }
+  slice.load(a, s);
   // Tokens t + 1 and t + 2 are in flight while token t runs: a load issued during token t is
   // first used two tokens later, so its latency hides behind two tokens' barriers and sums
   // (with one token ahead the update waited on it each token; neither is measured on a GPU yet).
@@ -267,10 +297,7 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
     ahead1 = ahead2;
     ahead2 = ahead3;
   }
-  if (a.final_state != nullptr) {
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
-  }
+  slice.store(a, s);
 }
 
 // Chunked prefill (chunk_gated_delta_rule) in the WY/UT form on CUDA cores, chunks of kChunk
@@ -304,19 +331,11 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
   __shared__ float npart[kChunk][kNormLanes][2];
   __shared__ float gcum[kChunk], graw[kChunk], gbeta[kChunk];
   const int tid = threadIdx.x;
-  const int c = tid % kCols, r = tid / kCols;
-  const int seq = blockIdx.z, h = blockIdx.y;
-  const int kh = h / (a.num_value_heads / a.num_heads);
-  const int col = blockIdx.x * kCols + c;
-  const int64_t start = load_index(a.cu_seqlens, seq, a.offset_kind);
-  const int64_t end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
-  const int64_t state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
+  const PrefillSlice<K> slice(a);
+  const int c = slice.c, r = slice.r, h = slice.h, kh = slice.kh, col = slice.col;
+  const int64_t start = slice.start, end = slice.end;
   float s[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int64_t at = state_at + (r * kRows + i) * a.head_v;
-    s[i] = a.initial_state != nullptr ? a.initial_state[at] : 0.f;
-  }
+  slice.load(a, s);
   const int lt = tid / kNormLanes, lp = tid % kNormLanes;  // the token and lane this thread loads
   for (int64_t c0 = start; c0 < end; c0 += kChunk) {
     const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), end - c0));
@@ -458,10 +477,7 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
     }
     __syncthreads();  // kc, wu and the gates are read: the next chunk may load
   }
-  if (a.final_state != nullptr) {
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) a.final_state[state_at + (r * kRows + i) * a.head_v] = s[i];
-  }
+  slice.store(a, s);
 }
 
 // The state slot of sequence `seq` (its own index without `indices`) and whether it is one.
