@@ -31,6 +31,7 @@ import math
 from pathlib import Path
 from typing import Optional, Union
 
+from attn_core.core.files import write_atomic
 from attn_core.device.spec import DeviceSpec
 from attn_sim.cost import op_launch_shape, pipelined
 from attn_sim.measurements import (  # noqa: F401 (parse_* re-exported: the bench reads them here)
@@ -313,5 +314,5 @@ def run(spec: DeviceSpec, measurement_file: Path, out: Path, variant: Optional[s
         "rows": rows,
         "summary": summary(rows),
     }
-    (out / "calibration.json").write_text(json.dumps(result, indent=1))
+    write_atomic(out / "calibration.json", json.dumps(result, indent=1))
     return result

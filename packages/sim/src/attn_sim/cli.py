@@ -16,6 +16,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
+from attn_core.core.files import write_atomic
 from attn_core.device.spec import DEVICE_SPECS
 from attn_sim import cli_args, config
 
@@ -124,8 +125,8 @@ def _gates(args) -> int:
             "violations": [v.__dict__ for v in report.violations],
             "results": [r.to_json() for r in report.results],
         }
-        (out / "gates.json").write_text(json.dumps(payload, indent=1, default=str))
-        (out / "gates.txt").write_text(text + "\n")
+        write_atomic(out / "gates.json", json.dumps(payload, indent=1, default=str))
+        write_atomic(out / "gates.txt", text + "\n")
     return EXIT_OK if report.ok else EXIT_GATE_FAILED
 
 
@@ -212,7 +213,7 @@ def _sweep(args) -> int:
         print(tabulate(design_rows, headers="keys", tablefmt="github"))
         print(f"## {spec.name}: attn-core prefill tiles (traced, 2K chunk at 32K/100K)")
         print(tabulate(prefill_rows, headers="keys", tablefmt="github"))
-    (out / "sweep.json").write_text(json.dumps(payload, indent=1, default=str))
+    write_atomic(out / "sweep.json", json.dumps(payload, indent=1, default=str))
     print(f"wrote {out / 'sweep.json'}")
     return EXIT_OK
 

@@ -128,7 +128,7 @@ def writable_file(path: str, arg: str) -> Path:
     if p.is_dir():
         raise ValueError(f"{arg} {path}: is a directory, not a file")
     writable_dir(str(p.parent), f"{arg} {path}: directory")
-    if p.exists():
+    if p.exists() and not p.is_symlink():  # a link is replaced, never opened (core.files)
         try:
             with open(p, "a"):
                 pass

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from attn_core.core.files import write_atomic
 from attn_core.device.spec import DEVICE_SPECS
 from attn_sim import files
 from attn_sim import schema as s
@@ -158,7 +159,5 @@ def load_baseline(path: Optional[Path] = None, *, missing_ok: bool = True) -> di
 
 def save_baseline(baseline: dict, path: Optional[Path] = None) -> Path:
     p = Path(path or BASELINE_FILE)
-    with open(p, "w") as f:
-        json.dump(baseline, f, indent=1, sort_keys=True)
-        f.write("\n")
+    write_atomic(p, json.dumps(baseline, indent=1, sort_keys=True) + "\n")
     return p

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from tabulate import tabulate
 
+from attn_core.core.files import write_atomic
 from attn_core.device.profile_file import profile_from_json, profile_to_json
 from attn_core.device.spec import DEVICE_SPECS, DeviceSpec
 from attn_sim import cli_args, report
@@ -153,7 +154,7 @@ def main(facts_path: str, base: str, name: Optional[str], out: Optional[str]) ->
     # the checks --profile FILE makes (physical ranges and relations), before any output
     profile_from_json(data, source=f"{facts_path} (as profile {name})")
     target = cli_args.writable_file(out or f"sim-report/{name}.json", "--out")
-    target.write_text(json.dumps(data, indent=1) + "\n")
+    write_atomic(target, json.dumps(data, indent=1) + "\n")
     if load_profile(str(target)) != spec:  # what --profile FILE will see
         raise RuntimeError(f"{target} does not read back as the profile written (a bug)")
 

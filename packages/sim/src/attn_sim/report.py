@@ -29,6 +29,7 @@ from typing import Optional
 
 import torch
 
+from attn_core.core.files import write_atomic
 from attn_core.core.shapes import AttentionShape
 from attn_core.device.spec import DeviceSpec
 from attn_sim.cost import design_cost
@@ -310,8 +311,7 @@ def parse_shape(text: str) -> AttentionShape:
 def write(report: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js, png = out_dir / "report.md", out_dir / "report.json", out_dir / "report.png"
-    md.write_text(markdown(report))
-    with open(js, "w") as f:
-        json.dump(report, f, indent=1, default=str)
+    write_atomic(md, markdown(report))
+    write_atomic(js, json.dumps(report, indent=1, default=str))
     plot(report, png)
     return [md, js, png]

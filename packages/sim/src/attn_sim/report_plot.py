@@ -11,8 +11,10 @@ red cross. Memory is one layer's, in GiB.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from attn_core.core.files import write_atomic
 from attn_sim.report_text import shape_text
 
 DECODE_TIME_TITLE = "Decode time per layer (CUDA graph replay)"
@@ -69,8 +71,10 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig = figure(report)
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
+    write_atomic(path, png.getvalue())
 
 
 def _series(ax, points: list, style: str, label: str, over: list) -> list:

@@ -8,7 +8,8 @@
 - :mod:`.workspace`: reusable per-thread scratch, CUDA-graph capture detection;
 - :mod:`.lse_merge`: the fp32 log-sum-exp merge of partial outputs;
 - :mod:`.plan_types`: :class:`~.plan_types.KernelStep`, the launch record plans carry;
-- :mod:`.verify_once`: the one verify-once registry of optional kernels.
+- :mod:`.verify_once`: the one verify-once registry of optional kernels;
+- :mod:`.files`: ``write_atomic``, a file written whole and never through a link.
 
 Import floors of attn-core (each folder imports only from the ones before it):
 ``reference`` / ``core`` -> ``device`` -> ``native`` -> ``decode`` / ``prefill`` -> ``runtime``

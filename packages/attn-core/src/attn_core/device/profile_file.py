@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from attn_core.core.files import write_atomic
 from attn_core.device.spec import DEVICE_SPECS, DeviceSpec
 
 SCHEMA = "attn-core/profile/1"
@@ -272,10 +273,11 @@ def profile_to_json(spec: DeviceSpec, base: Optional[str] = None) -> dict:
 
 
 def save_profile_file(spec: DeviceSpec, path: Union[str, Path], base: Optional[str] = None) -> Path:
-    """Write ``spec`` as a profile file (parent directories created)."""
+    """Write ``spec`` as a profile file (parent directories created; a link at ``path`` is
+    replaced, not written through)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(profile_to_json(spec, base), indent=1) + "\n")
+    write_atomic(path, json.dumps(profile_to_json(spec, base), indent=1) + "\n")
     return path
 
 

@@ -32,6 +32,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+try:
+    from attn_core.core.files import write_atomic
+except ImportError:  # setup.py: the package (or torch) is not importable while a wheel builds
+    from _attn_core_setup_core_files import write_atomic  # type: ignore[no-redef]
+
 if TYPE_CHECKING:  # setup.py loads this file alone, without the attn_core package (or torch)
     from attn_core.native.family import Family
     from attn_core.native.toolchain import Toolchain
@@ -222,22 +227,6 @@ def cached_damage(
         flush_denormals=family.flush_denormals,
     )  # fmt: skip
     return damage(library, key, log=log)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temporary file and a rename: a reader sees the old file
-    or the new one, and a symbolic link at ``path`` is replaced, never written through."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        # mkstemp's 0600 would hide a root install's records and logs from the serving user
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def build_variant(

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
+from attn_core.core.files import write_atomic
+
 FACTS_FILE = Path(__file__).resolve().parent / "kernel_facts.json"
 KINDS = ("float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2")  # attn::ElemKind order
 THREADS = 128  # csrc/paged_decode.cu kThreads (the CUDA-core body's block) and kMergeThreads
@@ -156,7 +158,9 @@ def write_facts(
     header = {"source_digest": digest, "compiler": compiler, "arch": arch}
     fields = [f" {json.dumps(name)}: {json.dumps(value)}" for name, value in header.items()]
     kernels = ",\n".join(f"  {json.dumps(asdict(r))}" for _, r in sorted(records.items()))
-    FACTS_FILE.write_text("{\n" + ",\n".join(fields) + ',\n "kernels": [\n' + kernels + "\n ]\n}\n")
+    write_atomic(
+        FACTS_FILE, "{\n" + ",\n".join(fields) + ',\n "kernels": [\n' + kernels + "\n ]\n}\n"
+    )
     return FACTS_FILE
 
 
