@@ -23,12 +23,11 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from typing import Optional
 
 import torch
 from device_facts_rates import event_median_s
 from device_facts_record import absent, measured
-from hybrid_layer import HYBRID_LAYER, LayerInputs, LinearLayerShape, layer_inputs
+from hybrid_layer import HYBRID_LAYER, LayerInputs, LinearLayerShape, layer_inputs, served
 
 LINEAR_UNITS = {
     "linear_backend": "",
@@ -36,7 +35,6 @@ LINEAR_UNITS = {
     "linear_prefill_torch_s": "s",
     "linear_decode": "s",
 }
-NATIVE_SERVES = "loaded and matched the float64 reference on this device"
 
 
 def median_s(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
@@ -54,22 +52,6 @@ def median_s(fn: Callable[[], object], device: torch.device, repeats: int) -> fl
 
 def clock(device: torch.device) -> str:
     return "CUDA events" if device.type == "cuda" else "host clock (perf_counter)"
-
-
-def served(device: torch.device, shape: LinearLayerShape, dtype: torch.dtype,
-           unsupported: Optional[str]) -> dict:  # fmt: skip
-    """``{"backend": "native" | "torch", "detail": why}`` for a call that default
-    ``backend=None`` routes (``unsupported``: why the kernels cannot read its layout, or None)."""
-    from attn_core.core.settings import current_overrides
-    from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary, LinearShape
-    from attn_core.native.loader import native_ready
-
-    lib, why = None, unsupported
-    if why is None:
-        key = LinearShape(shape.num_heads, shape.num_value_heads, shape.head_k, shape.head_v, dtype)
-        lib, why = native_ready(GatedDeltaLibrary, VARIANT, current_overrides().native, device,
-                                key)  # fmt: skip
-    return {"backend": "native" if lib is not None else "torch", "detail": why or NATIVE_SERVES}
 
 
 def prefill_call(x: LayerInputs, backend: str) -> Callable[[], object]:

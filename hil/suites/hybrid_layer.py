@@ -10,6 +10,7 @@ a long prompt then still shapes the final state, which a long-context check need
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -27,6 +28,8 @@ class LinearLayerShape:
         return (f"{self.num_heads} key / {self.num_value_heads} value heads, "
                 f"head {self.head_k} x {self.head_v}")  # fmt: skip
 
+
+NATIVE_SERVES = "loaded and matched the float64 reference on this device"
 
 # the hybrid model's linear-attention layers (16 key heads, 32 value heads, heads of 128)
 HYBRID_LAYER = LinearLayerShape(16, 32, 128, 128)
@@ -70,3 +73,22 @@ def layer_inputs(
     parts = (rand(rows, tokens, h, dk), rand(rows, tokens, h, dk), rand(rows, tokens, hv, dv))
     q, k, v = (x.to(dtype).to(device) for x in parts)
     return LayerInputs(q, k, v, (-decay).to(device), beta.to(dtype).to(device))
+
+
+def served(device: torch.device, shape: LinearLayerShape, dtype: torch.dtype,
+           unsupported: Optional[str]) -> dict:  # fmt: skip
+    """``{"backend": "native" | "torch", "detail": why}`` for a call that default
+    ``backend=None`` routes (``unsupported``: why the kernels cannot read its layout, or None)."""
+    from attn_core.core.settings import current_overrides
+    from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary, LinearShape
+    from attn_core.native.loader import native_ready
+
+    device = torch.device(device)
+    lib, why = None, unsupported
+    if device.type != "cuda":  # the first reason, as attn_core.linear.backend gives it
+        why = f"needs a CUDA device, got {device.type}"
+    if why is None:
+        key = LinearShape(shape.num_heads, shape.num_value_heads, shape.head_k, shape.head_v, dtype)
+        lib, why = native_ready(GatedDeltaLibrary, VARIANT, current_overrides().native, device,
+                                key)  # fmt: skip
+    return {"backend": "native" if lib is not None else "torch", "detail": why or NATIVE_SERVES}
