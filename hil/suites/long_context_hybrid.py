@@ -172,7 +172,8 @@ def hybrid_record(context: int, quick: bool, dtype: torch.dtype, device: str, ar
 
     shape = QUICK_LAYER if quick else HYBRID_LAYER
     rec = record_head(context, shape, dtype, device)
-    why_not = hybrid_fits(context + 1, shape, rec["kv_bytes"] // context, device, margin)
+    elem = torch.empty((), dtype=dtype).element_size()
+    why_not = hybrid_fits(context + 1, shape, elem, device, margin)
     if why_not:
         rec["skipped"] = why_not
         return rec
