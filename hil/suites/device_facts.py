@@ -1,7 +1,7 @@
 """device-facts suite: measure the target's profile facts, each with its method.
 
 Usage: python device_facts.py --out DIR [--junit FILE] [--quick] [--device cuda|cpu]
-                              [--target NAME] [--sections driver,rates,tiers,prefill,v1]
+                              [--target NAME] [--sections driver,rates,tiers,prefill,linear,v1]
 
 Writes OUT/device_facts.json (``bi100-attn/device-facts/1``, what ``python -m attn_sim
 profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one case per section:
@@ -15,6 +15,9 @@ profile-from`` reads), OUT/device_facts_table.md, and a JUnit report with one ca
   driver reports them beside the records its plans are sized from (device_facts_tiers.py);
 - ``prefill``: which native prefill MMA variant builds and verifies, and its attention rate on
   one chunk over a long context (device_facts_prefill.py);
+- ``linear``: one Gated DeltaNet layer of the hybrid model in both forms, the chunked prefill
+  (native where verified, and torch) over one prompt and the recurrent decode step at batch 1
+  and 8, eager and CUDA-graph replay, and which backend serves (device_facts_linear.py);
 - ``v1``: vLLM's compiled ``paged_attention_v1`` reach at Qwen3.6's shape by bisection, one
   subprocess per probe, and the V2 probe (device_facts_v1.py). Last, because a probe that
   hangs may wedge the device; the other sections are written by then.
@@ -44,7 +47,7 @@ from device_facts_record import absent, document, is_absent, measured
 from suite_files import write_atomic
 
 # v1 last: its probes are the only step that may wedge the device (a HANG)
-SECTIONS = ("driver", "rates", "tiers", "prefill", "v1")
+SECTIONS = ("driver", "rates", "tiers", "prefill", "linear", "v1")
 FACTS_FILE = "device_facts.json"
 
 
@@ -63,11 +66,15 @@ class Sizes:
     prefill_chunk: int = 8192  # the native prefill's timed chunk ...
     prefill_context: int = 102400  # ... over this much context (the issue's 100K / 8192 row)
     prefill_repeats: int = 3
+    linear_prompt: int = 32768  # tokens of the Gated DeltaNet layer's timed prefill
+    linear_batches: tuple = (1, 8)  # sequences of its timed decode step
+    linear_repeats: int = 5
 
 
 FULL = Sizes(1 << 30, 8192, 20, 1000, 5, (1, 4, 16),
              (2048, 4096, 8192, 16384, 32768, 65536), 20, 262144, 120.0)  # fmt: skip
-QUICK = Sizes(64 << 20, 2048, 5, 200, 3, (1, 4), (2048, 8192), 5, 16384, 60.0, 2048, 8192, 2)
+QUICK = Sizes(64 << 20, 2048, 5, 200, 3, (1, 4), (2048, 8192), 5, 16384, 60.0, 2048, 8192, 2,
+              linear_prompt=256, linear_repeats=2)  # fmt: skip
 
 UNITS = {
     "native_v1_max_seq_len": "tokens",
@@ -84,6 +91,7 @@ UNITS = {
 def section_names(section: str) -> dict:
     """{fact: unit} a section writes (what is marked absent when it cannot run)."""
     from device_facts_driver import units
+    from device_facts_linear import LINEAR_UNITS
     from device_facts_rates import RATE_UNITS
 
     names = {
@@ -92,6 +100,7 @@ def section_names(section: str) -> dict:
         "v1": {k: UNITS[k] for k in ("native_v1_max_seq_len", "native_v1_probes", "v2_probe")},
         "tiers": {k: UNITS[k] for k in ("decode_tiers", "native_decode", "native_kernels")},
         "prefill": {"native_prefill": UNITS["native_prefill"]},
+        "linear": LINEAR_UNITS,
     }
     return names[section]
 
@@ -177,12 +186,21 @@ def run_prefill(sizes: Sizes, notes: dict) -> dict:
     )
 
 
+def run_linear(sizes: Sizes, notes: dict) -> dict:
+    from device_facts_linear import linear_facts
+
+    return linear_facts(
+        sizes.linear_prompt, sizes.linear_batches, sizes.linear_repeats, torch.device("cuda")
+    )
+
+
 RUNNERS = {
     "driver": run_driver,
     "rates": run_rates,
     "v1": run_v1,
     "tiers": run_tiers,
     "prefill": run_prefill,
+    "linear": run_linear,
 }
 
 

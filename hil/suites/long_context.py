@@ -1,4 +1,5 @@
-"""Long-context suite: decode and chunked prefill at 32K-256K against the float64 reference.
+"""Long-context suite: decode, chunked prefill and a hybrid linear-attention layer at 32K-256K
+against the float64 reference.
 
 Usage: python long_context.py --out DIR [--junit FILE] [--quick] [--device cuda|cpu]
                               [--contexts 32768,65536,...] [--dtype float16] [--repeats 10]
@@ -15,6 +16,11 @@ kv_bytes, bandwidth_bytes_per_s, peak_bytes, rel_error, max_abs_error, device, .
 ``attn_sim calibrate`` reads; OUT/long_context_table.md; and a JUnit report (one case each).
 With prefill, a whole 128K prompt is also prefilled in 8K chunks natively and by the torch path
 and the two compared (long_context_prompt.py; a GPU only, skipped with the reason elsewhere).
+The ``hybrid`` kind runs one Gated DeltaNet layer of the hybrid model at each context: chunked
+prefill of the prompt, then one decode step from its final state, checked in float64 and timed
+(long_context_hybrid.py); its records go to long_context_all.json, the table and the JUnit
+report, not to long_context_metrics.json, which holds the attention steps ``attn_sim calibrate``
+models.
 Quick mode (--quick or HIL_QUICK=1/true/yes/on): tiny sizes on any device, seconds on a CPU.
 A bad option or variable (HIL_QUICK=maybe, HIL_LC_KINDS=bogus, HIL_LC_DTYPE=bogus,
 HIL_LC_CONTEXTS=abc) is a config error: one line naming it, a JUnit error case "config", exit 2.
@@ -56,6 +62,8 @@ FULL_PROMPT, QUICK_PROMPT = (128 * 1024, 8192), (4096, 1024)
 # the reference, so what remains is accumulation and output rounding (about 1e-3 for fp16)
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 3e-2}
 MEMORY_MARGIN = 2 * 1024**3  # left free for the allocator, workspace and the vendor runtime
+# the kinds whose records attn_sim calibrate reads (long_context_metrics.json)
+CALIBRATION_KINDS = ("decode", "prefill")
 
 
 @dataclass(frozen=True)
@@ -428,7 +436,7 @@ def parse_args(argv=None):
         "--contexts",
         help="comma-separated context lengths (default: $HIL_LC_CONTEXTS, else all)",
     )
-    p.add_argument("--kinds", help=f"{','.join(KINDS)} (default: $HIL_LC_KINDS, else both)")
+    p.add_argument("--kinds", help=f"{','.join(KINDS)} (default: $HIL_LC_KINDS, else all)")
     p.add_argument(
         "--dtype",
         help=f"{' | '.join(DTYPES)} (default: $HIL_LC_DTYPE, else float16 on cuda, float32 on cpu)",
@@ -501,9 +509,24 @@ def prompt_case(shape: Shape, dtype, device: str, args) -> dict:
     return rec
 
 
+def hybrid_case(context: int, dtype, device: str, args) -> dict:
+    """One hybrid linear-attention layer case (long_context_hybrid.py), with its tolerance."""
+    from long_context_hybrid import hybrid_record
+
+    rec = hybrid_record(context, args.quick, dtype, device, args, MEMORY_MARGIN)
+    rec["tolerance"] = TOLERANCE[str(dtype).replace("torch.", "")]
+    return rec
+
+
+def measure(kind: str, context: int, shape: Shape, dtype, device: str, args, backend) -> dict:
+    if kind == "hybrid":
+        return hybrid_case(context, dtype, device, args)
+    return run_case(kind, context, shape, dtype, device, args, backend)
+
+
 def runs(kinds: list, device: str) -> list:
     """``(kind, backend)`` pairs: decode as attn-core picks it and, on a GPU, the torch path
-    beside it (the native kernel's reference point); prefill once."""
+    beside it (the native kernel's reference point); prefill and hybrid once."""
     out = []
     for kind in kinds:
         out.append((kind, None))
@@ -531,7 +554,7 @@ def main(argv=None) -> int:
             what = f"{kind} ({backend} backend)" if backend else kind
             print(f"[long-context] {what} context {ctx} {dtype_name} on {device}", flush=True)
             try:
-                rec = run_case(kind, ctx, shape, dtype, device, args, backend)
+                rec = measure(kind, ctx, shape, dtype, device, args, backend)
             except Exception:
                 rec = {
                     "kind": kind,
@@ -550,7 +573,7 @@ def main(argv=None) -> int:
             records.append(rec)
             if device == "cuda":
                 torch.cuda.empty_cache()
-            measured = [r for r in records if "median_s" in r]
+            measured = [r for r in records if "median_s" in r and r["kind"] in CALIBRATION_KINDS]
             write_atomic(args.out / "long_context_metrics.json", json.dumps(measured, indent=1))
     if "prefill" in args.kinds:
         records.append(prompt_case(shape, dtype, device, args))

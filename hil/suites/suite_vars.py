@@ -14,7 +14,7 @@ from typing import Optional
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-KINDS = ("decode", "prefill")
+KINDS = ("decode", "prefill", "hybrid")
 DTYPES = ("float16", "bfloat16", "float32")
 
 

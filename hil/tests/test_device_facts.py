@@ -94,8 +94,16 @@ def test_sections_argument_names_the_bad_value(capsys):
     with pytest.raises(SystemExit):
         device_facts.parse_args(["--sections", "driver,bogus"])
     assert (
-        "--sections must name some of driver, rates, tiers, prefill, v1" in capsys.readouterr().err
+        "--sections must name some of driver, rates, tiers, prefill, linear, v1"
+        in capsys.readouterr().err
     )
+
+
+def test_v1_stays_last_and_linear_comes_before_it():
+    """v1's probes may wedge the device: every other section, linear included, runs first."""
+    assert device_facts.SECTIONS[-1] == "v1"
+    assert device_facts.SECTIONS.index("linear") < device_facts.SECTIONS.index("v1")
+    assert set(device_facts.RUNNERS) == set(device_facts.SECTIONS)
 
 
 def test_a_section_that_raises_fails_the_suite_but_its_facts_say_why(tmp_path, monkeypatch):
@@ -462,3 +470,40 @@ def test_tiers_section_records_the_native_kernels_beside_their_facts(monkeypatch
     monkeypatch.setattr(tiers, "native_library", lambda device: (None, "not built: no CoreX"))
     got = device_facts.run_tiers(device_facts.QUICK, {})
     assert "not built: no CoreX" in got["native_kernels"]["absent"]
+
+
+# ---------------------------------------------------------------- linear section on the CPU
+def test_linear_section_on_the_cpu_times_the_torch_forms_and_says_why_not_the_rest():
+    """The Gated DeltaNet layer at the hybrid model's shape, a tiny prompt: the torch prefill
+    and the eager decode steps are measured; the native prefill and the CUDA-graph replay are
+    absent naming the device, and the backend fact says the torch path served and why."""
+    import device_facts_linear as linear
+
+    from attn_sim.facts import parse_facts
+
+    facts = linear.linear_facts(prompt_len=32, batches=(1, 2), repeats=1,
+                                device=torch.device("cpu"))  # fmt: skip
+    assert set(facts) == set(device_facts.section_names("linear"))
+    served = facts["linear_backend"]["value"]
+    assert served["prefill"] == {"backend": "torch", "detail": "needs a CUDA device, got cpu"}
+    assert served["decode"] == served["prefill"]
+    assert facts["linear_prefill_torch_s"]["value"] > 0
+    method = facts["linear_prefill_torch_s"]["method"]
+    assert "16 key / 32 value heads" in method and "32 tokens" in method and "bf16" in method
+    assert "needs a CUDA device, got cpu" in facts["linear_prefill_native_s"]["absent"]
+    rows = facts["linear_decode"]["value"]
+    assert [(r["batch"], r["backend"]) for r in rows] == [(1, "torch"), (2, "torch")]
+    for r in rows:
+        assert r["eager_s"] > 0 and r["graph_s"] is None and "CUDA" in r["graph_error"]
+    doc = {"schema": "bi100-attn/device-facts/1", "target": "t", "date": "2026-12-01T00:00:00Z",
+           "device_name": "cpu", "torch": "x", "quick": True, "facts": facts}  # fmt: skip
+    assert set(parse_facts(doc).facts) == set(facts)  # the simulator takes the section as is
+
+
+def test_linear_section_off_cuda_in_the_suite_is_absent_with_the_reason(tmp_path):
+    rc = device_facts.main(["--out", str(tmp_path), "--quick", "--device", "cpu",
+                            "--sections", "linear"])  # fmt: skip
+    assert rc == 0
+    facts = read_facts(tmp_path / device_facts.FACTS_FILE)
+    assert set(facts.facts) == set(device_facts.section_names("linear"))
+    assert all(CPU_WHY in f.absent for f in facts.facts.values())
