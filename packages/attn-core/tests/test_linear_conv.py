@@ -99,3 +99,19 @@ def test_update_without_indices_uses_the_first_rows() -> None:
         assert_linear_close(out[i], want[:, 0], torch.float16)
         assert torch.equal(state[i], new.half())
     assert torch.equal(state[2], before[2])
+
+
+def test_update_padding_slots_are_not_touched() -> None:
+    """A negative conv-state slot (vLLM's PAD_SLOT_ID) reads and writes no state; zeros out."""
+    gen = torch.Generator().manual_seed(5)
+    w, b = _weights(gen, torch.float32)
+    state = torch.randn(3, DIM, WIDTH - 1, generator=gen)
+    before = state.clone()
+    x = torch.randn(3, DIM, generator=gen)
+    out = causal_conv1d_update(x, state, w, b, conv_state_indices=torch.tensor([-1, 2, -1]),
+                               backend="torch")  # fmt: skip
+    want, new = reference_causal_conv1d(x[1, :, None], w, b, before[2], None)
+    assert_linear_close(out[1], want[:, 0], torch.float32)
+    assert torch.equal(state[2], new.float())
+    assert torch.equal(state[:2], before[:2])
+    assert torch.equal(out[[0, 2]], torch.zeros(2, DIM))

@@ -146,3 +146,34 @@ def test_conv_prefill_and_update_on_the_device() -> None:
     for i in range(3):
         want, _ = reference_causal_conv1d(step[i, :, None], w, None, windows[i], "silu")
         assert_linear_close(got[i], want[:, 0], torch.bfloat16)
+
+
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_decode_padding_slots_under_graph_replay(backend) -> None:
+    """vLLM's padded CUDA-graph batch: slots -1 leave the pool alone and give zeros, the named
+    slots match the float64 rule, on both backends and under graph replay."""
+    slots = torch.tensor([-1, 3, -1, 0], dtype=torch.int32, device=DEV)
+    case = make_linear_case([1] * 4, 2, 4, 128, 128, torch.bfloat16, varlen=False, seed=9,
+                            device=DEV)  # fmt: skip
+    pool = torch.randn(5, 4, 128, 128, device=DEV)
+    before = pool.clone()
+    args = (case.q[:, 0], case.k[:, 0], case.v[:, 0], case.g[:, 0], case.beta[:, 0], pool, slots)
+    out = torch.full((4, 4, 128), float("nan"), dtype=torch.bfloat16, device=DEV)
+    gated_delta_decode(*args, out=out, backend=backend)  # warm-up: the library, the plan
+    pool.copy_(before)
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gated_delta_decode(*args, out=out, backend=backend)
+    pool.copy_(before)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(pool[[1, 2, 4]], before[[1, 2, 4]])
+    assert torch.equal(out[[0, 2]].float(), torch.zeros(2, 4, 128, device=DEV))
+    real = [1, 3]
+    want_o, want_s = reference_gated_delta(
+        case.q[real], case.k[real], case.v[real], case.g[real], case.beta[real],
+        initial_state=before[[3, 0]],
+    )  # fmt: skip
+    assert_linear_close(out[real], want_o[:, 0], torch.bfloat16)
+    assert_linear_close(pool[[3, 0]], want_s, torch.float16)

@@ -107,3 +107,55 @@ def test_poisoned_out_is_fully_written() -> None:
     got = gated_delta_decode(case.q[:, 0], case.k[:, 0], case.v[:, 0], case.g[:, 0],
                              case.beta[:, 0], pool, torch.tensor([1, 0]), out=out)  # fmt: skip
     assert got is out and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("checks", [False, True])
+@pytest.mark.parametrize("slots", [[-1, 3, -1, 0], [-1, -1], [2, -1, -7]])
+def test_padding_slots_leave_the_pool_alone(monkeypatch, checks, slots) -> None:
+    """A negative slot (vLLM's padding, PAD_SLOT_ID = -1, in a CUDA-graph batch) leaves the pool
+    untouched and gives zeros; the named slots are served as without the padding."""
+    if checks:
+        monkeypatch.setenv("ATTN_CORE_CHECKS", "1")
+    from attn_core.core.settings import reload
+
+    reload()
+    try:
+        n = len(slots)
+        case = make_linear_case([1] * n, 1, 2, 16, 16, varlen=False, seed=3)
+        pool = torch.randn(5, 2, 16, 16)
+        before = pool.clone()
+        idx = torch.tensor(slots)
+        out = gated_delta_decode(case.q[:, 0], case.k[:, 0], case.v[:, 0], case.g[:, 0],
+                                 case.beta[:, 0], pool, idx, backend="torch")  # fmt: skip
+        real = [i for i, s in enumerate(slots) if s >= 0]
+        untouched = [s for s in range(5) if s not in slots]
+        assert torch.equal(pool[untouched], before[untouched])
+        assert torch.equal(
+            out[[i for i in range(n) if i not in real]], torch.zeros(n - len(real), 2, 16)
+        )
+        if real:
+            want_o, want_s = reference_gated_delta(
+                case.q[real], case.k[real], case.v[real], case.g[real], case.beta[real],
+                initial_state=before[idx[real]],
+            )  # fmt: skip
+            assert_linear_close(out[real], want_o[:, 0], torch.float32)
+            assert_linear_close(pool[idx[real]], want_s, torch.float32)
+    finally:
+        monkeypatch.delenv("ATTN_CORE_CHECKS", raising=False)
+        reload()
+
+
+def test_checks_refuse_a_slot_past_the_pool(monkeypatch) -> None:
+    monkeypatch.setenv("ATTN_CORE_CHECKS", "1")
+    from attn_core.core.settings import reload
+
+    reload()
+    try:
+        case = make_linear_case([1, 1], 1, 2, 16, 16, varlen=False, seed=4)
+        pool = torch.randn(3, 2, 16, 16)
+        with pytest.raises(ValueError, match=r"state_indices must be in \[0, 3\).*got 3"):
+            gated_delta_decode(case.q[:, 0], case.k[:, 0], case.v[:, 0], case.g[:, 0],
+                               case.beta[:, 0], pool, torch.tensor([-1, 3]))  # fmt: skip
+    finally:
+        monkeypatch.delenv("ATTN_CORE_CHECKS", raising=False)
+        reload()

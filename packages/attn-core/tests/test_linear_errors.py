@@ -155,7 +155,6 @@ DECODE_BAD = [
 
 DECODE_VALUE_BAD = [
     ("state_indices", lambda a: torch.tensor([2, 3]), "state_indices must be in [0, 3), got 3"),
-    ("state_indices", lambda a: torch.tensor([-1, 0]), "state_indices must be in [0, 3), got -1"),
     ("state_indices", lambda a: torch.tensor([1, 1]), "state_indices must not repeat a slot"),
     ("g", lambda a: a["g"].abs(), "g must be <= 0"),
 ]

@@ -39,6 +39,7 @@ from attn_core.linear.inputs import (
 )
 from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
+from attn_core.linear.slots import gather_slots, scatter_slots, zero_padded
 from attn_core.native.gated_delta import (
     GatedDeltaLibrary,
     LinearShape,
@@ -220,16 +221,16 @@ def gated_delta_decode(
         q, k: ``[N, H, K]``; v: ``[N, HV, V]`` (q's dtype); g, beta: ``[N, HV]``.
         state_pool: ``[slots, HV, K, V]`` fp32; rows ``state_indices`` are read and updated in
             place, no other row is touched.
-        state_indices: ``[N]`` int32/int64, distinct, in ``[0, slots)``. Checked only with
+        state_indices: ``[N]`` int32/int64, distinct, in ``[0, slots)``; a negative one is a
+            padding entry (vLLM's ``PAD_SLOT_ID = -1`` in a CUDA-graph batch): the pool is not
+            touched for it and its output is zeros, on every backend. Checked only with
             ``ATTN_CORE_CHECKS=1`` outside graph capture (it reads values); unchecked, an index
-            out of range is the torch error (a device-side assert on CUDA) and a repeated one
-            keeps one of its writes.
+            past the pool is treated as padding and a repeated one keeps one of its writes.
         out: ``[N, HV, V]`` in v's dtype, or None (allocated).
         backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
             ``"native"``. The native kernel serves K 64 or 128 and V a multiple of 32 with
             contiguous last dimensions and a contiguous pool; it reads and writes each state
-            element once, in place, and leaves the pool untouched (output zeros) for an index
-            outside ``[0, slots)`` (vLLM's padding slot -1) where the torch path raises.
+            element once, in place.
 
     No host sync, no data-dependent shape: capturable in a CUDA graph (the native launch on
     the current stream; torch: ``index_select`` / ``index_copy_`` on the pool).
@@ -258,7 +259,7 @@ def gated_delta_decode(
     else:
         check_out(out, (n, hv, dv), v.dtype, dev)
     if value_checks_enabled() and not is_capturing(dev):
-        check_slots("state_indices", state_indices, state_pool.shape[0])
+        check_slots("state_indices", state_indices, state_pool.shape[0], padding=True)
         check_gates(g, beta)
     if n == 0:
         return out
@@ -269,11 +270,11 @@ def gated_delta_decode(
         launch_decode(lib, q, k, v, g, beta, state_pool, state_indices, out, scale=resolved,
                       l2norm=l2)  # fmt: skip
         return out
-    idx = state_indices.long()
-    state = state_pool.index_select(0, idx)
+    state, valid, safe = gather_slots(state_pool, state_indices)
+    old = state.clone()
     o = recurrent_step(state, q, k, v, g, beta, resolved, l2)
-    state_pool.index_copy_(0, idx, state)
-    out.copy_(o)
+    scatter_slots(state_pool, safe, valid, state, old)
+    out.copy_(zero_padded(o, valid))
     return out
 
 
@@ -442,11 +443,11 @@ def causal_conv1d_update(
             ``conv_state_indices[i]`` (default ``i``) are read and then hold the last ``W - 1``
             inputs.
         weight: ``[dim, W]``; bias: ``[dim]`` or None; activation: None, "silu" or "swish".
-        conv_state_indices: ``[N]`` int32/int64, distinct, in range: checked only with
-            ``ATTN_CORE_CHECKS=1`` outside graph capture (no sync otherwise).
+        conv_state_indices: ``[N]`` int32/int64, distinct, in range; a negative one is a padding
+            entry (vLLM's ``PAD_SLOT_ID``): its state is not touched and its outputs are zeros.
+            Checked only with ``ATTN_CORE_CHECKS=1`` outside graph capture (no sync otherwise).
         backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
-            ``"native"`` (width 4 only; a slot out of range is left untouched and its outputs
-            are zeros, where the torch path raises).
+            ``"native"`` (width 4 only).
 
     No host sync unless checks are on: capturable in a CUDA graph.
 
@@ -476,7 +477,7 @@ def causal_conv1d_update(
         check_tensor("conv_state_indices", conv_state_indices, shape=(n,), dtype=INDEX_DTYPES,
                      device=dev)  # fmt: skip
         if value_checks_enabled() and not is_capturing(dev):
-            check_slots("conv_state_indices", conv_state_indices, conv_state.shape[0])
+            check_slots("conv_state_indices", conv_state_indices, conv_state.shape[0], padding=True)
         idx = conv_state_indices.long()
     seq = x if x.dim() == 3 else x[:, :, None]
     lib = native_library(chosen, "causal_conv1d_update", dev, conv_shape(x.dtype),
@@ -487,6 +488,7 @@ def causal_conv1d_update(
                            silu=act is not None)  # fmt: skip
         return out.view(x.shape)
     lanes = conv_state[:, :, : width - 1]
-    out, new = conv_step(seq, lanes.index_select(0, idx), weight, bias, act)
-    lanes.index_copy_(0, idx, new.to(conv_state.dtype))
-    return out.to(x.dtype).view(x.shape)
+    window, valid, safe = gather_slots(lanes, idx)
+    out, new = conv_step(seq, window, weight, bias, act)
+    scatter_slots(lanes, safe, valid, new, window)
+    return zero_padded(out, valid).to(x.dtype).view(x.shape)

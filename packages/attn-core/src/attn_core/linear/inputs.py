@@ -104,15 +104,18 @@ def check_offsets(name: str, offsets: torch.Tensor, total: int) -> list[int]:
     return values
 
 
-def check_slots(name: str, indices: torch.Tensor, slots: int) -> None:
-    """``indices`` in ``[0, slots)`` and pairwise distinct (an in-place write per index)."""
-    if indices.numel() == 0:
+def check_slots(name: str, indices: torch.Tensor, slots: int, padding: bool = False) -> None:
+    """``indices`` in ``[0, slots)`` and pairwise distinct (an in-place write per index);
+    ``padding``: a negative index is a padding entry (vLLM's ``PAD_SLOT_ID``), allowed and
+    repeatable."""
+    named = indices[indices >= 0] if padding else indices
+    if named.numel() == 0:
         return
-    lo, hi = (int(x) for x in torch.stack([indices.min(), indices.max()]).long().tolist())
+    lo, hi = (int(x) for x in torch.stack([named.min(), named.max()]).long().tolist())
     if lo < 0 or hi >= slots:
         bad = lo if lo < 0 else hi
         raise ValueError(f"{name} must be in [0, {slots}), got {bad}")
-    if torch.unique(indices).numel() != indices.numel():
+    if torch.unique(named).numel() != named.numel():
         raise ValueError(f"{name} must not repeat a slot (each is updated in place), got repeats")
 
 

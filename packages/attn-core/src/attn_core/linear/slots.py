@@ -1,0 +1,43 @@
+"""Rows of a state pool named by slot indices, with vLLM's padding slots (negative, or past the
+pool) read as nothing and written nowhere, without a host sync (CUDA-graph capturable).
+
+vLLM pads a CUDA-graph batch with ``PAD_SLOT_ID = -1``: a padded sequence must neither read nor
+write any row. ``index_select`` / ``index_copy_`` have no skip, so a padded entry reads row 0
+and *rewrites* a row some other entry writes, with that entry's value: repeated writes of one
+row then agree, whichever lands last. With no real entry, row 0 is rewritten with its own value.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def gather_slots(pool: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(rows, valid, safe)``: ``rows [N, ...]`` of ``pool [slots, ...]`` (row 0 for a padded
+    entry), ``valid [N]`` bool (the index names a row), ``safe [N]`` int64 (0 where padded)."""
+    valid = (indices >= 0) & (indices < pool.shape[0])
+    safe = torch.where(valid, indices.long(), torch.zeros_like(indices, dtype=torch.long))
+    return pool.index_select(0, safe), valid, safe
+
+
+def scatter_slots(
+    pool: torch.Tensor,
+    safe: torch.Tensor,
+    valid: torch.Tensor,
+    new: torch.Tensor,
+    old: torch.Tensor,
+) -> None:
+    """Write ``new [N, ...]`` at the valid entries' rows of ``pool``; a padded entry writes the
+    first valid entry's row with that entry's value (``old``, the rows as gathered, when no
+    entry is valid)."""
+    n = valid.shape[0]
+    first = torch.argmax(valid.to(torch.int32))  # 0 when none is valid
+    donor = torch.where(valid, torch.arange(n, device=valid.device), first)
+    keep = valid.index_select(0, donor).view(n, *([1] * (new.dim() - 1)))
+    value = torch.where(keep, new.index_select(0, donor), old.index_select(0, donor))
+    pool.index_copy_(0, safe.index_select(0, donor), value.to(pool.dtype))
+
+
+def zero_padded(out: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``out [N, ...]`` with a padded entry's rows zero (what the native kernels write)."""
+    return out * valid.view(-1, *([1] * (out.dim() - 1))).to(out.dtype)
