@@ -9,6 +9,7 @@ import pytest
 import torch
 from fake_linear import CONV, FLA, FLA_NEW, HF, HF35, HOLDER, VLLM_FLA, OriginalCalled
 
+import attn_core
 from attn_core.core.shapes import AttentionShape
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 from engine_patch import cli, linear_ops, settings
@@ -28,11 +29,12 @@ SERVED = {
     f"{FLA}.chunk_gated_delta_rule",
     f"{FLA}.fused_recurrent_gated_delta_rule",
     f"{VLLM_FLA}.chunk_gated_delta_rule",
+    f"{VLLM_FLA}.fused_recurrent_gated_delta_rule",
     f"{CONV}.causal_conv1d_update",
     f"{HF}.torch_chunk_gated_delta_rule",
     f"{HF}.torch_recurrent_gated_delta_rule",
 }
-UNMATCHED = {f"{VLLM_FLA}.fused_recurrent_gated_delta_rule", f"{CONV}.causal_conv1d_fn"}
+UNMATCHED = {f"{CONV}.causal_conv1d_fn"}
 
 
 @pytest.fixture
@@ -268,3 +270,52 @@ def test_model_layer_plan_reads_the_checkpoint_config(tmp_path):
     (tmp_path / "config.json").write_text('{"text_config": {"num_hidden_layers": 0}}')
     with pytest.raises(ConfigurationError, match="num_hidden_layers"):
         model_layer_plan(str(tmp_path))
+
+
+def _vllm_decode_batch(n=3, h=2, hv=4, dk=8, dv=8, seed=7):
+    """vLLM's decode call: one token for each of ``n`` sequences, flattened into ``[1, n]``,
+    the states a pool of ``n + 2`` slots named by ``ssm_state_indices``."""
+    q, k, v, g, beta, _ = _inputs(1, n, h, hv, dk, dv, seed)
+    pool = torch.randn(n + 2, hv, dk, dv, generator=torch.Generator().manual_seed(seed))
+    slots = torch.tensor([4, 0, 2][:n])
+    cu = torch.arange(n + 1, dtype=torch.int32)
+    return q, k, v, g, beta, pool, slots, cu
+
+
+def test_vllm_recurrent_decode_batch_runs_attn_core_decode(fakes):
+    linear_ops.install()
+    fn = fakes[VLLM_FLA].fused_recurrent_gated_delta_rule
+    q, k, v, g, beta, pool, slots, cu = _vllm_decode_batch()
+    want_pool = pool.clone()
+    want = attn_core.gated_delta_decode(q[0], k[0], v[0], g[0], beta[0], want_pool, slots,
+                                        use_qk_l2norm_in_kernel=True)  # fmt: skip
+    o, final = fn(q, k, v, g, beta, initial_state=pool, inplace_final_state=True,
+                  cu_seqlens=cu, ssm_state_indices=slots, use_qk_l2norm_in_kernel=True)  # fmt: skip
+    assert final is pool and o.shape == (1, 3, 4, 8)
+    torch.testing.assert_close(o[0], want, **TOL)
+    torch.testing.assert_close(pool, want_pool, **TOL)
+    # the same batch as B sequences of one token, no cu_seqlens
+    o2, _ = fn(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), g.transpose(0, 1),
+               beta.transpose(0, 1), initial_state=pool.clone(), ssm_state_indices=slots,
+               use_qk_l2norm_in_kernel=True)  # fmt: skip
+    assert o2.shape == (3, 1, 4, 8)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"num_accepted_tokens": torch.ones(3, dtype=torch.int32)},  # speculative decoding
+        {"inplace_final_state": False},
+        {"cu_seqlens": torch.tensor([0, 2, 3], dtype=torch.int32)},  # two tokens in one sequence
+    ],
+    ids=["speculative", "not in place", "prefill"],
+)
+def test_vllm_recurrent_other_calls_run_the_original(fakes, change):
+    linear_ops.install()
+    fn = fakes[VLLM_FLA].fused_recurrent_gated_delta_rule
+    q, k, v, g, beta, pool, slots, cu = _vllm_decode_batch()
+    call = dict(initial_state=pool, inplace_final_state=True, cu_seqlens=cu,
+                ssm_state_indices=slots)  # fmt: skip
+    call.update(change)
+    with pytest.raises(OriginalCalled):
+        fn(q, k, v, g, beta, **call)

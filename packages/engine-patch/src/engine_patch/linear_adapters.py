@@ -12,6 +12,10 @@ Conventions (the name is what ``ENGINE_PATCH_LINEAR_OPS`` takes after ``=``):
 - ``chunk_gated_delta_rule`` / ``fused_recurrent_gated_delta_rule``: flash-linear-attention's
   (and vLLM's copy of it): ``q, k [B, T, H, K]``, ``v [B, T, HV, V]``, ``g, beta [B, T, HV]``;
   ``head_first=True`` (older releases) means ``[B, H, T, ...]`` and is transposed.
+- ``vllm_fused_recurrent_gated_delta_rule``: vLLM's serving form of FLA's recurrent rule, the
+  states a pool (``initial_state [slots, HV, K, V]``) updated in place at ``ssm_state_indices``;
+  a decode batch (one token a sequence, ``inplace_final_state``, no speculative tokens) runs
+  :func:`attn_core.gated_delta_decode`, anything else the original.
 - ``causal_conv1d_fn`` / ``causal_conv1d_update`` / ``gated_delta_decode``: attn-core's own
   parameters (vLLM's names).
 - ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule``: transformers'
@@ -44,6 +48,9 @@ class Convention:
     # (or anything through the original's ``**kwargs``) runs the original function instead
     # (refused on Iluvatar when that one is Triton).
     neutral: tuple[str, ...] = ()
+    # The foreign function is vLLM's in-place recurrent rule, served as attn-core's decode step
+    # when the call is one (:func:`_decode_step_call`).
+    decode_step: bool = False
 
 
 _FLA = {
@@ -79,6 +86,20 @@ _HF: dict[str, Optional[str]] = {
 }
 
 
+# vLLM's fused_recurrent_gated_delta_rule: FLA's names, the pool and its slots, and the
+# speculative-decoding inputs attn-core does not serve (neutral: a call passing them runs the
+# original). cu_seqlens and inplace_final_state are read by the adapter, not forwarded.
+_VLLM_RECURRENT: dict[str, Optional[str]] = {
+    **{n: n for n in ("q", "k", "v", "g", "beta", "scale", "use_qk_l2norm_in_kernel")},
+    "initial_state": "state_pool",
+    "ssm_state_indices": "state_indices",
+    "inplace_final_state": None,
+    "cu_seqlens": None,
+    "num_accepted_tokens": None,
+    "retrieve_parent_token": None,
+}
+
+
 def _own(name: str) -> dict[str, Optional[str]]:
     params = inspect.signature(getattr(attn_core, name)).parameters
     return {p: p for p in params if p not in ("backend", "plan")}
@@ -98,6 +119,13 @@ CONVENTIONS: dict[str, Convention] = {
         ("q", "k", "v"),
         head_first=True,
         neutral=_FLA_NEUTRAL,
+    ),
+    "vllm_fused_recurrent_gated_delta_rule": Convention(
+        "gated_delta_decode",
+        _VLLM_RECURRENT,
+        ("q", "k", "v", "g", "beta", "state_pool", "state_indices"),
+        neutral=("num_accepted_tokens", "retrieve_parent_token"),
+        decode_step=True,
     ),
     "causal_conv1d_fn": Convention("causal_conv1d_fn", _own("causal_conv1d_fn"), ("x", "weight")),
     "causal_conv1d_update": Convention(
@@ -142,6 +170,32 @@ def match(fn: Any, convention: Convention) -> Optional[str]:
     return None
 
 
+def _decode_step_call(bound: dict[str, Any], call: dict[str, Any]) -> Optional[tuple]:
+    """``call`` reshaped for :func:`attn_core.gated_delta_decode` and the ``[B, T]`` to give
+    the output back, when vLLM's recurrent call is a decode batch; None otherwise.
+
+    A decode batch: the final states written in place at ``ssm_state_indices`` (one slot a
+    sequence), and one token a sequence, read from the shapes alone (no host sync: ``cu_seqlens``
+    of ``N + 1`` offsets over ``T = N`` tokens, as vLLM's decode metadata is, or ``T = 1``).
+    """
+    q, indices, cu = call.get("q"), call.get("state_indices"), bound.get("cu_seqlens")
+    if not (bound.get("inplace_final_state") and isinstance(q, torch.Tensor) and q.dim() == 4):
+        return None
+    if not isinstance(indices, torch.Tensor) or indices.dim() != 1:
+        return None
+    if not isinstance(call.get("state_pool"), torch.Tensor):
+        return None
+    batch, tokens = q.shape[0], q.shape[1]
+    one_each = (batch == 1 and cu.shape[0] - 1 == tokens) if cu is not None else tokens == 1
+    if not one_each or call.get("g") is None or call.get("beta") is None:
+        return None
+    flat = dict(call)
+    for name in ("q", "k", "v", "g", "beta"):
+        value = call[name]
+        flat[name] = value.reshape(batch * tokens, *value.shape[2:])
+    return flat, (batch, tokens)
+
+
 def _transpose_tokens(x: Any) -> Any:
     return x.transpose(1, 2) if isinstance(x, torch.Tensor) else x
 
@@ -173,6 +227,13 @@ def make_adapter(
             keyword = convention.params[name]
             if keyword is not None:
                 call[keyword] = value
+        if convention.decode_step:
+            step = _decode_step_call(bound.arguments, call)
+            if step is None:
+                return (fallback or original)(*args, **kwargs)
+            flat, (batch, tokens) = step
+            out = target(**flat)
+            return out.view(batch, tokens, *out.shape[1:]), flat["state_pool"]
         head_first = bool(bound.arguments.get("head_first", False))
         if head_first:  # [B, H, T, ...] -> attn-core's [B, T, H, ...]
             for name in ("q", "k", "v", "g", "beta"):
