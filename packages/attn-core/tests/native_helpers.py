@@ -12,6 +12,7 @@ from typing import Optional
 
 import pytest
 import torch
+from decode_helpers import paged_tensors
 
 from attn_core.core.settings import current_overrides
 from attn_core.native.abi import partials_shapes
@@ -59,11 +60,7 @@ def run_native(
         part_lse = torch.full(l_shape, math.nan, device=out.device)
     launch_decode(
         lib,
-        query=case.query,
-        key_cache=case.key_cache,
-        value_cache=case.value_cache,
-        block_tables=case.block_tables,
-        seq_lens=case.seq_lens,
+        **paged_tensors(case),
         out=out,
         scale=scale * (case.k_scale if fp8 else 1.0),
         v_scale=case.v_scale if fp8 else 1.0,
