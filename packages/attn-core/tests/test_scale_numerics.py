@@ -10,7 +10,10 @@ near-one-hot softmax of a huge scale as for the uniform one of a tiny scale.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from typing import Union
 
 import pytest
 import torch
@@ -55,6 +58,26 @@ COMMON = settings(
 def _magnified(t: torch.Tensor, magnitude: float) -> torch.Tensor:
     """``t * magnitude`` rounded once to ``t``'s dtype (the inputs the kernel reads)."""
     return (t.double() * magnitude).to(t.dtype)
+
+
+def _magnify(case, magnitude: float, *names: str) -> None:
+    """Each tensor ``names`` of ``case`` replaced by its :func:`_magnified` copy."""
+    for name in names:
+        setattr(case, name, _magnified(getattr(case, name), magnitude))
+
+
+@contextlib.contextmanager
+def _skip_if_unserved(
+    backend: str, errors: Union[type[Exception], tuple[type[Exception], ...]], what: str
+) -> Iterator[None]:
+    """One of ``errors`` from a forced backend other than torch means this device cannot serve
+    it: the test skips, naming ``what``; from torch it stands."""
+    try:
+        yield
+    except errors as exc:
+        if backend == "torch":
+            raise
+        pytest.skip(f"{what} unavailable here: {exc}")
 
 
 def _used_max(value_cache: torch.Tensor, block_tables: torch.Tensor, lens: list) -> float:
@@ -102,20 +125,14 @@ def test_decode_finite_and_close_at_extreme_scales(
     device, backend, dtype, scale, magnitude, lens, tier, seed
 ) -> None:
     case = make_paged_case(lens, 8, 2, 64, 16, dtype, device, seed=seed)
-    case.query = _magnified(case.query, magnitude)
-    case.key_cache = _magnified(case.key_cache, magnitude)
-    case.value_cache = _magnified(case.value_cache, magnitude)
+    _magnify(case, magnitude, "query", "key_cache", "value_cache")
     plan = plan_of(case, tier=tier) if backend == "torch" else None
     out = poisoned_like(case.query)
-    try:
+    with _skip_if_unserved(backend, ValueError, "native decode"):
         paged_decode(
             case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens,
             case.max_seq_len, scale, out=out, plan=plan, backend=backend,
         )  # fmt: skip
-    except ValueError as exc:  # a forced native backend this device cannot serve
-        if backend == "native":
-            pytest.skip(f"native decode unavailable here: {exc}")
-        raise
     ref = reference_decode(
         case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, scale
     )
@@ -142,15 +159,11 @@ def test_prefill_finite_and_close_at_extreme_scales(
         # scale 1) would put near-ties off by whole units; a scale > 1 runs with fp32 scores.
         assume(magnitude <= 1.0)
     case = make_prefill_case(seqs, 8, 2, 64, 16, dtype, device, seed=seed)
-    for name in ("query", "key", "value", "key_cache", "value_cache"):
-        setattr(case, name, _magnified(getattr(case, name), magnitude))
+    _magnify(case, magnitude, "query", "key", "value", "key_cache", "value_cache")
     out = poisoned_like(case.query)
-    try:
+    # a fused backend this device lacks raises either
+    with _skip_if_unserved(backend, (ValueError, RuntimeError), f"prefill backend {backend}"):
         paged_prefix_prefill(*case.args(), scale, **case.kwargs(), out=out, backend=backend)
-    except (ValueError, RuntimeError) as exc:  # a fused backend this device lacks
-        if backend != "torch":
-            pytest.skip(f"prefill backend {backend} unavailable here: {exc}")
-        raise
     ref = reference_prefix_prefill(
         case.query, case.key, case.value, case.key_cache, case.value_cache, case.block_tables,
         case.query_start_loc, case.context_lens, scale,
