@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Union
 
 import pytest
@@ -53,6 +53,21 @@ COMMON = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+def at_extreme_scales(
+    backends: list[tuple[str, str]], **problem: st.SearchStrategy
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A test over every (device, backend) of ``backends`` and every dtype, given a drawn
+    ``scale``, ``magnitude`` and ``seed`` and the problem's own strategies ``problem``."""
+
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        drawn = given(scale=SCALES, magnitude=MAGNITUDES, seed=st.integers(0, 2**16), **problem)
+        by_dtype = pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
+        by_backend = pytest.mark.parametrize(("device", "backend"), backends)
+        return by_backend(by_dtype(COMMON(drawn(test))))
+
+    return decorate
 
 
 def _magnified(t: torch.Tensor, magnitude: float) -> torch.Tensor:
@@ -111,15 +126,10 @@ def _check(
     assert err <= (REL_TOL[dtype] + weights) * values_max + 1e-30, (err, values_max, logit_err)
 
 
-@pytest.mark.parametrize(("device", "backend"), DECODE_BACKENDS)
-@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
-@COMMON
-@given(
-    scale=SCALES,
-    magnitude=MAGNITUDES,
+@at_extreme_scales(
+    DECODE_BACKENDS,
     lens=st.lists(st.integers(1, 70), min_size=1, max_size=3),
     tier=st.sampled_from((None, "single_tile", "one_pass", "partitioned")),
-    seed=st.integers(0, 2**16),
 )
 def test_decode_finite_and_close_at_extreme_scales(
     device, backend, dtype, scale, magnitude, lens, tier, seed
@@ -140,14 +150,9 @@ def test_decode_finite_and_close_at_extreme_scales(
     _check(out, ref, _used_max(case.value_cache, case.block_tables, lens), dtype, logit_err)
 
 
-@pytest.mark.parametrize(("device", "backend"), PREFILL_BACKENDS)
-@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
-@COMMON
-@given(
-    scale=SCALES,
-    magnitude=MAGNITUDES,
+@at_extreme_scales(
+    PREFILL_BACKENDS,
     seqs=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 20)), min_size=1, max_size=3),
-    seed=st.integers(0, 2**16),
 )
 def test_prefill_finite_and_close_at_extreme_scales(
     device, backend, dtype, scale, magnitude, seqs, seed
