@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_close, requires_cuda
+from conftest import assert_close, requires_cuda, skip_without_float8
 from decode_helpers import decode_on, plan_of, slopes_for
 from native_helpers import cuda_case, native_library, reference
 
@@ -48,8 +48,7 @@ def test_native_and_torch_backends_match_the_reference(group, dtype):
 
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_native_fp8_through_the_plan(kv_cache_dtype):
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
+    skip_without_float8()
     native_library(6)
     case = cuda_case(
         [33, 2000], 24, 4, 256, 16, torch.float16, kv_cache_dtype=kv_cache_dtype,
