@@ -129,6 +129,18 @@ def assert_split_and_whole(
     assert_close(run(case, 1, whole), want, dtype)
 
 
+def assert_fused_qkv_query_and_out(
+    make_case: Callable[..., PagedCase], run: Callable[..., torch.Tensor]
+) -> None:
+    """vLLM slices q out of a fused qkv projection and passes an ``empty_like`` of it as out:
+    ``run`` (:func:`run_native` or the host-emulated one) on such strided tensors from a
+    ``make_case`` case matches the reference."""
+    case = make_case([77, 512], 8, 2, 128, 16, torch.float16)
+    out = slice_query_from_fused_qkv(case)
+    run(case, 2, 256, out=out)
+    assert_close(out, reference(case), torch.float16)
+
+
 def slice_query_from_fused_qkv(case: PagedCase) -> torch.Tensor:
     """Replace ``case.query [S, H, D]`` by the first third of a fused qkv projection
     ``[S, 3 H, D]`` holding the same values, as vLLM slices q; returns a NaN ``out`` strided

@@ -28,6 +28,7 @@ from attn_core.native.prefill import (
 from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 MMAS = ("wmma", "fma")
+FEATURES = ("alibi", "window", "both")
 
 
 def prefill_library(mma: str) -> PrefillLibrary:
@@ -64,6 +65,15 @@ def group_batch(config: int, group: int, context: int) -> list[tuple[int, int]]:
     tile, one token past it, one short of it over ``context`` tokens, and a single token."""
     tile = ps.tokens_per_tile(config, group)
     return [(0, tile), (5, tile + 1), (context, max(1, tile - 1)), (33, 1)]
+
+
+def feature_kwargs(feature: str, window: int) -> dict[str, object]:
+    """:func:`make_prefill_case`'s keywords for one of :data:`FEATURES`: ALiBi, a sliding
+    window of ``window`` tokens, or both."""
+    return {
+        "alibi": feature in ("alibi", "both"),
+        "sliding_window": window if feature in ("window", "both") else None,
+    }
 
 
 def fp8_prefill_case(

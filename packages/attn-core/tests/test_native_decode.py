@@ -20,13 +20,13 @@ import torch
 from conftest import assert_close, requires_cuda
 from decode_helpers import slopes_for
 from native_helpers import (
+    assert_fused_qkv_query_and_out,
     assert_split_and_whole,
     cuda_case,
     fp8_paged_case,
     native_library,
     reference,
     run_native,
-    slice_query_from_fused_qkv,
 )
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
@@ -98,10 +98,7 @@ def test_max_seq_len_far_above_lengths() -> None:
 
 def test_strided_query_and_out() -> None:
     """vLLM slices q out of a fused qkv projection and passes an ``empty_like`` of it as out."""
-    case = cuda_case([77, 512], 8, 2, 128, 16, torch.float16)
-    out = slice_query_from_fused_qkv(case)
-    run_native(case, 2, 256, out=out)
-    assert_close(out, reference(case), torch.float16)
+    assert_fused_qkv_query_and_out(cuda_case, run_native)
 
 
 def test_cuda_graph_replay_follows_seq_lens() -> None:

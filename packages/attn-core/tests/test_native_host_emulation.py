@@ -25,10 +25,10 @@ from conftest import assert_close, skip_without_float8
 from decode_helpers import slopes_for
 from host_emulation_helpers import emulated_decode, host_case, run_emulated
 from native_helpers import (
+    assert_fused_qkv_query_and_out,
     assert_split_and_whole,
     fp8_paged_case,
     reference,
-    slice_query_from_fused_qkv,
 )
 
 from attn_core.native.loader import NativeError
@@ -130,10 +130,7 @@ def test_lengths_past_the_table_are_read_up_to_its_end() -> None:
 
 def test_strided_query_and_out() -> None:
     """vLLM slices q out of a fused qkv projection and passes an ``empty_like`` of it as out."""
-    case = host_case([77, 512], 8, 2, 128, 16, torch.float16)
-    out = slice_query_from_fused_qkv(case)
-    run_emulated(case, 2, 256, out=out)
-    assert_close(out, reference(case), torch.float16)
+    assert_fused_qkv_query_and_out(host_case, run_emulated)
 
 
 def test_arguments_the_library_refuses_raise_with_its_reason() -> None:

@@ -16,9 +16,11 @@ import pytest
 import torch
 from conftest import assert_close, requires_cuda
 from native_prefill_helpers import (
+    FEATURES,
     MMAS,
     cuda_prefill_case,
     edge_batch,
+    feature_kwargs,
     fp8_prefill_case,
     group_batch,
     prefill_library,
@@ -71,12 +73,10 @@ def test_fp8_caches(head_size: int, kv_cache_dtype: str, dtype: torch.dtype, mma
 
 
 @pytest.mark.parametrize("mma", MMAS)
-@pytest.mark.parametrize("feature", ("alibi", "window", "both"))
+@pytest.mark.parametrize("feature", FEATURES)
 def test_alibi_and_window(feature: str, mma: str) -> None:
-    alibi = feature in ("alibi", "both")
-    window = 300 if feature in ("window", "both") else None
     seqs = [(0, 40), (500, 1), (1000, 250), (17, 300)]
-    case = cuda_prefill_case(seqs, 8, 2, 128, 16, torch.float16, alibi=alibi, sliding_window=window)
+    case = cuda_prefill_case(seqs, 8, 2, 128, 16, torch.float16, **feature_kwargs(feature, 300))
     want = reference(case, scale=0.07)
     for config in CONFIGS:
         assert_close(run_native(case, mma, config=config, scale=0.07), want, torch.float16)

@@ -19,7 +19,14 @@ import pytest
 import torch
 from conftest import assert_close
 from host_emulation_helpers import host_prefill_case, run_emulated_prefill
-from native_prefill_helpers import edge_batch, fp8_prefill_case, group_batch, reference
+from native_prefill_helpers import (
+    FEATURES,
+    edge_batch,
+    feature_kwargs,
+    fp8_prefill_case,
+    group_batch,
+    reference,
+)
 
 from attn_core.native import split as ps
 from attn_core.native.split import tokens_per_tile
@@ -68,12 +75,10 @@ def test_fp8_caches(head_size: int, kv_cache_dtype: str, dtype: torch.dtype) -> 
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("feature", ("alibi", "window", "both"))
+@pytest.mark.parametrize("feature", FEATURES)
 def test_alibi_and_window_in_both_thread_orders(feature: str, config: int) -> None:
-    alibi = feature in ("alibi", "both")
-    window = 100 if feature in ("window", "both") else None
     seqs = [(0, 40), (300, 1), (400, 90), (17, 130)]
-    case = host_prefill_case(seqs, 8, 2, 128, 16, torch.float16, alibi=alibi, sliding_window=window)
+    case = host_prefill_case(seqs, 8, 2, 128, 16, torch.float16, **feature_kwargs(feature, 100))
     check_both_orders(case, config, 1, torch.float16, scale=0.07)
     check_both_orders(case, config, 4, torch.float16, scale=0.07)
 
