@@ -6,25 +6,26 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from decode_helpers import paged_tensors
 
 from attn_core import paged_decode, paged_prefix_prefill, write_to_paged_cache
-from attn_core.reference import make_paged_case, make_prefill_case
+from attn_core.reference import PagedCase, make_paged_case, make_prefill_case
+
+
+def small_paged_case() -> PagedCase:
+    """Lengths 5 and 40 at block 16: tables of 3 + 2 = 5 columns, capacity 80 tokens."""
+    return make_paged_case((5, 40), 8, 2, 64, 16, torch.float16)
+
+
+def decode_args_of(case: PagedCase, max_seq_len: int, **kwargs: Any) -> dict[str, Any]:
+    """Keyword arguments of :func:`attn_core.paged_decode` on ``case``, and ``kwargs``."""
+    return dict(paged_tensors(case), max_seq_len=max_seq_len, **kwargs)
 
 
 def decode_args() -> dict[str, Any]:
-    case = make_paged_case((5, 40), 8, 2, 64, 16, torch.float16)
-    return dict(
-        query=case.query,
-        key_cache=case.key_cache,
-        value_cache=case.value_cache,
-        block_tables=case.block_tables,
-        seq_lens=case.seq_lens,
-        max_seq_len=40,
-        scale=0.125,
-        k_scale=1.0,
-        v_scale=1.0,
-        out=torch.empty_like(case.query),
-    )
+    case = small_paged_case()
+    out = torch.empty_like(case.query)
+    return decode_args_of(case, 40, scale=0.125, k_scale=1.0, v_scale=1.0, out=out)
 
 
 def prefill_args() -> dict[str, Any]:
@@ -39,7 +40,7 @@ def prefill_args() -> dict[str, Any]:
 
 
 def write_args() -> dict[str, Any]:
-    case = make_paged_case((5, 40), 8, 2, 64, 16, torch.float16)
+    case = small_paged_case()
     g = torch.Generator().manual_seed(3)
     return dict(
         key=torch.randn(4, 2, 64, generator=g).half(),
@@ -58,3 +59,12 @@ ENTRY_POINTS: dict[str, tuple[Callable[..., Any], Callable[[], dict[str, Any]]]]
     "paged_prefix_prefill": (paged_prefix_prefill, prefill_args),
     "write_to_paged_cache": (write_to_paged_cache, write_args),
 }
+
+
+def call_with(entry: str, name: str, value: Any) -> Any:
+    """``entry`` (a key of :data:`ENTRY_POINTS`) on its good arguments with ``name`` set to
+    ``value``."""
+    fn, make_args = ENTRY_POINTS[entry]
+    args = make_args()
+    args[name] = value
+    return fn(**args)

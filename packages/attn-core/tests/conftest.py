@@ -37,6 +37,12 @@ requires_cuda = pytest.mark.skipif(
 )
 
 
+def skip_without_float8() -> None:
+    """Skip where this torch has no float8 dtypes: the reference reads fp8 caches through them."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
+
+
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """A tensor shaped like ``t`` full of NaN: any element a kernel fails to write shows up."""
     return torch.full_like(t, math.nan)

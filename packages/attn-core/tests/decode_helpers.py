@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from conftest import poisoned_like
@@ -17,6 +17,21 @@ from attn_core import (
 )
 from attn_core.core.workspace import Workspace
 from attn_core.reference import PagedCase, reference_decode
+
+# PagedCase's tensors in paged_decode's (and launch_decode's) argument order, under those names
+PAGED_TENSORS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+
+
+def paged_tensors(case: PagedCase) -> dict[str, torch.Tensor]:
+    """``case``'s query, caches, block tables and lengths as the keyword arguments of
+    :func:`attn_core.paged_decode` (in its positional order)."""
+    return {name: getattr(case, name) for name in PAGED_TENSORS}
+
+
+def decode_on(case: PagedCase, max_seq_len: int, **kwargs: Any) -> torch.Tensor:
+    """:func:`attn_core.paged_decode` on ``case``'s tensors up to ``max_seq_len``, with the
+    keyword arguments ``kwargs``."""
+    return paged_decode(**paged_tensors(case), max_seq_len=max_seq_len, **kwargs)
 
 
 def plan_of(case: PagedCase, max_seq_len: Optional[int] = None, **overrides: object) -> DecodePlan:
@@ -50,14 +65,10 @@ def run_decode(
 ) -> torch.Tensor:
     """One call with a poisoned ``out``, through the plan :func:`plan_of` makes."""
     out = poisoned_like(case.query)
-    result = paged_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
+    result = decode_on(
+        case,
         max_seq_len or case.max_seq_len,
-        scale,
+        scale=scale,
         alibi_slopes=alibi_slopes,
         kv_cache_dtype=case.kv_cache_dtype,
         k_scale=case.k_scale,

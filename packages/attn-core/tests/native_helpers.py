@@ -8,10 +8,13 @@ sequence's end) is exercised whatever the planner would choose.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Optional
 
 import pytest
 import torch
+from conftest import assert_close, skip_without_float8
+from decode_helpers import paged_tensors
 
 from attn_core.core.settings import current_overrides
 from attn_core.native.abi import partials_shapes
@@ -59,11 +62,7 @@ def run_native(
         part_lse = torch.full(l_shape, math.nan, device=out.device)
     launch_decode(
         lib,
-        query=case.query,
-        key_cache=case.key_cache,
-        value_cache=case.value_cache,
-        block_tables=case.block_tables,
-        seq_lens=case.seq_lens,
+        **paged_tensors(case),
         out=out,
         scale=scale * (case.k_scale if fp8 else 1.0),
         v_scale=case.v_scale if fp8 else 1.0,
@@ -97,3 +96,59 @@ def cuda_case(lens, heads, kv_heads, head_size, block_size, dtype, **kwargs) -> 
     case = make_paged_case(lens, heads, kv_heads, head_size, block_size, dtype, "cuda", **kwargs)
     poison_tails(case)
     return case
+
+
+def fp8_paged_case(
+    make_case: Callable[..., PagedCase],
+    lens: list[int],
+    head_size: int,
+    block_size: int,
+    dtype: torch.dtype,
+    kv_cache_dtype: str,
+) -> PagedCase:
+    """The fp8-cache family's case (8 / 2 heads, k_scale 0.37, v_scale 1.9) from ``make_case``
+    (:func:`cuda_case` or the host-emulation suite's); skips where torch has no float8."""
+    skip_without_float8()
+    return make_case(
+        lens, 8, 2, head_size, block_size, dtype,
+        kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
+    )  # fmt: skip
+
+
+def assert_split_and_whole(
+    run: Callable[..., torch.Tensor],
+    case: PagedCase,
+    split: tuple[int, int],
+    whole: int,
+    dtype: torch.dtype,
+) -> None:
+    """``run`` (:func:`run_native` or the host-emulated one) over ``split`` (partitions, tokens
+    each) and over one partition of ``whole`` tokens, each against the reference."""
+    want = reference(case)
+    assert_close(run(case, *split), want, dtype)
+    assert_close(run(case, 1, whole), want, dtype)
+
+
+def assert_fused_qkv_query_and_out(
+    make_case: Callable[..., PagedCase], run: Callable[..., torch.Tensor]
+) -> None:
+    """vLLM slices q out of a fused qkv projection and passes an ``empty_like`` of it as out:
+    ``run`` (:func:`run_native` or the host-emulated one) on such strided tensors from a
+    ``make_case`` case matches the reference."""
+    case = make_case([77, 512], 8, 2, 128, 16, torch.float16)
+    out = slice_query_from_fused_qkv(case)
+    run(case, 2, 256, out=out)
+    assert_close(out, reference(case), torch.float16)
+
+
+def slice_query_from_fused_qkv(case: PagedCase) -> torch.Tensor:
+    """Replace ``case.query [S, H, D]`` by the first third of a fused qkv projection
+    ``[S, 3 H, D]`` holding the same values, as vLLM slices q; returns a NaN ``out`` strided
+    like it (the next third of a tensor shaped like the projection)."""
+    num_seqs, heads, head_size = case.query.shape
+    qkv = torch.randn(
+        num_seqs, 3 * heads, head_size, dtype=case.query.dtype, device=case.query.device
+    )
+    qkv[:, :heads] = case.query
+    case.query = qkv[:, :heads]
+    return torch.full_like(qkv, math.nan)[:, heads : 2 * heads]

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Optional
 
 import pytest
 import torch
+from conftest import skip_without_float8
 
 from attn_core.core.settings import current_overrides
 from attn_core.native import abi
@@ -26,6 +28,7 @@ from attn_core.native.prefill import (
 from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 MMAS = ("wmma", "fma")
+FEATURES = ("alibi", "window", "both")
 
 
 def prefill_library(mma: str) -> PrefillLibrary:
@@ -48,6 +51,48 @@ def cuda_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, **kw)
     case = make_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, "cuda", **kw)
     poison_past_context(case)
     return case
+
+
+def edge_batch(block_size: int, tile: int, long: int = 0) -> list[tuple[int, int]]:
+    """(context, chunk) pairs covering the edge lengths; ``long`` adds a long context."""
+    seqs = [(0, 1), (1, 15), (block_size - 1, 16), (block_size, 17), (37, max(1, tile - 1))]
+    seqs += [(0, tile), (block_size + 3, tile + 1)]
+    return seqs + ([(long, 19)] if long else [])
+
+
+def group_batch(config: int, group: int, context: int) -> list[tuple[int, int]]:
+    """(context, chunk) pairs around tile ``config``'s query rows at GQA ``group``: a whole
+    tile, one token past it, one short of it over ``context`` tokens, and a single token."""
+    tile = ps.tokens_per_tile(config, group)
+    return [(0, tile), (5, tile + 1), (context, max(1, tile - 1)), (33, 1)]
+
+
+def feature_kwargs(feature: str, window: int) -> dict[str, object]:
+    """:func:`make_prefill_case`'s keywords for one of :data:`FEATURES`: ALiBi, a sliding
+    window of ``window`` tokens, or both."""
+    return {
+        "alibi": feature in ("alibi", "both"),
+        "sliding_window": window if feature in ("window", "both") else None,
+    }
+
+
+def fp8_prefill_case(
+    make_case: Callable[..., PrefillCase],
+    head_size: int,
+    dtype: torch.dtype,
+    kv_cache_dtype: str,
+    long: int,
+) -> PrefillCase:
+    """The fp8-cache family's case from ``make_case`` (:func:`cuda_prefill_case` or the
+    host-emulation suite's): the edge batch with a ``long`` context, 8 / 2 heads, k_scale 0.37,
+    v_scale 1.9; skips where torch has no float8."""
+    skip_without_float8()
+    block_size = 8 if head_size == 64 else 16  # 8-token fp8 value vectors are 8 bytes
+    seqs = edge_batch(block_size, ps.tokens_per_tile(ps.CONFIG_LARGE, 4), long=long)
+    return make_case(
+        seqs, 8, 2, head_size, block_size, dtype,
+        kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
+    )  # fmt: skip
 
 
 def forced_launch(

@@ -7,10 +7,9 @@ these tests hold the code to that list.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
+from bad_input_helpers import decode_args_of, small_paged_case
 from decode_helpers import plan_of, reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -27,23 +26,6 @@ TORCH_INDEX_ERRORS = (IndexError, RuntimeError)
 @pytest.fixture(autouse=True)
 def checks_off(settings_env) -> None:
     settings_env.set("ATTN_CORE_CHECKS", "0")
-
-
-def args_of(case, max_seq_len: int, **kwargs: Any) -> dict[str, Any]:
-    return dict(
-        query=case.query,
-        key_cache=case.key_cache,
-        value_cache=case.value_cache,
-        block_tables=case.block_tables,
-        seq_lens=case.seq_lens,
-        max_seq_len=max_seq_len,
-        **kwargs,
-    )
-
-
-def small_case():
-    # lens 5 and 40, block 16: tables of 3 + 2 = 5 columns, capacity 80 tokens
-    return make_paged_case((5, 40), 8, 2, 64, 16, torch.float16)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +59,7 @@ def small_case():
          "tensor"],
 )  # fmt: skip
 def test_host_checks_run_without_the_flag(change, match: str) -> None:
-    args = args_of(small_case(), 40)
+    args = decode_args_of(small_paged_case(), 40)
     change(args)
     with pytest.raises(ValueError, match=match):
         paged_decode(**args)
@@ -86,13 +68,13 @@ def test_host_checks_run_without_the_flag(change, match: str) -> None:
 def test_issue_case_seq_lens_beyond_the_table_is_an_error_not_a_wrong_answer() -> None:
     """The issue's case: seq_lens past the table's capacity used to read other blocks (rel.
     error 0.14-0.36). max_seq_len must now cover them, which the table cannot hold."""
-    case = small_case()
+    case = small_paged_case()
     case.seq_lens[1] = 100
     with pytest.raises(ValueError, match="max_seq_len must be <= the capacity"):
-        paged_decode(**args_of(case, 100))
+        paged_decode(**decode_args_of(case, 100))
     # a max_seq_len that lies (seq_lens > max_seq_len): torch's index error, never numbers
     with pytest.raises(TORCH_INDEX_ERRORS):
-        paged_decode(**args_of(case, 80))
+        paged_decode(**decode_args_of(case, 80))
 
 
 @pytest.mark.parametrize("stream", (None, 32))
@@ -116,8 +98,9 @@ def test_bad_seq_lens_error_or_exact_never_other_blocks(
     max_seq_len = data.draw(st.integers(max(lens), capacity), label="max_seq_len")
     bad = data.draw(st.integers(max_seq_len + 1, capacity + 48), label="bad seq_len")
     case.seq_lens[0] = bad
+    plan = plan_of(case, max_seq_len, **ov)
     try:
-        got = paged_decode(**args_of(case, max_seq_len, plan=plan_of(case, max_seq_len, **ov)))
+        got = paged_decode(**decode_args_of(case, max_seq_len, plan=plan))
     except TORCH_INDEX_ERRORS:
         return
     assert bad <= capacity, f"seq_len {bad} > capacity {capacity} gave numbers, not an error"
@@ -133,18 +116,18 @@ def test_bad_seq_lens_error_or_exact_never_other_blocks(
 @pytest.mark.parametrize("length", (0, -1, -3))
 def test_seq_lens_below_one_give_finite_output(length: int) -> None:
     """Documented, not checked without the flag: a finite output of no meaning."""
-    case = small_case()
+    case = small_paged_case()
     case.seq_lens[0] = length
-    out = paged_decode(**args_of(case, 40))
+    out = paged_decode(**decode_args_of(case, 40))
     assert torch.isfinite(out).all()
 
 
 def test_value_checks_name_what_the_defaults_cannot(settings_env) -> None:
     settings_env.set("ATTN_CORE_CHECKS", "1")
-    case = small_case()
+    case = small_paged_case()
     case.seq_lens[1] = 60
     with pytest.raises(ValueError, match=r"seq_lens must be <= max_seq_len \(40\), got max 60"):
-        paged_decode(**args_of(case, 40))
+        paged_decode(**decode_args_of(case, 40))
 
 
 def test_bad_checks_flag_is_an_error_naming_the_variable(settings_env) -> None:
@@ -160,12 +143,12 @@ def test_workspace_of_the_wrong_type(bad: object) -> None:
         rf"got {type(bad).__name__}"
     )
     with pytest.raises(ValueError, match=want):
-        paged_decode(**args_of(small_case(), 40), workspace=bad)
+        paged_decode(**decode_args_of(small_paged_case(), 40), workspace=bad)
 
 
 def test_empty_batch_still_checks_its_arguments() -> None:
-    case = small_case()
-    args = args_of(case, 40)
+    case = small_paged_case()
+    args = decode_args_of(case, 40)
     args.update(
         query=case.query[:0], block_tables=case.block_tables[:0], seq_lens=case.seq_lens[:0]
     )

@@ -9,9 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import assert_close, poisoned_like, requires_cuda
-from decode_helpers import plan_of, reference, run_decode, slopes_for
+from decode_helpers import decode_on, plan_of, reference, run_decode, slopes_for
 
-from attn_core import paged_decode
 from attn_core.core.workspace import Workspace
 from attn_core.reference import make_paged_case
 
@@ -104,16 +103,7 @@ def test_cuda_graph_capture_and_replay_after_seq_lens_change() -> None:
     out = poisoned_like(case.query)
 
     def step(dst: torch.Tensor, workspace: Workspace) -> None:
-        paged_decode(
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            case.block_tables,
-            case.seq_lens,
-            capture_len,
-            out=dst,
-            workspace=workspace,
-        )
+        decode_on(case, capture_len, out=dst, workspace=workspace)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -177,17 +167,7 @@ def _transient_peak(case, ws, **overrides) -> int:
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    paged_decode(
-        case.query,
-        case.key_cache,
-        case.value_cache,
-        case.block_tables,
-        case.seq_lens,
-        max_len,
-        out=out,
-        workspace=ws,
-        plan=plan,
-    )
+    decode_on(case, max_len, out=out, workspace=ws, plan=plan)
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
 

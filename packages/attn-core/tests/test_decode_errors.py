@@ -8,22 +8,15 @@ from typing import Any
 
 import pytest
 import torch
+from bad_input_helpers import decode_args_of, small_paged_case
 from conftest import assert_close
 
 from attn_core import paged_decode
-from attn_core.reference import make_paged_case, reference_decode
+from attn_core.reference import reference_decode
 
 
 def good() -> dict[str, Any]:
-    case = make_paged_case((5, 40), 8, 2, 64, 16, torch.float16)
-    return {
-        "query": case.query,
-        "key_cache": case.key_cache,
-        "value_cache": case.value_cache,
-        "block_tables": case.block_tables,
-        "seq_lens": case.seq_lens,
-        "max_seq_len": 40,
-    }
+    return decode_args_of(small_paged_case(), 40)
 
 
 def with_(**changes: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:

@@ -11,12 +11,11 @@ import math
 
 import pytest
 import torch
-from conftest import assert_close, requires_cuda
-from decode_helpers import slopes_for
+from conftest import assert_close, requires_cuda, skip_without_float8
+from decode_helpers import decode_on, plan_of, slopes_for
 from native_helpers import cuda_case, native_library, reference
 
 from attn_core import paged_decode
-from attn_core.core.settings import DecodeOverrides
 from attn_core.core.shapes import AttentionShape
 from attn_core.core.workspace import Workspace
 from attn_core.decode.plan import DecodeLengths
@@ -26,25 +25,10 @@ from attn_core.runtime.resolve import decode_plan_for
 pytestmark = [pytest.mark.cuda, requires_cuda]
 
 
-def plan(case, backend: str, max_seq_len: int):
-    num_seqs, heads, head_size = case.query.shape
-    shape = AttentionShape(
-        heads,
-        case.key_cache.shape[1],
-        head_size,
-        case.key_cache.shape[3],
-        case.query.dtype,
-        case.kv_cache_dtype,
-    )
-    lengths = DecodeLengths(num_seqs, max_seq_len, case.block_tables.shape[1])
-    return decode_plan_for(shape, lengths, case.query.device, overrides=DecodeOverrides(backend))
-
-
 def decode(case, p, max_seq_len, **kwargs):
     out = torch.full_like(case.query, math.nan)  # poisoned: every element must be written
-    return paged_decode(
-        case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens,
-        max_seq_len, out=out, plan=p, workspace=Workspace(), k_scale=case.k_scale,
+    return decode_on(
+        case, max_seq_len, out=out, plan=p, workspace=Workspace(), k_scale=case.k_scale,
         v_scale=case.v_scale, kv_cache_dtype=case.kv_cache_dtype, **kwargs,
     )  # fmt: skip
 
@@ -57,21 +41,20 @@ def test_native_and_torch_backends_match_the_reference(group, dtype):
     case = cuda_case(lens, 2 * group, 2, 128, 16, dtype, non_contiguous_tables=True, seed=group)
     want = reference(case)
     for backend in ("native", "torch"):
-        p = plan(case, backend, 4099)
+        p = plan_of(case, 4099, backend=backend)
         assert p.backend == backend
         assert_close(decode(case, p, 4099), want, dtype)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8_e4m3", "fp8_e5m2"])
 def test_native_fp8_through_the_plan(kv_cache_dtype):
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
+    skip_without_float8()
     native_library(6)
     case = cuda_case(
         [33, 2000], 24, 4, 256, 16, torch.float16, kv_cache_dtype=kv_cache_dtype,
         k_scale=0.5, v_scale=1.7,
     )  # fmt: skip
-    p = plan(case, "native", 2000)
+    p = plan_of(case, 2000, backend="native")
     assert_close(decode(case, p, 2000), reference(case), torch.float16)
 
 
@@ -79,7 +62,7 @@ def test_qwen_shape_long_context_one_and_many_partitions():
     native_library(6)
     for batch, ctx in ((1, 40_000), (48, 3000)):
         case = cuda_case([ctx - 7 * i for i in range(batch)], 24, 4, 256, 16, torch.float16)
-        p = plan(case, "native", ctx)
+        p = plan_of(case, ctx, backend="native")
         split = native_split(AttentionShape(), batch, ctx, p.device_spec)
         assert p.native == split
         assert_close(decode(case, p, ctx), reference(case), torch.float16)
@@ -89,7 +72,7 @@ def test_alibi_and_odd_scale_through_the_plan():
     native_library(4)
     case = cuda_case([5, 300, 999], 8, 2, 128, 16, torch.float16)
     slopes = slopes_for(8, "cuda")
-    got = decode(case, plan(case, "native", 999), 999, scale=0.07, alibi_slopes=slopes)
+    got = decode(case, plan_of(case, 999, backend="native"), 999, scale=0.07, alibi_slopes=slopes)
     assert_close(got, reference(case, scale=0.07, alibi_slopes=slopes), torch.float16)
 
 
@@ -109,7 +92,7 @@ def test_native_plan_captures_and_replays_in_a_cuda_graph():
     case = cuda_case([900, 1000, 64], 24, 4, 256, 16, torch.float16,
                      extra_table_blocks=capture // 16)  # fmt: skip
     assert case.block_tables.shape[1] * 16 >= capture
-    p = plan(case, "native", capture)
+    p = plan_of(case, capture, backend="native")
     assert p.native is not None and p.native.merged
     ws, out = Workspace(), torch.full_like(case.query, math.nan)
 

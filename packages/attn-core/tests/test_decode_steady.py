@@ -133,11 +133,18 @@ def native_plan(case, lib):
     return dataclasses.replace(plan, library=lib)
 
 
-def test_a_steady_native_launch_equals_the_full_paths(case, monkeypatch) -> None:
+def recording_native_path(case, monkeypatch: pytest.MonkeyPatch) -> RecordingLibrary:
+    """Every plan made from here on is :func:`native_plan`'s on a new :class:`RecordingLibrary`
+    (returned), launched on stream 0."""
     lib = RecordingLibrary()
     plan = native_plan(case, lib)
     monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
     monkeypatch.setattr(abi, "current_stream", lambda device: 0)
+    return lib
+
+
+def test_a_steady_native_launch_equals_the_full_paths(case, monkeypatch) -> None:
+    lib = recording_native_path(case, monkeypatch)
     ws = Workspace()
     out = torch.empty_like(case.query)
     for _ in range(3):  # full path, then two steady calls
@@ -156,10 +163,7 @@ def test_a_steady_native_launch_equals_the_full_paths(case, monkeypatch) -> None
 def test_a_steady_call_follows_the_workspaces_buffers(case, monkeypatch) -> None:
     """The partials' addresses are remembered per step; a grown, cleared or other workspace
     must still get its own buffers' addresses."""
-    lib = RecordingLibrary()
-    plan = native_plan(case, lib)
-    monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
+    lib = recording_native_path(case, monkeypatch)
     args = DecodeArgs
 
     def launched(field) -> int:
@@ -196,10 +200,7 @@ def test_a_steady_call_follows_the_workspaces_buffers(case, monkeypatch) -> None
 
 
 def test_a_misaligned_cache_is_refused_on_both_paths(case, monkeypatch) -> None:
-    lib = RecordingLibrary()
-    plan = native_plan(case, lib)
-    monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
+    lib = recording_native_path(case, monkeypatch)
     kc = case.key_cache
     shifted = torch.empty(kc.numel() + 1, dtype=kc.dtype)[1:].view(kc.shape)  # 4 bytes off
     shifted.copy_(kc)
@@ -217,10 +218,7 @@ def test_a_misaligned_cache_is_refused_on_both_paths(case, monkeypatch) -> None:
 def test_a_steady_native_call_enters_no_resolver_file(case, monkeypatch) -> None:
     from test_steady_state import RESOLVING, attn_core_files_entered
 
-    lib = RecordingLibrary()
-    plan = native_plan(case, lib)
-    monkeypatch.setattr(runtime_decode, "plan_for", lambda *args, **kwargs: plan)
-    monkeypatch.setattr(abi, "current_stream", lambda device: 0)
+    lib = recording_native_path(case, monkeypatch)
     ws, out = Workspace(), torch.empty_like(case.query)
     call(case, out=out, workspace=ws)  # the full path records the signature
     files, calls, _ = attn_core_files_entered(lambda: call(case, out=out, workspace=ws))

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 import torch
-from decode_helpers import plan_of, run_decode
+from decode_helpers import decode_on, plan_of, run_decode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attn_core import paged_decode, probe_capabilities
@@ -219,16 +219,6 @@ def test_transient_bytes_within_budget(tier: str) -> None:
     plan = plan_of(case, scores="compute", tier=tier)
     counter = AllocationCounter()
     with counter:
-        paged_decode(
-            case.query,
-            case.key_cache,
-            case.value_cache,
-            case.block_tables,
-            case.seq_lens,
-            20_000,
-            out=out,
-            workspace=Workspace(),
-            plan=plan,
-        )
+        decode_on(case, 20_000, out=out, workspace=Workspace(), plan=plan)
     gathered_kv = 2 * 4 * 20_000 * 256 * 2
     assert counter.bytes <= 1.25 * gathered_kv, counter.bytes / gathered_kv

@@ -37,17 +37,25 @@ problems = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(problems)
-def test_merge_equals_whole_row_softmax(problem) -> None:
+def masked_row(problem, head_size: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A row of ``problem`` (partitions x partition size slots): float64 ``scores [T]`` with a
+    drawn tail masked (whole partitions of it included), ``values [T, head_size]``, and the
+    number of unmasked slots."""
     p, ps, spread, seed, data = problem
     t = p * ps
     g = torch.Generator().manual_seed(seed)
     scores = torch.randn(t, generator=g, dtype=torch.float64) * spread
-    values = torch.randn(t, 5, generator=g, dtype=torch.float64)
-    real = data.draw(st.integers(1, t))  # masked tail, whole partitions of it included
+    values = torch.randn(t, head_size, generator=g, dtype=torch.float64)
+    real = data.draw(st.integers(1, t))
     scores[real:] = MASKED_SCORE
-    out, lse = partitions(scores, values, ps)
+    return scores, values, real
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems)
+def test_merge_equals_whole_row_softmax(problem) -> None:
+    scores, values, real = masked_row(problem, 5)
+    out, lse = partitions(scores, values, ps=problem[1])
     merged, merged_lse = merge_lse(out, lse)
     torch.testing.assert_close(merged[0, 0], whole_row(scores[:real], values[:real]))
     torch.testing.assert_close(merged_lse[0, 0], torch.logsumexp(scores[:real], 0))
@@ -57,12 +65,8 @@ def test_merge_equals_whole_row_softmax(problem) -> None:
 @given(problems)
 def test_merging_merged_chunks_is_associative(problem) -> None:
     """Streaming merges chunk results pairwise: the same as merging every partition at once."""
-    p, ps, spread, seed, data = problem
-    t = p * ps
-    g = torch.Generator().manual_seed(seed)
-    scores = torch.randn(t, generator=g, dtype=torch.float64) * spread
-    values = torch.randn(t, 3, generator=g, dtype=torch.float64)
-    scores[data.draw(st.integers(1, t)) :] = MASKED_SCORE
+    p, ps, _, _, data = problem
+    scores, values, _ = masked_row(problem, 3)
     out, lse = partitions(scores, values, ps)
     cut = data.draw(st.integers(1, p))
     a = merge_lse(out[:, :cut], lse[..., :cut])

@@ -19,7 +19,15 @@ import pytest
 import torch
 from conftest import assert_close, requires_cuda
 from decode_helpers import slopes_for
-from native_helpers import cuda_case, native_library, reference, run_native
+from native_helpers import (
+    assert_fused_qkv_query_and_out,
+    assert_split_and_whole,
+    cuda_case,
+    fp8_paged_case,
+    native_library,
+    reference,
+    run_native,
+)
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 
@@ -38,10 +46,8 @@ def lengths(block_size: int, partition: int) -> list[int]:
 def test_every_head_block_dtype(head_size: int, block_size: int, dtype: torch.dtype) -> None:
     partition = 8 * block_size  # several partitions per sequence, partial tiles in each
     case = cuda_case(lengths(block_size, partition), 12, 4, head_size, block_size, dtype)
-    want = reference(case)
     parts = -(-1024 // partition)  # more partitions than the longest sequence needs
-    assert_close(run_native(case, parts, partition), want, dtype)
-    assert_close(run_native(case, 1, parts * partition), want, dtype)  # one partition
+    assert_split_and_whole(run_native, case, (parts, partition), parts * partition, dtype)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_e4m3", "fp8_e5m2"])
@@ -49,16 +55,10 @@ def test_every_head_block_dtype(head_size: int, block_size: int, dtype: torch.dt
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 @pytest.mark.parametrize("head_size", (64, 80, 128, 192, 256))  # 80, 192: below their buckets
 def test_fp8_caches(head_size, block_size, dtype, kv_cache_dtype) -> None:
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
-    case = cuda_case(
-        lengths(block_size, 128), 8, 2, head_size, block_size, dtype,
-        kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
-    )  # fmt: skip
-    want = reference(case)
+    lens = lengths(block_size, 128)
+    case = fp8_paged_case(cuda_case, lens, head_size, block_size, dtype, kv_cache_dtype)
     # fp8 values are exact in the reference too: only the accumulation and output rounding differ
-    assert_close(run_native(case, 8, 128), want, dtype)
-    assert_close(run_native(case, 1, 1024), want, dtype)
+    assert_split_and_whole(run_native, case, (8, 128), 1024, dtype)
 
 
 @pytest.mark.parametrize("dtype", (torch.float16, torch.float32), ids=str)
@@ -77,9 +77,7 @@ def test_merge_of_hundreds_of_partitions(head_size: int, dtype: torch.dtype) -> 
 @pytest.mark.parametrize("group", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
 def test_gqa_ratios(group: int) -> None:
     case = cuda_case([5, 333, 1000], 2 * group, 2, 128, 16, torch.float16, seed=group)
-    want = reference(case)
-    assert_close(run_native(case, 4, 256), want, torch.float16)
-    assert_close(run_native(case, 1, 1024), want, torch.float16)
+    assert_split_and_whole(run_native, case, (4, 256), 1024, torch.float16)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -100,13 +98,7 @@ def test_max_seq_len_far_above_lengths() -> None:
 
 def test_strided_query_and_out() -> None:
     """vLLM slices q out of a fused qkv projection and passes an ``empty_like`` of it as out."""
-    case = cuda_case([77, 512], 8, 2, 128, 16, torch.float16)
-    qkv = torch.randn(2, 3 * 8, 128, dtype=torch.float16, device="cuda")
-    qkv[:, :8] = case.query
-    case.query = qkv[:, :8]
-    out = torch.full_like(qkv, math.nan)[:, 8:16]
-    run_native(case, 2, 256, out=out)
-    assert_close(out, reference(case), torch.float16)
+    assert_fused_qkv_query_and_out(cuda_case, run_native)
 
 
 def test_cuda_graph_replay_follows_seq_lens() -> None:

@@ -17,15 +17,19 @@ device's CUDA tests), NVIDIA's matrix-unit body (inline PTX), and time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
 import torch
-from conftest import assert_close
+from conftest import assert_close, skip_without_float8
 from decode_helpers import slopes_for
 from host_emulation_helpers import emulated_decode, host_case, run_emulated
-from native_helpers import reference
+from native_helpers import (
+    assert_fused_qkv_query_and_out,
+    assert_split_and_whole,
+    fp8_paged_case,
+    reference,
+)
 
 from attn_core.native.loader import NativeError
 from attn_core.reference import make_paged_case
@@ -51,10 +55,8 @@ def check_both_orders(case, parts: int, size: int, dtype: torch.dtype, **kwargs)
 def test_every_head_block_dtype(head_size: int, block_size: int, dtype: torch.dtype) -> None:
     partition = 8 * block_size  # several partitions a sequence, partial tiles in each
     case = host_case(lengths(block_size, partition), 12, 4, head_size, block_size, dtype)
-    want = reference(case)
     parts = -(-300 // partition) + 1  # one more partition than the longest sequence needs
-    assert_close(run_emulated(case, parts, partition), want, dtype)
-    assert_close(run_emulated(case, 1, parts * partition), want, dtype)  # one partition
+    assert_split_and_whole(run_emulated, case, (parts, partition), parts * partition, dtype)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["fp8_e4m3", "fp8_e5m2"])
@@ -62,23 +64,15 @@ def test_every_head_block_dtype(head_size: int, block_size: int, dtype: torch.dt
 @pytest.mark.parametrize("block_size", (8, 16))  # 8: fp8 values as 8-byte vectors
 @pytest.mark.parametrize("head_size", (64, 192, 256))
 def test_fp8_caches(head_size, block_size, dtype, kv_cache_dtype) -> None:
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
-    case = host_case(
-        lengths(block_size, 128), 8, 2, head_size, block_size, dtype,
-        kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
-    )  # fmt: skip
-    want = reference(case)
-    assert_close(run_emulated(case, 4, 128), want, dtype)
-    assert_close(run_emulated(case, 1, 512), want, dtype)
+    lens = lengths(block_size, 128)
+    case = fp8_paged_case(host_case, lens, head_size, block_size, dtype, kv_cache_dtype)
+    assert_split_and_whole(run_emulated, case, (4, 128), 512, dtype)
 
 
 @pytest.mark.parametrize("group", [1, 3, 6, 8, 12, 16])  # 12 and 16: two blocks of 6 and 8
 def test_gqa_ratios(group: int) -> None:
     case = host_case([5, 333, 1000], 2 * group, 2, 128, 16, torch.float16, seed=group)
-    want = reference(case)
-    assert_close(run_emulated(case, 4, 256), want, torch.float16)
-    assert_close(run_emulated(case, 1, 1024), want, torch.float16)
+    assert_split_and_whole(run_emulated, case, (4, 256), 1024, torch.float16)
 
 
 @pytest.mark.parametrize("head_size", (80, 256))
@@ -113,8 +107,8 @@ def test_empty_partitions_past_every_end() -> None:
 def test_qwen_shape_in_both_thread_orders(kv_cache_dtype: str, dtype: torch.dtype) -> None:
     """Qwen3.6's 24 / 4 heads at head 256 over a 2000-token window boundary (kPageWindow pages
     at block 8: the page ids are restaged mid-partition) and partial last tiles."""
-    if kv_cache_dtype != "auto" and not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
+    if kv_cache_dtype != "auto":
+        skip_without_float8()
     case = host_case(
         [2100, 129, 7], 24, 4, 256, 8, dtype, kv_cache_dtype=kv_cache_dtype,
         k_scale=0.5 if kv_cache_dtype != "auto" else 1.0,
@@ -136,13 +130,7 @@ def test_lengths_past_the_table_are_read_up_to_its_end() -> None:
 
 def test_strided_query_and_out() -> None:
     """vLLM slices q out of a fused qkv projection and passes an ``empty_like`` of it as out."""
-    case = host_case([77, 512], 8, 2, 128, 16, torch.float16)
-    qkv = torch.randn(2, 3 * 8, 128, dtype=torch.float16)
-    qkv[:, :8] = case.query
-    case.query = qkv[:, :8]
-    out = torch.full_like(qkv, math.nan)[:, 8:16]
-    run_emulated(case, 2, 256, out=out)
-    assert_close(out, reference(case), torch.float16)
+    assert_fused_qkv_query_and_out(host_case, run_emulated)
 
 
 def test_arguments_the_library_refuses_raise_with_its_reason() -> None:

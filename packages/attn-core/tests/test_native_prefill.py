@@ -15,7 +15,18 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import assert_close, requires_cuda
-from native_prefill_helpers import MMAS, cuda_prefill_case, prefill_library, reference, run_native
+from native_prefill_helpers import (
+    FEATURES,
+    MMAS,
+    cuda_prefill_case,
+    edge_batch,
+    feature_kwargs,
+    fp8_prefill_case,
+    group_batch,
+    prefill_library,
+    reference,
+    run_native,
+)
 
 from attn_core import paged_prefix_prefill
 from attn_core.native import split as ps
@@ -27,29 +38,13 @@ CONFIGS = (ps.CONFIG_LARGE, ps.CONFIG_32K)
 DTYPES = (torch.float16, torch.bfloat16)
 
 
-def batch(block_size: int, tile: int, long: int = 0) -> list[tuple[int, int]]:
-    """(context, chunk) pairs covering the edge lengths; ``long`` adds a long context."""
-    seqs = [
-        (0, 1),
-        (1, 15),
-        (block_size - 1, 16),
-        (block_size, 17),
-        (37, max(1, tile - 1)),
-        (0, tile),
-        (block_size + 3, tile + 1),
-    ]
-    if long:
-        seqs.append((long, 19))
-    return seqs
-
-
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("mma", MMAS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_size", (64, 120, 128, 256))
 def test_heads_dtypes(head_size: int, dtype: torch.dtype, mma: str, config: int) -> None:
     tile = tokens_per_tile(config, 2)
-    case = cuda_prefill_case(batch(16, tile), 4, 2, head_size, 16, dtype, seed=head_size)
+    case = cuda_prefill_case(edge_batch(16, tile), 4, 2, head_size, 16, dtype, seed=head_size)
     assert_close(run_native(case, mma, config=config), reference(case), dtype)
 
 
@@ -59,7 +54,7 @@ def test_heads_dtypes(head_size: int, dtype: torch.dtype, mma: str, config: int)
 def test_block_sizes_long_context(block_size: int, mma: str, config: int) -> None:
     tile = tokens_per_tile(config, 3)
     case = cuda_prefill_case(
-        batch(block_size, tile, long=3001), 6, 2, 128, block_size, torch.float16
+        edge_batch(block_size, tile, long=3001), 6, 2, 128, block_size, torch.float16
     )
     want = reference(case)
     assert_close(run_native(case, mma, config=config), want, torch.float16)
@@ -71,26 +66,17 @@ def test_block_sizes_long_context(block_size: int, mma: str, config: int) -> Non
 @pytest.mark.parametrize("kv_cache_dtype", ("fp8_e4m3", "fp8_e5m2"))
 @pytest.mark.parametrize("head_size", (64, 256))
 def test_fp8_caches(head_size: int, kv_cache_dtype: str, dtype: torch.dtype, mma: str) -> None:
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
-    block_size = 8 if head_size == 64 else 16  # 8-token fp8 value vectors are 8 bytes
-    seqs = batch(block_size, tokens_per_tile(ps.CONFIG_LARGE, 4), long=700)
-    case = cuda_prefill_case(
-        seqs, 8, 2, head_size, block_size, dtype,
-        kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
-    )  # fmt: skip
+    case = fp8_prefill_case(cuda_prefill_case, head_size, dtype, kv_cache_dtype, long=700)
     want = reference(case)
     assert_close(run_native(case, mma), want, dtype)
     assert_close(run_native(case, mma, config=ps.CONFIG_32K, num_splits=3), want, dtype)
 
 
 @pytest.mark.parametrize("mma", MMAS)
-@pytest.mark.parametrize("feature", ("alibi", "window", "both"))
+@pytest.mark.parametrize("feature", FEATURES)
 def test_alibi_and_window(feature: str, mma: str) -> None:
-    alibi = feature in ("alibi", "both")
-    window = 300 if feature in ("window", "both") else None
     seqs = [(0, 40), (500, 1), (1000, 250), (17, 300)]
-    case = cuda_prefill_case(seqs, 8, 2, 128, 16, torch.float16, alibi=alibi, sliding_window=window)
+    case = cuda_prefill_case(seqs, 8, 2, 128, 16, torch.float16, **feature_kwargs(feature, 300))
     want = reference(case, scale=0.07)
     for config in CONFIGS:
         assert_close(run_native(case, mma, config=config, scale=0.07), want, torch.float16)
@@ -102,8 +88,7 @@ def test_alibi_and_window(feature: str, mma: str) -> None:
 @pytest.mark.parametrize("group", (1, 2, 6, 8, 16))
 def test_gqa_groups(group: int, mma: str) -> None:
     for config in CONFIGS:
-        tile = tokens_per_tile(config, group)
-        seqs = [(0, tile), (5, tile + 1), (400, max(1, tile - 1)), (33, 1)]
+        seqs = group_batch(config, group, 400)
         case = cuda_prefill_case(seqs, 2 * group, 2, 128, 16, torch.float16, seed=group)
         assert_close(run_native(case, mma, config=config), reference(case), torch.float16)
 

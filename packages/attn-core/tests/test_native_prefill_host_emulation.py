@@ -19,20 +19,20 @@ import pytest
 import torch
 from conftest import assert_close
 from host_emulation_helpers import host_prefill_case, run_emulated_prefill
-from native_prefill_helpers import reference
+from native_prefill_helpers import (
+    FEATURES,
+    edge_batch,
+    feature_kwargs,
+    fp8_prefill_case,
+    group_batch,
+    reference,
+)
 
 from attn_core.native import split as ps
 from attn_core.native.split import tokens_per_tile
 
 CONFIGS = (ps.CONFIG_LARGE, ps.CONFIG_32K)
 DTYPES = (torch.float16, torch.bfloat16)
-
-
-def batch(block_size: int, tile: int, long: int = 0) -> list[tuple[int, int]]:
-    """(context, chunk) pairs covering the edge lengths; ``long`` adds a long context."""
-    seqs = [(0, 1), (1, 15), (block_size - 1, 16), (block_size, 17), (37, max(1, tile - 1))]
-    seqs += [(0, tile), (block_size + 3, tile + 1)]
-    return seqs + ([(long, 19)] if long else [])
 
 
 def check_both_orders(case, config: int, splits: int, dtype: torch.dtype, **kwargs) -> None:
@@ -48,7 +48,7 @@ def check_both_orders(case, config: int, splits: int, dtype: torch.dtype, **kwar
 @pytest.mark.parametrize("head_size", (64, 120, 128, 256))
 def test_heads_dtypes(head_size: int, dtype: torch.dtype, config: int) -> None:
     tile = tokens_per_tile(config, 2)
-    case = host_prefill_case(batch(16, tile), 4, 2, head_size, 16, dtype, seed=head_size)
+    case = host_prefill_case(edge_batch(16, tile), 4, 2, head_size, 16, dtype, seed=head_size)
     assert_close(run_emulated_prefill(case, config, 1), reference(case), dtype)
 
 
@@ -57,7 +57,7 @@ def test_heads_dtypes(head_size: int, dtype: torch.dtype, config: int) -> None:
 def test_block_sizes_long_context_splits(block_size: int, config: int) -> None:
     tile = tokens_per_tile(config, 3)
     case = host_prefill_case(
-        batch(block_size, tile, long=1501), 6, 2, 128, block_size, torch.float16
+        edge_batch(block_size, tile, long=1501), 6, 2, 128, block_size, torch.float16
     )
     want = reference(case)
     for splits in (1, 5):
@@ -68,26 +68,17 @@ def test_block_sizes_long_context_splits(block_size: int, config: int) -> None:
 @pytest.mark.parametrize("kv_cache_dtype", ("fp8_e4m3", "fp8_e5m2"))
 @pytest.mark.parametrize("head_size", (64, 256))
 def test_fp8_caches(head_size: int, kv_cache_dtype: str, dtype: torch.dtype) -> None:
-    if not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
-    block_size = 8 if head_size == 64 else 16  # 8-token fp8 value vectors are 8 bytes
-    seqs = batch(block_size, tokens_per_tile(ps.CONFIG_LARGE, 4), long=300)
-    case = host_prefill_case(
-        seqs, 8, 2, head_size, block_size, dtype,
-        kv_cache_dtype=kv_cache_dtype, k_scale=0.37, v_scale=1.9,
-    )  # fmt: skip
+    case = fp8_prefill_case(host_prefill_case, head_size, dtype, kv_cache_dtype, long=300)
     want = reference(case)
     assert_close(run_emulated_prefill(case, ps.CONFIG_LARGE, 1), want, dtype)
     assert_close(run_emulated_prefill(case, ps.CONFIG_32K, 3), want, dtype)
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("feature", ("alibi", "window", "both"))
+@pytest.mark.parametrize("feature", FEATURES)
 def test_alibi_and_window_in_both_thread_orders(feature: str, config: int) -> None:
-    alibi = feature in ("alibi", "both")
-    window = 100 if feature in ("window", "both") else None
     seqs = [(0, 40), (300, 1), (400, 90), (17, 130)]
-    case = host_prefill_case(seqs, 8, 2, 128, 16, torch.float16, alibi=alibi, sliding_window=window)
+    case = host_prefill_case(seqs, 8, 2, 128, 16, torch.float16, **feature_kwargs(feature, 100))
     check_both_orders(case, config, 1, torch.float16, scale=0.07)
     check_both_orders(case, config, 4, torch.float16, scale=0.07)
 
@@ -95,8 +86,7 @@ def test_alibi_and_window_in_both_thread_orders(feature: str, config: int) -> No
 @pytest.mark.parametrize("group", (1, 2, 6, 8, 16))
 def test_gqa_groups(group: int) -> None:
     for config in CONFIGS:
-        tile = tokens_per_tile(config, group)
-        seqs = [(0, tile), (5, tile + 1), (200, max(1, tile - 1)), (33, 1)]
+        seqs = group_batch(config, group, 200)
         case = host_prefill_case(seqs, 2 * group, 2, 128, 16, torch.float16, seed=group)
         assert_close(run_emulated_prefill(case, config, 2), reference(case), torch.float16)
 

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_close, requires_cuda
+from conftest import assert_close, requires_cuda, skip_without_float8
 from native_prefill_helpers import MMAS, cuda_prefill_case, prefill_library, reference
 
 from attn_core import AttentionShape, NativePrefillPlan, PrefillLengths, paged_prefix_prefill
@@ -58,8 +58,8 @@ def test_features_through_the_entry_point(settings_env, mma, feature):
     prefill_library(mma)
     settings_env.set("ATTN_CORE_PREFILL_MMA", mma)
     fp8 = feature.startswith("fp8")
-    if fp8 and not hasattr(torch, "float8_e4m3fn"):
-        pytest.skip(f"torch {torch.__version__} has no float8 dtypes for the reference")
+    if fp8:
+        skip_without_float8()
     case = cuda_prefill_case(
         SEQS, 8, 2, 128, 16, torch.float16, alibi=feature == "alibi",
         sliding_window=300 if feature == "window" else None,

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import pytest
 import torch
 from conftest import assert_close
 from prefill_helpers import reference
-from test_steady_state import RESOLVING, CountingEnviron, attn_core_files_entered
+from test_steady_state import RESOLVING, a_repeat_reads_no_environment, attn_core_files_entered
 
 from attn_core import paged_prefix_prefill
 from attn_core.core import settings
@@ -82,16 +81,8 @@ def later_chunk(case: PrefillCase, first_context: int) -> PrefillCase:
 
 
 def test_a_second_identical_call_reads_no_environment(case, monkeypatch) -> None:
-    counting = CountingEnviron(os.environ)
-    monkeypatch.setattr(os, "environ", counting)
-    settings.reload()  # the one read: the snapshot is taken here
-    assert counting.reads > 0
     ws = Workspace()
-    first = call(case, ws)
-    counting.reads = 0
-    second = call(case, ws)
-    assert counting.reads == 0
-    assert torch.equal(first, second)
+    counting, second = a_repeat_reads_no_environment(monkeypatch, lambda: call(case, ws))
     later = [later_chunk(case, n) for n in (1990, 1500)]  # the same bucket, and a new one
     counting.reads = 0
     for chunk in later:

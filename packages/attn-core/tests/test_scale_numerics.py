@@ -10,7 +10,10 @@ near-one-hot softmax of a huge scale as for the uniform one of a tiny scale.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
+from typing import Union
 
 import pytest
 import torch
@@ -52,9 +55,44 @@ COMMON = settings(
 )
 
 
+def at_extreme_scales(
+    backends: list[tuple[str, str]], **problem: st.SearchStrategy
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A test over every (device, backend) of ``backends`` and every dtype, given a drawn
+    ``scale``, ``magnitude`` and ``seed`` and the problem's own strategies ``problem``."""
+
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        drawn = given(scale=SCALES, magnitude=MAGNITUDES, seed=st.integers(0, 2**16), **problem)
+        by_dtype = pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
+        by_backend = pytest.mark.parametrize(("device", "backend"), backends)
+        return by_backend(by_dtype(COMMON(drawn(test))))
+
+    return decorate
+
+
 def _magnified(t: torch.Tensor, magnitude: float) -> torch.Tensor:
     """``t * magnitude`` rounded once to ``t``'s dtype (the inputs the kernel reads)."""
     return (t.double() * magnitude).to(t.dtype)
+
+
+def _magnify(case, magnitude: float, *names: str) -> None:
+    """Each tensor ``names`` of ``case`` replaced by its :func:`_magnified` copy."""
+    for name in names:
+        setattr(case, name, _magnified(getattr(case, name), magnitude))
+
+
+@contextlib.contextmanager
+def _skip_if_unserved(
+    backend: str, errors: Union[type[Exception], tuple[type[Exception], ...]], what: str
+) -> Iterator[None]:
+    """One of ``errors`` from a forced backend other than torch means this device cannot serve
+    it: the test skips, naming ``what``; from torch it stands."""
+    try:
+        yield
+    except errors as exc:
+        if backend == "torch":
+            raise
+        pytest.skip(f"{what} unavailable here: {exc}")
 
 
 def _used_max(value_cache: torch.Tensor, block_tables: torch.Tensor, lens: list) -> float:
@@ -88,34 +126,23 @@ def _check(
     assert err <= (REL_TOL[dtype] + weights) * values_max + 1e-30, (err, values_max, logit_err)
 
 
-@pytest.mark.parametrize(("device", "backend"), DECODE_BACKENDS)
-@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
-@COMMON
-@given(
-    scale=SCALES,
-    magnitude=MAGNITUDES,
+@at_extreme_scales(
+    DECODE_BACKENDS,
     lens=st.lists(st.integers(1, 70), min_size=1, max_size=3),
     tier=st.sampled_from((None, "single_tile", "one_pass", "partitioned")),
-    seed=st.integers(0, 2**16),
 )
 def test_decode_finite_and_close_at_extreme_scales(
     device, backend, dtype, scale, magnitude, lens, tier, seed
 ) -> None:
     case = make_paged_case(lens, 8, 2, 64, 16, dtype, device, seed=seed)
-    case.query = _magnified(case.query, magnitude)
-    case.key_cache = _magnified(case.key_cache, magnitude)
-    case.value_cache = _magnified(case.value_cache, magnitude)
+    _magnify(case, magnitude, "query", "key_cache", "value_cache")
     plan = plan_of(case, tier=tier) if backend == "torch" else None
     out = poisoned_like(case.query)
-    try:
+    with _skip_if_unserved(backend, ValueError, "native decode"):
         paged_decode(
             case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens,
             case.max_seq_len, scale, out=out, plan=plan, backend=backend,
         )  # fmt: skip
-    except ValueError as exc:  # a forced native backend this device cannot serve
-        if backend == "native":
-            pytest.skip(f"native decode unavailable here: {exc}")
-        raise
     ref = reference_decode(
         case.query, case.key_cache, case.value_cache, case.block_tables, case.seq_lens, scale
     )
@@ -123,14 +150,9 @@ def test_decode_finite_and_close_at_extreme_scales(
     _check(out, ref, _used_max(case.value_cache, case.block_tables, lens), dtype, logit_err)
 
 
-@pytest.mark.parametrize(("device", "backend"), PREFILL_BACKENDS)
-@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
-@COMMON
-@given(
-    scale=SCALES,
-    magnitude=MAGNITUDES,
+@at_extreme_scales(
+    PREFILL_BACKENDS,
     seqs=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 20)), min_size=1, max_size=3),
-    seed=st.integers(0, 2**16),
 )
 def test_prefill_finite_and_close_at_extreme_scales(
     device, backend, dtype, scale, magnitude, seqs, seed
@@ -142,15 +164,11 @@ def test_prefill_finite_and_close_at_extreme_scales(
         # scale 1) would put near-ties off by whole units; a scale > 1 runs with fp32 scores.
         assume(magnitude <= 1.0)
     case = make_prefill_case(seqs, 8, 2, 64, 16, dtype, device, seed=seed)
-    for name in ("query", "key", "value", "key_cache", "value_cache"):
-        setattr(case, name, _magnified(getattr(case, name), magnitude))
+    _magnify(case, magnitude, "query", "key", "value", "key_cache", "value_cache")
     out = poisoned_like(case.query)
-    try:
+    # a fused backend this device lacks raises either
+    with _skip_if_unserved(backend, (ValueError, RuntimeError), f"prefill backend {backend}"):
         paged_prefix_prefill(*case.args(), scale, **case.kwargs(), out=out, backend=backend)
-    except (ValueError, RuntimeError) as exc:  # a fused backend this device lacks
-        if backend != "torch":
-            pytest.skip(f"prefill backend {backend} unavailable here: {exc}")
-        raise
     ref = reference_prefix_prefill(
         case.query, case.key, case.value, case.key_cache, case.value_cache, case.block_tables,
         case.query_start_loc, case.context_lens, scale,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 
 import pytest
@@ -73,17 +73,27 @@ def case():
     return make_paged_case((5, 40, 1000), 8, 2, 64, 16, torch.float32, seed=11)
 
 
-def test_a_second_identical_call_reads_no_environment(case, monkeypatch) -> None:
+def a_repeat_reads_no_environment(
+    monkeypatch: pytest.MonkeyPatch, call_once: Callable[[], torch.Tensor]
+) -> tuple[CountingEnviron, torch.Tensor]:
+    """``os.environ`` counted, the settings snapshot taken (which reads it), then ``call_once``
+    twice: the second call reads no environment and gives the first's bits. Returns the
+    counter (at zero) and the second result."""
     counting = CountingEnviron(os.environ)
     monkeypatch.setattr(os, "environ", counting)
     settings.reload()  # the one read: the snapshot is taken here
     assert counting.reads > 0
-    ws = Workspace()
-    first = call(case, 1000, ws)
+    first = call_once()
     counting.reads = 0
-    second = call(case, 1000, ws)
+    second = call_once()
     assert counting.reads == 0
     assert torch.equal(first, second)
+    return counting, second
+
+
+def test_a_second_identical_call_reads_no_environment(case, monkeypatch) -> None:
+    ws = Workspace()
+    counting, _ = a_repeat_reads_no_environment(monkeypatch, lambda: call(case, 1000, ws))
     # a longer max_seq_len in the same bucket, and a new one: still no environment read
     capacity = case.block_tables.shape[1] * 16
     assert max_seq_len_bucket(1030, capacity) != max_seq_len_bucket(1000, capacity)
