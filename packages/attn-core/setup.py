@@ -1,9 +1,9 @@
 """Build hook: compile every native kernel family when a CUDA or CoreX compiler is present.
 
 The metadata is in pyproject.toml; this file only adds a step to ``build_py``. It needs no
-torch: attn_core/native/toolchain.py, family.py, build.py and core/files.py are standard-library
-modules, loaded here by path. Every family's libraries (attn_core/native/family.py: decode, prefill)
-land in ``attn_core/native/_prebuilt``, so an installed package serves them without a build
+torch: attn_core/native/toolchain.py, family.py and build.py (which loads core/files.py) are
+standard-library modules, loaded here by path. Every family's libraries
+(attn_core/native/family.py: decode, prefill, gated_delta) land in ``attn_core/native/_prebuilt``, so an installed package serves them without a build
 in the serving process. A missing compiler or a failed build never fails the install (the torch
 path runs and ``engine-patch status`` says why); the HIL image (hil/docker/Dockerfile) builds with
 ``python -m attn_core.native build || [ $? -eq 3 ]`` instead, where a failed build fails it.
@@ -69,7 +69,6 @@ class BuildPyWithNative(build_py):
             print("attn-core: native kernel not built (ATTN_CORE_NATIVE_BUILD is off)")
             return
         toolchain_mod = _load("native/toolchain.py")
-        _load("core/files.py")  # build.py's writer, when the package itself is not importable
         family_mod = _load("native/family.py")
         build_mod = _load("native/build.py")
         arch_text = env.get("ATTN_CORE_NATIVE_ARCH", "")

@@ -18,6 +18,7 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -34,8 +35,14 @@ from typing import TYPE_CHECKING, Optional
 
 try:
     from attn_core.core.files import write_atomic
-except ImportError:  # setup.py: the package (or torch) is not importable while a wheel builds
-    from _attn_core_setup_core_files import write_atomic  # type: ignore[no-redef]
+except ImportError:  # loaded by path (setup.py, nox's clang session): no package, no torch
+    _files_spec = importlib.util.spec_from_file_location(
+        "_attn_core_files", Path(__file__).resolve().parents[1] / "core" / "files.py"
+    )
+    assert _files_spec is not None and _files_spec.loader is not None
+    _files = importlib.util.module_from_spec(_files_spec)
+    _files_spec.loader.exec_module(_files)
+    write_atomic = _files.write_atomic
 
 if TYPE_CHECKING:  # setup.py loads this file alone, without the attn_core package (or torch)
     from attn_core.native.family import Family
