@@ -3,8 +3,9 @@
 The metadata is in pyproject.toml; this file only adds a step to ``build_py``. It needs no
 torch: attn_core/native/toolchain.py, family.py and build.py (which loads core/files.py) are
 standard-library modules, loaded here by path. Every family's libraries
-(attn_core/native/family.py: decode, prefill, gated_delta) land in ``attn_core/native/_prebuilt``, so an installed package serves them without a build
-in the serving process. A missing compiler or a failed build never fails the install (the torch
+(attn_core/native/family.py: decode, prefill, gated_delta) land in
+``attn_core/native/_prebuilt``, so an installed package serves them without a build in the
+serving process. A missing compiler or a failed build never fails the install (the torch
 path runs and ``engine-patch status`` says why); the HIL image (hil/docker/Dockerfile) builds with
 ``python -m attn_core.native build || [ $? -eq 3 ]`` instead, where a failed build fails it.
 
