@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable
@@ -184,8 +185,10 @@ def _baselines() -> dict[str, tuple[Optional[Callable], Optional[Callable], str]
     try:
         from transformers.models.qwen3_next import modeling_qwen3_next as tf
 
-        found["transformers"] = (tf.torch_chunk_gated_delta_rule,
-                                 tf.torch_recurrent_gated_delta_rule, "")  # fmt: skip
+        # newer transformers wrap these in a hub-kernel switch that calls FLA when it is
+        # importable (found on an H200 with fla-core carried): unwrap to time the torch fallback
+        chunk, recurrent = tf.torch_chunk_gated_delta_rule, tf.torch_recurrent_gated_delta_rule
+        found["transformers"] = (inspect.unwrap(chunk), inspect.unwrap(recurrent), "")
     except Exception as exc:  # ImportError, or a transformers without this model
         found["transformers"] = (None, None, f"not importable: {type(exc).__name__}: {exc}"[:160])
     try:
