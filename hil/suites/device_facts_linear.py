@@ -20,13 +20,11 @@ section only on CUDA; the host clock serves the CPU tests).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
-from device_facts_rates import event_median_s
 from device_facts_record import absent, measured
+from device_facts_tiers import time_eager, time_graph
 from hybrid_layer import HYBRID_LAYER, LayerInputs, LinearLayerShape, layer_inputs, served
 
 LINEAR_UNITS = {
@@ -35,19 +33,6 @@ LINEAR_UNITS = {
     "linear_prefill_torch_s": "s",
     "linear_decode": "s",
 }
-
-
-def median_s(fn: Callable[[], object], device: torch.device, repeats: int) -> float:
-    """Median seconds of ``fn`` after one warm-up call (which also runs the verify-once check)."""
-    if device.type == "cuda":
-        return event_median_s(fn, repeats, warmup=1)
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def clock(device: torch.device) -> str:
@@ -76,7 +61,7 @@ def prefill_facts(x: LayerInputs, native: dict, repeats: int, what: str) -> dict
         method = (f"attn_core.chunk_gated_delta_rule(backend={backend!r}), {what}, one sequence "
                   f"of {x.q.shape[1]} tokens from a zero state, final state out, "
                   f"{clock(device)}, median of {repeats}")  # fmt: skip
-        facts[name] = measured(median_s(prefill_call(x, backend), device, repeats), "s", method)
+        facts[name] = measured(time_eager(prefill_call(x, backend), device, repeats), "s", method)
     return facts
 
 
@@ -98,32 +83,18 @@ def decode_step(batch: int, shape: LinearLayerShape, dtype: torch.dtype, device:
     )  # fmt: skip
 
 
-def graph_replay_s(step: Callable[[], object], repeats: int) -> float:
-    """Median replay time of ``step`` captured in a CUDA graph (warmed on a side stream first,
-    so the verify-once check and the allocator are done before the capture)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    return event_median_s(graph.replay, repeats, warmup=2)
-
-
 def decode_row(backend: str, batch: int, shape: LinearLayerShape, dtype: torch.dtype,
                device: torch.device, repeats: int) -> dict:  # fmt: skip
     step = decode_step(batch, shape, dtype, device, backend)
-    row = {"backend": backend, "batch": batch, "eager_s": median_s(step, device, repeats),
+    row = {"backend": backend, "batch": batch, "eager_s": time_eager(step, device, repeats),
            "graph_s": None}  # fmt: skip
     if device.type != "cuda":
         row["graph_error"] = f"CUDA-graph replay needs a CUDA device, got {device.type}"
         return row
-    try:
-        row["graph_s"] = graph_replay_s(step, repeats)
-    except RuntimeError as exc:  # no capture on this platform: data, not a failed section
-        row["graph_error"] = f"capture or replay raised: {exc}"[:300]
+    # no capture on this platform is data, not a failed section: the row says why
+    row["graph_s"], why = time_graph(step, device, repeats)
+    if why is not None:
+        row["graph_error"] = why
     return row
 
 
