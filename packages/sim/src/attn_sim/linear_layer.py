@@ -55,14 +55,15 @@ FALLBACK_DECODE_LAUNCHES = 34
 
 # --- attn-core's torch path -----------------------------------------------------------------
 TORCH_LAUNCHES_PER_CHUNK = 3.3
-TORCH_DECODE_LAUNCHES = 16
+TORCH_DECODE_LAUNCHES = 47
 TORCH_BMM_EFFICIENCY = 0.5
 
 # --- native kernels -------------------------------------------------------------------------
 NATIVE_CHUNK = 16
 NATIVE_THREADS = 128
 NATIVE_COLUMNS = 32
-NATIVE_REGISTERS = 64
+NATIVE_DECODE_REGISTERS = 96
+NATIVE_PREFILL_REGISTERS = 168
 NATIVE_PREFILL_SMEM = 25856
 NATIVE_DECODE_SMEM = 3120
 NATIVE_CHUNK_FIXED_S = 1.0e-6
@@ -84,13 +85,17 @@ PROVENANCE = {
     "torch_recurrent_gated_delta_rule (l2 norms, casts, one token's step)",
     "TORCH_LAUNCHES_PER_CHUNK": "measured: ~3.3 launches per 64-token chunk, dispatch counter "
     "over attn-core's torch path (segments included)",
-    "TORCH_DECODE_LAUNCHES": "assumed: counted from attn_core.linear.recurrent.recurrent_step "
-    "and its casts (~16)",
+    "TORCH_DECODE_LAUNCHES": "measured: 48 device kernels a step (torch.profiler, H200, "
+    "bench/linear_attn_bench.py, batch 1), one of them a copy of the gathered states since "
+    "dropped (docs/benchmarks.md#gated-deltanet)",
     "TORCH_BMM_EFFICIENCY": "assumed: fp32 batched matmuls at half the fp32 rate",
     "NATIVE_CHUNK": "source: gated_delta.cu kChunk = 16 (64 does not fit 32 KiB)",
     "NATIVE_PREFILL_SMEM": "source: gated_delta.cu chunked_prefill's static arrays at K = 128",
     "NATIVE_DECODE_SMEM": "source: gated_delta.cu decode_step's static arrays at K = 128",
-    "NATIVE_REGISTERS": "assumed: 64 per thread (32 state floats + addressing; no facts yet)",
+    "NATIVE_DECODE_REGISTERS": "measured: the driver's facts of decode_step<128>, nvcc 13 sm_90 "
+    "(docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
+    "NATIVE_PREFILL_REGISTERS": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 "
+    "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's six barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "assumed: 10 % of an SM's fp32 rate per resident warp "
     "(FMA chains unhidden), capped at 80 %; the native kernels are not yet timed on a GPU",
@@ -202,16 +207,16 @@ def torch_prefill(spec: DeviceSpec, s: LinearShape, tokens: int) -> LinearCost:
     return LinearCost("torch", seconds, launches, nbytes, flops, chunks)
 
 
-def native_occupancy(spec: DeviceSpec, smem: int) -> int:
+def native_occupancy(spec: DeviceSpec, registers: int, smem: int) -> int:
     """Resident blocks per SM of a 128-thread native block (0: it cannot launch)."""
-    return min(occupancy_limits(spec, NATIVE_THREADS, NATIVE_REGISTERS, smem).values())
+    return min(occupancy_limits(spec, NATIVE_THREADS, registers, smem).values())
 
 
 def native_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
     """The chunked kernel: every block walks ``tokens`` in 16-token chunks; blocks beyond one
     wave wait for a whole earlier block to finish its sequence."""
     blocks = (s.head_v // NATIVE_COLUMNS) * s.num_value_heads * num_seqs
-    per_sm = native_occupancy(spec, NATIVE_PREFILL_SMEM)
+    per_sm = native_occupancy(spec, NATIVE_PREFILL_REGISTERS, NATIVE_PREFILL_SMEM)
     if per_sm == 0:
         raise ValueError(
             f"native chunked prefill needs {NATIVE_PREFILL_SMEM} bytes of shared memory, the "
@@ -270,7 +275,7 @@ def decode(spec: DeviceSpec, s: LinearShape, path: str, num_seqs: int = 1) -> Li
         return LinearCost(path, t, launches, 2 * nbytes, flops)
     if path != "native":
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    per_sm = native_occupancy(spec, NATIVE_DECODE_SMEM)
+    per_sm = native_occupancy(spec, NATIVE_DECODE_REGISTERS, NATIVE_DECODE_SMEM)
     slices = s.head_v // NATIVE_COLUMNS
     group = s.num_value_heads // s.num_heads
     hpb = 1

@@ -271,9 +271,8 @@ def gated_delta_decode(
                       l2norm=l2)  # fmt: skip
         return out
     state, valid, safe = gather_slots(state_pool, state_indices)
-    old = state.clone()
     o = recurrent_step(state, q, k, v, g, beta, resolved, l2)
-    scatter_slots(state_pool, safe, valid, state, old)
+    scatter_slots(state_pool, safe, valid, state)
     out.copy_(zero_padded(o, valid))
     return out
 
@@ -490,5 +489,5 @@ def causal_conv1d_update(
     lanes = conv_state[:, :, : width - 1]
     window, valid, safe = gather_slots(lanes, idx)
     out, new = conv_step(seq, window, weight, bias, act)
-    scatter_slots(lanes, safe, valid, new, window)
+    scatter_slots(lanes, safe, valid, new)
     return zero_padded(out, valid).to(x.dtype).view(x.shape)

@@ -16,26 +16,22 @@ def gather_slots(pool: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tenso
     """``(rows, valid, safe)``: ``rows [N, ...]`` of ``pool [slots, ...]`` (row 0 for a padded
     entry), ``valid [N]`` bool (the index names a row), ``safe [N]`` int64 (0 where padded)."""
     valid = (indices >= 0) & (indices < pool.shape[0])
-    safe = torch.where(valid, indices.long(), torch.zeros_like(indices, dtype=torch.long))
+    safe = torch.where(valid, indices, 0).long()
     return pool.index_select(0, safe), valid, safe
 
 
 def scatter_slots(
-    pool: torch.Tensor,
-    safe: torch.Tensor,
-    valid: torch.Tensor,
-    new: torch.Tensor,
-    old: torch.Tensor,
+    pool: torch.Tensor, safe: torch.Tensor, valid: torch.Tensor, new: torch.Tensor
 ) -> None:
     """Write ``new [N, ...]`` at the valid entries' rows of ``pool``; a padded entry writes the
-    first valid entry's row with that entry's value (``old``, the rows as gathered, when no
-    entry is valid)."""
+    first valid entry's row with that entry's value, or (no entry valid) row 0 with its own
+    value: no copy of the gathered rows is kept for that (``pool[:1]`` is read in place)."""
     n = valid.shape[0]
     first = torch.argmax(valid.to(torch.int32))  # 0 when none is valid
     donor = torch.where(valid, torch.arange(n, device=valid.device), first)
     keep = valid.index_select(0, donor).view(n, *([1] * (new.dim() - 1)))
-    value = torch.where(keep, new.index_select(0, donor), old.index_select(0, donor))
-    pool.index_copy_(0, safe.index_select(0, donor), value.to(pool.dtype))
+    value = torch.where(keep, new.index_select(0, donor).to(pool.dtype), pool[:1])
+    pool.index_copy_(0, safe.index_select(0, donor), value)
 
 
 def zero_padded(out: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
