@@ -18,8 +18,8 @@ from attn_core.native import abi, build, facts, split
 from attn_core.native.__main__ import main as native_main
 from attn_core.native.abi import KernelInfo
 from attn_core.native.decode import DecodeArgs
-from attn_core.native.gated_delta import GdnConvArgs, GdnDecodeArgs, GdnPrefillArgs
 from attn_core.native.family import DECODE, DECODE_SLOTS, GATED_DELTA, PREFILL
+from attn_core.native.gated_delta import GdnConvArgs, GdnDecodeArgs, GdnPrefillArgs
 from attn_core.native.prefill import PrefillArgs, PrefillConfigInfo
 from attn_core.native.toolchain import CLANG_FTZ, Toolchain, find_toolchain
 
