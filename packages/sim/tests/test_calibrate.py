@@ -188,13 +188,19 @@ def test_too_few_cases_is_an_error():
         calibrate.calibrate(H200, synthetic()[:1], "x")
 
 
-def test_cli_writes_a_profile_that_loads(tmp_path):
+def measurement_file(folder):
+    """Four synthetic measurements as ``calibrate`` reads them: ``folder/m.json``."""
     records = [
         {"case": {"path": c.path, "num_seqs": c.num_seqs, "context": c.context}, "measured_s": t}
         for c, t in synthetic()[:4]
     ]
-    src = tmp_path / "m.json"
+    src = folder / "m.json"
     src.write_text(json.dumps(records))
+    return src
+
+
+def test_cli_writes_a_profile_that_loads(tmp_path):
+    src = measurement_file(tmp_path)
     assert main(["calibrate", str(src), "--profile", "h200", "--out", str(tmp_path)]) == 0
     spec = load_profile(str(tmp_path / "calibrated_profile.json"))
     assert spec.name == "h200+calibrated" and spec.sm_count == H200.sm_count

@@ -4,11 +4,10 @@ folder) must leave ``~/.bashrc`` as it was."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from _cli import run
-from test_calibrate import synthetic
+from test_calibrate import measurement_file
 from test_cli_inputs import small
 
 from attn_core.core.files import write_atomic
@@ -64,12 +63,7 @@ def test_profile_from_output(tmp_path):
 
 
 def test_calibration_outputs(tmp_path):
-    records = [
-        {"case": {"path": c.path, "num_seqs": c.num_seqs, "context": c.context}, "measured_s": t}
-        for c, t in synthetic()[:4]
-    ]
-    src = tmp_path / "m.json"
-    src.write_text(json.dumps(records))
+    src = measurement_file(tmp_path)
     out = tmp_path / "cal"
     victim = plant(out, "calibration.json", "calibrated_profile.json")
     assert main(["calibrate", str(src), "--profile", "h200", "--out", str(out)]) == 0

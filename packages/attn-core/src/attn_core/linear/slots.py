@@ -35,5 +35,6 @@ def scatter_slots(
 
 
 def zero_padded(out: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``out [N, ...]`` with a padded entry's rows zero (what the native kernels write)."""
-    return out * valid.view(-1, *([1] * (out.dim() - 1))).to(out.dtype)
+    """``out [N, ...]`` with a padded entry's rows zeroed in place (what the native kernels
+    write); ``out`` is returned."""
+    return out.mul_(valid.view(-1, *([1] * (out.dim() - 1))).to(out.dtype))
