@@ -8,7 +8,7 @@
     nox -s lint     ruff check + ruff format --check; mypy on attn-core
     nox -s clang    upstream clang (CUDA mode) builds every native kernel with no warning and no
                     local memory, NVIDIA and -D__ILUVATAR__ (needs clang++-16; no CUDA toolkit),
-                    and one library from a regular (non-editable) install of attn-core
+                    and one library of each kernel family from a regular (non-editable) install
     nox -s vllm     engine-patch's tests inside vllm==0.6.3 (installed without its CUDA deps)
     nox -s compat   attn-core's tests on torch 2.1 / Python 3.10, the vendor's stack
     nox -s bench    GPU benchmarks (decode, prefill) on whatever device is present
@@ -184,8 +184,10 @@ def clang(session: nox.Session) -> None:
     args = session.posargs or ["--slots", "1,6,8"]
     session.run("python", f"{ATTN_CORE}/ci/clang_check.py", *args)
     # The lab install: attn-core as a regular `pip install` makes it (no torch: the build
-    # modules are standard-library only), then one library built by upstream clang from the
-    # installed sources. A wheel without csrc/ once failed only on the lab machine. ~1 min.
+    # modules are standard-library only), then one library of each kernel family built by
+    # upstream clang from the installed sources (tests/test_installed_package_serves.py runs the
+    # same sources through the installed loaders). A wheel without csrc/ once failed only on the
+    # lab machine.
     session.install("--no-deps", ATTN_CORE, env={"ATTN_CORE_NATIVE_BUILD": "0"})
     installed_build = """
 import importlib.util, shutil, subprocess, sys
@@ -217,9 +219,10 @@ runtime = cache / "site/nvidia/cuda_runtime/lib/libcudart_static.a"
 tc = toolchain.Toolchain("clang", clang, str(farm), ("sm_80",), toolchain._version(clang))
 out = cache / "installed-build"
 shutil.rmtree(out, ignore_errors=True)
-path, seconds = build.build_variant(tc, out, family.DECODE, "g1")
-assert not build.damage(path, log=True), build.damage(path, log=True)
-print(f"installed attn-core ({native}): {path.name} built by {clang} in {seconds:.0f} s")
+for kind, variant in ((family.DECODE, "g1"), (family.PREFILL, "fma"), (family.GATED_DELTA, "fma")):
+    path, seconds = build.build_variant(tc, out, kind, variant)
+    assert not build.damage(path, log=True), build.damage(path, log=True)
+    print(f"installed attn-core ({native}): {path.name} built by {clang} in {seconds:.0f} s")
 """
     clang_exe = os.environ.get("CLANG", "clang++-16")
     session.run("python", "-c", installed_build, ".ci-cache/clang-cuda", clang_exe)
