@@ -12,12 +12,17 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 | ... 128K, 876 ms | 860.8 ms | -1.7 % | yes |
 | ... decode 32K / 128K, 0.08 / 0.21 ms | 0.050 / 0.174 ms | -37 % / -17 % | no: harness unknown |
 | FLA Triton prefill 2.6 / 9.9 ms, decode 0.15 ms | not modelled | - | no: the native target |
+| torch path prefill 32K / 128K, 37.3 / 147.8 ms | 37.2 / 148.9 ms | -0.2 / +0.8 % | yes (fit) |
+| ... 2 x 16K, 31.9 ms | 37.2 ms | +17 % | no: priced as one 32K sequence |
+| native chunked 32K / 128K / 2x16K, 45 / 184 / 23.5 ms | 46 / 185 / 23.3 | +2.5/+0.6/-0.8 % | yes |
+| native decode graph b1/8/64, 0.0057/0.0117/0.109 ms | 0.011/0.016/0.086 | +90/+34/-21 % | no |
 
-FLA is the target, not a prediction: the native Gated DeltaNet kernels are priced 7.9 / 31.6 ms
-(one call) and 0.011 ms a decode step (graph). The full-attention rows use the 24/4/256 shape
-(the project's benchmark shape; the issue does not name it, and 16/2/256 predicts 36 / 574 ms).
-The native Gated DeltaNet kernels are not timed on a GPU: their prices are assumed, and nothing
-is calibrated on BI-V100.
+The Gated DeltaNet rows were measured on an H100 on 2026-12-06 (bench/linear_attn_bench.py,
+docs/benchmarks.md#gated-deltanet). The native chunked kernel is latency-bound: 22 us a 16-token
+chunk whatever the length, so it is slower than the torch path for one sequence and faster
+from two. Each "yes" fits one efficiency at 32K and checks the other points; native decode's
+launch gap and bandwidth share are the H200 profile's assumptions. Nothing is calibrated on
+BI-V100.
 """
 
 from __future__ import annotations
@@ -80,10 +85,24 @@ def test_full_attention_native_decode_error_is_stated():
 def test_paths_order_and_scale(profile):
     spec = load_profile(profile)
     t = {p: L.prefill(spec, SHAPE, p, 128 * K, 8 * K) for p in L.PATHS}
-    assert t["native"] < t["torch"] < t["fallback"]
+    assert max(t["native"], t["torch"]) < t["fallback"]
     assert L.prefill(spec, SHAPE, "native", 256 * K, 8 * K) == pytest.approx(2 * t["native"])
     d = {p: L.decode(spec, SHAPE, p).seconds for p in L.PATHS}
     assert d["native"] < d["torch"] < d["fallback"]
+
+
+@pytest.mark.parametrize(
+    ("path", "tokens", "seqs", "measured_s"),
+    [("native", 32 * K, 1, 0.0452), ("native", 128 * K, 1, 0.1842), ("native", 16 * K, 2, 0.0235),
+     ("torch", 32 * K, 1, 0.0373), ("torch", 128 * K, 1, 0.1478)],
+)  # fmt: skip
+def test_linear_prefill_within_5_percent_of_h100(path, tokens, seqs, measured_s):
+    spec = h100()
+    if path == "native":
+        model = L.native_prefill(spec, SHAPE, tokens, seqs).seconds
+    else:
+        model = L.torch_prefill(spec, SHAPE, tokens * seqs).seconds
+    assert abs(_err(model, measured_s)) <= 0.05, (path, tokens, seqs, model)
 
 
 def test_native_chunk_pass_is_sequential_and_fits_32_kib():

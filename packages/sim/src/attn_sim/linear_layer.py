@@ -56,7 +56,7 @@ FALLBACK_DECODE_LAUNCHES = 34
 # --- attn-core's torch path -----------------------------------------------------------------
 TORCH_LAUNCHES_PER_CHUNK = 3.3
 TORCH_DECODE_LAUNCHES = 47
-TORCH_BMM_EFFICIENCY = 0.5
+TORCH_BMM_EFFICIENCY = 0.071
 
 # --- native kernels -------------------------------------------------------------------------
 NATIVE_CHUNK = 16
@@ -67,7 +67,7 @@ NATIVE_PREFILL_REGISTERS = 168
 NATIVE_PREFILL_SMEM = 25856
 NATIVE_DECODE_SMEM = 3120
 NATIVE_CHUNK_FIXED_S = 1.0e-6
-NATIVE_FMA_EFFICIENCY_PER_WARP = 0.1
+NATIVE_FMA_EFFICIENCY_PER_WARP = 0.0126
 NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
@@ -88,7 +88,10 @@ PROVENANCE = {
     "TORCH_DECODE_LAUNCHES": "measured: 48 device kernels a step (torch.profiler, H200, "
     "bench/linear_attn_bench.py, batch 1), one of them a copy of the gathered states since "
     "dropped (docs/benchmarks.md#gated-deltanet)",
-    "TORCH_BMM_EFFICIENCY": "assumed: fp32 batched matmuls at half the fp32 rate",
+    "TORCH_BMM_EFFICIENCY": "measured: fitted to attn-core's torch path on an H100 (one layer, "
+    "bf16, docs/benchmarks.md#gated-deltanet): 37.3 ms at 32K gives 0.071 of the fp32 rate, "
+    "which then prices 128K at 149 ms (measured 148) and 2 x 16K at 37 (measured 31.9: the "
+    "two sequences' segments are wider and fewer)",
     "NATIVE_CHUNK": "source: gated_delta.cu kChunk = 16 (64 does not fit 32 KiB)",
     "NATIVE_PREFILL_SMEM": "source: gated_delta.cu chunked_prefill's static arrays at K = 128",
     "NATIVE_DECODE_SMEM": "source: gated_delta.cu decode_step's static arrays at K = 128",
@@ -97,8 +100,11 @@ PROVENANCE = {
     "NATIVE_PREFILL_REGISTERS": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 "
     "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's six barriers and its load round trip, 1 us",
-    "NATIVE_FMA_EFFICIENCY_PER_WARP": "assumed: 10 % of an SM's fp32 rate per resident warp "
-    "(FMA chains unhidden), capped at 80 %; the native kernels are not yet timed on a GPU",
+    "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
+    "layer, bf16, docs/benchmarks.md#gated-deltanet): 45.2 ms at 32K is 22 us a 16-token "
+    "chunk with one block (4 warps) an SM, 1.26 % of an SM's fp32 rate a warp; the same "
+    "latency held at 128K (22.5 us) and at 2 x 16K with two blocks an SM (22.9 us). The 10 % "
+    "assumed before the first timing was 8x too fast. Capped at 80 %",
 }
 
 
