@@ -307,27 +307,44 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
 //     o_t = e^G_t S0^T q_t + sum_{s<=t} e^(G_t - G_s) (q_t . k_s) u_s
 //     S  <- e^G_last S0 + sum_s e^(G_last - G_s) k_s u_s^T
 // (forward substitution of the unit lower-triangular system is the UT transform's solve). The
-// block and its state slice are the token-by-token kernel's; a chunk costs six barriers instead
+// block and its state slice are the token-by-token kernel's; a chunk costs eight barriers instead
 // of two per token, and its loads are issued together. kChunk is 16, not 64: the chunk's k and q
-// (fp32, rows padded by one float against bank conflicts) and the row groups' partial products
-// must fit the BI-V100's 32 KiB of shared memory beside the intra-chunk matrices (25.8 KiB at
-// K = 128); 64 would need the matrix-unit layer's tiling (csrc/attn_mma.cuh), a later step.
+// (fp32, rows padded by four floats: 16-byte aligned, and the Gram's eight rows a quarter-warp
+// reads fall in distinct banks) and the row groups' partial products must fit the BI-V100's
+// 32 KiB of shared memory beside the intra-chunk matrices (31.4 KiB at K = 128); 64 would need
+// the matrix-unit layer's tiling (csrc/attn_mma.cuh), a later step.
 constexpr int kChunk = 16;
 constexpr int kNormLanes = kThreads / kChunk;  // 8 threads load and normalise one token
+
+// Shared rows are read four floats at a time (rows padded to 16 bytes): a warp's broadcast
+// read of one float4 is one shared-memory transaction where four float reads were four, and the
+// products over a row were one load per FMA.
+ATTN_DEVICE const float4* as_quads(const float* row) {
+  return reinterpret_cast<const float4*>(row);
+}
+ATTN_DEVICE float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
+ATTN_DEVICE float dot4(float4 a, float x, float y, float z, float w) {
+  return a.x * x + a.y * y + a.z * z + a.w * w;
+}
 
 template <int K>
 __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a) {
   constexpr int kRows = K / kRowGroups;
-  constexpr int kStride = K + 1;                 // padded row of kc and of q in `scratch`
+  constexpr int kStride = K + 4;                 // padded row of kc and of q in `scratch`
+  constexpr int kQuads = K / 4;                  // float4s a row
+  constexpr int kRowQuads = kRows / 4;           // float4s of a row group's rows
   constexpr int kPerLane = K / kNormLanes;       // elements of a token one lane loads
-  constexpr int kRed = 2 * (kRowGroups - 1) * kChunk * kCols;  // P, R partials of groups 1..3
+  constexpr int kRed = 2 * kRowGroups * kChunk * kCols;  // S^T k, S^T q partials of each group
+  constexpr int kMine = kChunk / kRowGroups;  // tokens whose sums, outputs a thread finishes
   constexpr int kScratch = kRed > kChunk * kStride ? kRed : kChunk * kStride;
   constexpr int kPairs = 2 * kChunk * kChunk / kThreads;       // Gram entries per thread
   static_assert(kPairs * kThreads == 2 * kChunk * kChunk, "Gram entries split evenly");
-  __shared__ float kc[kChunk * kStride];
-  __shared__ float scratch[kScratch];  // q rows, then the partial products (after a barrier)
+  static_assert(kMine * kRowGroups == kChunk, "a chunk's tokens split over the row groups");
+  __shared__ __align__(16) float kc[kChunk * kStride];
+  __shared__ __align__(16) float scratch[kScratch];  // q rows, then the partial products
   __shared__ float akk[kChunk][kChunk], aqk[kChunk][kChunk];
-  __shared__ float wu[kChunk][kCols];
+  __shared__ float ubuf[kChunk][kCols];  // the solve's right-hand side, then its solution u
+  __shared__ float wu[kChunk][kCols];    // u decayed to the chunk's end, for the state
   __shared__ float npart[kChunk][kNormLanes][2];
   __shared__ float gcum[kChunk], graw[kChunk], gbeta[kChunk];
   const int tid = threadIdx.x;
@@ -364,11 +381,12 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
       const int64_t bat = t * a.beta_tok_stride + h * a.beta_head_stride;
       gbeta[tid] = in ? load_any(a.beta, bat, a.beta_kind) : 0.f;
     }
-    float vreg[kChunk];
+    float vreg[kMine];  // the values of this thread's tokens r * kMine ..
 #pragma unroll
-    for (int t = 0; t < kChunk; ++t) {
+    for (int m = 0; m < kMine; ++m) {
+      const int t = r * kMine + m;
       const int64_t vat = (c0 + t) * a.v_tok_stride + h * a.v_head_stride + col;
-      vreg[t] = r == 0 && t < n ? load_any(a.v, vat, a.qkv_kind) : 0.f;
+      vreg[m] = t < n ? load_any(a.v, vat, a.qkv_kind) : 0.f;
     }
     __syncthreads();
     // 2. normalise this thread's elements; cumulative gates
@@ -402,11 +420,11 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
     for (int x = 0; x < kPairs; ++x) {  // into akk / aqk at once: read only after two barriers
       const int pair = tid + kThreads * x;
       const int mat = pair / (kChunk * kChunk), t = (pair / kChunk) % kChunk, u = pair % kChunk;
-      const float* left = mat == 0 ? &kc[t * kStride] : &scratch[t * kStride];
-      const float* right = &kc[u * kStride];
+      const float4* left = as_quads(mat == 0 ? &kc[t * kStride] : &scratch[t * kStride]);
+      const float4* right = as_quads(&kc[u * kStride]);
       float dot = 0.f;
-#pragma unroll 16
-      for (int j = 0; j < K; ++j) dot += left[j] * right[j];
+#pragma unroll 8
+      for (int j = 0; j < kQuads; ++j) dot += dot4(left[j], right[j]);
       const float decay = expf(gcum[t] - gcum[u]);
       if (mat == 0) {
         akk[t][u] = u < t ? dot * decay * gbeta[t] : 0.f;
@@ -417,63 +435,91 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
     float pk[kChunk], pq[kChunk];
 #pragma unroll
     for (int t = 0; t < kChunk; ++t) {
+      const float4* krow = as_quads(&kc[t * kStride + r * kRows]);
+      const float4* qrow = as_quads(&scratch[t * kStride + r * kRows]);
       float sum_k = 0.f, sum_q = 0.f;
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        sum_k += kc[t * kStride + r * kRows + i] * s[i];
-        sum_q += scratch[t * kStride + r * kRows + i] * s[i];
+      for (int i = 0; i < kRowQuads; ++i) {
+        sum_k += dot4(krow[i], s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]);
+        sum_q += dot4(qrow[i], s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]);
       }
       pk[t] = sum_k;
       pq[t] = sum_q;
     }
     __syncthreads();  // every read of q is done: `scratch` takes the partial sums
-    if (r > 0) {
 #pragma unroll
-      for (int t = 0; t < kChunk; ++t) {
-        scratch[((0 * (kRowGroups - 1) + r - 1) * kChunk + t) * kCols + c] = pk[t];
-        scratch[((1 * (kRowGroups - 1) + r - 1) * kChunk + t) * kCols + c] = pq[t];
-      }
+    for (int t = 0; t < kChunk; ++t) {
+      scratch[((0 * kRowGroups + r) * kChunk + t) * kCols + c] = pk[t];
+      scratch[((1 * kRowGroups + r) * kChunk + t) * kCols + c] = pq[t];
     }
     __syncthreads();
-    // 4. row group 0, one value column a thread: the solve for u, the outputs, u for the state
+    // 4. one value column a thread, the solve split three ways so that only the forward
+    // substitution runs on one row group (it alone was ~1.4K of a chunk's ~6.6K instructions
+    // a thread while the other three warps waited): (a) each thread sums the row groups'
+    // partials of its kMine tokens into the right-hand side beta (v - e^G S0^T k) and e^G S0^T q;
+    // (b) row group 0 solves for u in place; (c) each thread adds its tokens' intra-chunk
+    // output terms and decays their u for the state.
+    float inter_q[kMine];
+#pragma unroll
+    for (int m = 0; m < kMine; ++m) {
+      const int t = r * kMine + m;
+      float sum_k = 0.f, sum_q = 0.f;
+#pragma unroll
+      for (int g = 0; g < kRowGroups; ++g) {
+        sum_k += scratch[((0 * kRowGroups + g) * kChunk + t) * kCols + c];
+        sum_q += scratch[((1 * kRowGroups + g) * kChunk + t) * kCols + c];
+      }
+      const float gamma = expf(gcum[t]);
+      ubuf[t][c] = gbeta[t] * (vreg[m] - gamma * sum_k);
+      inter_q[m] = gamma * sum_q;
+    }
+    __syncthreads();
     if (r == 0) {
-      // Full-length inner loops over zeros (u past t is 0, akk and aqk are masked): with
-      // `j < t` bounds clang 16 unrolled the inner loops before the outer one and kept u in
-      // local memory (ci/clang_check.py).
+      // Full-length inner loops over zeros (u past t is 0, akk is masked): with `j < t`
+      // bounds clang 16 unrolled the inner loops before the outer one and kept u in local
+      // memory (ci/clang_check.py).
       float u[kChunk];
 #pragma unroll
       for (int t = 0; t < kChunk; ++t) u[t] = 0.f;
 #pragma unroll
       for (int t = 0; t < kChunk; ++t) {
-#pragma unroll
-        for (int g = 0; g < kRowGroups - 1; ++g) {
-          pk[t] += scratch[((0 * (kRowGroups - 1) + g) * kChunk + t) * kCols + c];
-          pq[t] += scratch[((1 * (kRowGroups - 1) + g) * kChunk + t) * kCols + c];
-        }
-        const float gamma = expf(gcum[t]);
-        float acc = gbeta[t] * (vreg[t] - gamma * pk[t]);
+        float acc = ubuf[t][c];
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) acc -= akk[t][j] * u[j];
         u[t] = acc;
-        float o = gamma * pq[t];
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) o += aqk[t][j] * u[j];
-        if (t < n) {
-          const int64_t oat = (c0 + t) * a.out_tok_stride + h * a.out_head_stride + col;
-          store_any(a.out, oat, a.qkv_kind, o);
-        }
-        wu[t][c] = expf(gcum[kChunk - 1] - gcum[t]) * acc;
+        ubuf[t][c] = acc;
       }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < kMine; ++m) {
+      const int t = r * kMine + m;
+      float o = inter_q[m];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) o += aqk[t][j] * ubuf[j][c];
+      if (t < n) {
+        const int64_t oat = (c0 + t) * a.out_tok_stride + h * a.out_head_stride + col;
+        store_any(a.out, oat, a.qkv_kind, o);
+      }
+      wu[t][c] = expf(gcum[kChunk - 1] - gcum[t]) * ubuf[t][c];
     }
     __syncthreads();
     // 5. the state: decayed over the chunk, plus the chunk's keys times their new values
     const float chunk_decay = expf(gcum[kChunk - 1]);
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      float acc = s[i] * chunk_decay;
+    for (int i = 0; i < kRows; ++i) s[i] *= chunk_decay;
 #pragma unroll
-      for (int t = 0; t < kChunk; ++t) acc += kc[t * kStride + r * kRows + i] * wu[t][c];
-      s[i] = acc;
+    for (int t = 0; t < kChunk; ++t) {
+      const float w = wu[t][c];
+      const float4* krow = as_quads(&kc[t * kStride + r * kRows]);
+#pragma unroll
+      for (int i = 0; i < kRowQuads; ++i) {
+        const float4 k4 = krow[i];
+        s[4 * i] += k4.x * w;
+        s[4 * i + 1] += k4.y * w;
+        s[4 * i + 2] += k4.z * w;
+        s[4 * i + 3] += k4.w * w;
+      }
     }
     __syncthreads();  // kc, wu and the gates are read: the next chunk may load
   }
