@@ -14,15 +14,15 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 | FLA Triton prefill 2.6 / 9.9 ms, decode 0.15 ms | not modelled | - | no: the native target |
 | torch path prefill 32K / 128K, 37.3 / 147.8 ms | 37.2 / 148.9 ms | -0.2 / +0.8 % | yes (fit) |
 | ... 2 x 16K, 31.9 ms | 37.2 ms | +17 % | no: priced as one 32K sequence |
-| native chunked 32K / 128K / 2x16K, 45 / 184 / 23.5 ms | 46 / 185 / 23.3 | +2.5/+0.6/-0.8 % | yes |
+| native chunked 32K / 128K, 33.1 / 129 ms | 33.5 / 133.9 | +1.2 / +3.8 % | yes |
+| ... 2 x 16K (two blocks an SM), 19.6 ms | 16.9 ms | -14 % | no: contention not modelled |
 | native decode graph b1/8/64, 0.0057/0.0117/0.109 ms | 0.011/0.016/0.086 | +90/+34/-21 % | no |
 
-The Gated DeltaNet rows were measured on an H100 on 2026-12-06 (bench/linear_attn_bench.py,
-docs/benchmarks.md#gated-deltanet). The native chunked kernel is latency-bound: 22 us a 16-token
-chunk whatever the length, so it is slower than the torch path for one sequence and faster
-from two. Each "yes" fits one efficiency at 32K and checks the other points; native decode's
-launch gap and bandwidth share are the H200 profile's assumptions. Nothing is calibrated on
-BI-V100.
+The Gated DeltaNet rows were measured on an H100 (bench/linear_attn_bench.py, device and date
+in docs/benchmarks.md#gated-deltanet). The native chunked kernel is latency-bound: ~16 us a
+16-token chunk whatever the length with one block an SM, ~19 us with two. Each "yes" fits one
+efficiency at 32K and checks the other points; native decode's launch gap and bandwidth share
+are the H200 profile's assumptions. Nothing is calibrated on BI-V100.
 """
 
 from __future__ import annotations
@@ -92,17 +92,18 @@ def test_paths_order_and_scale(profile):
 
 
 @pytest.mark.parametrize(
-    ("path", "tokens", "seqs", "measured_s"),
-    [("native", 32 * K, 1, 0.0452), ("native", 128 * K, 1, 0.1842), ("native", 16 * K, 2, 0.0235),
-     ("torch", 32 * K, 1, 0.0373), ("torch", 128 * K, 1, 0.1478)],
+    ("path", "tokens", "seqs", "measured_s", "low", "high"),
+    [("native", 32 * K, 1, 0.0331, -0.05, 0.05), ("native", 128 * K, 1, 0.129, -0.05, 0.05),
+     ("native", 16 * K, 2, 0.0196, -0.20, -0.05),  # two blocks an SM contend: not claimed
+     ("torch", 32 * K, 1, 0.0373, -0.05, 0.05), ("torch", 128 * K, 1, 0.1478, -0.05, 0.05)],
 )  # fmt: skip
-def test_linear_prefill_within_5_percent_of_h100(path, tokens, seqs, measured_s):
+def test_linear_prefill_against_h100(path, tokens, seqs, measured_s, low, high):
     spec = h100()
     if path == "native":
         model = L.native_prefill(spec, SHAPE, tokens, seqs).seconds
     else:
         model = L.torch_prefill(spec, SHAPE, tokens * seqs).seconds
-    assert abs(_err(model, measured_s)) <= 0.05, (path, tokens, seqs, model)
+    assert low <= _err(model, measured_s) <= high, (path, tokens, seqs, model)
 
 
 def test_native_chunk_pass_is_sequential_and_fits_32_kib():

@@ -64,10 +64,10 @@ NATIVE_THREADS = 128
 NATIVE_COLUMNS = 32
 NATIVE_DECODE_REGISTERS = 96
 NATIVE_PREFILL_REGISTERS = 168
-NATIVE_PREFILL_SMEM = 25856
+NATIVE_PREFILL_SMEM = 32192
 NATIVE_DECODE_SMEM = 3120
 NATIVE_CHUNK_FIXED_S = 1.0e-6
-NATIVE_FMA_EFFICIENCY_PER_WARP = 0.0126
+NATIVE_FMA_EFFICIENCY_PER_WARP = 0.0178
 NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
@@ -93,18 +93,19 @@ PROVENANCE = {
     "which then prices 128K at 149 ms (measured 148) and 2 x 16K at 37 (measured 31.9: the "
     "two sequences' segments are wider and fewer)",
     "NATIVE_CHUNK": "source: gated_delta.cu kChunk = 16 (64 does not fit 32 KiB)",
-    "NATIVE_PREFILL_SMEM": "source: gated_delta.cu chunked_prefill's static arrays at K = 128",
+    "NATIVE_PREFILL_SMEM": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 sm_90 "
+    "(its static arrays: 32192 B of the BI-V100's 32 KiB)",
     "NATIVE_DECODE_SMEM": "source: gated_delta.cu decode_step's static arrays at K = 128",
     "NATIVE_DECODE_REGISTERS": "measured: the driver's facts of decode_step<128>, nvcc 13 sm_90 "
     "(docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "NATIVE_PREFILL_REGISTERS": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 "
     "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
-    "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's six barriers and its load round trip, 1 us",
+    "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's eight barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
-    "layer, bf16, docs/benchmarks.md#gated-deltanet): 45.2 ms at 32K is 22 us a 16-token "
-    "chunk with one block (4 warps) an SM, 1.26 % of an SM's fp32 rate a warp; the same "
-    "latency held at 128K (22.5 us) and at 2 x 16K with two blocks an SM (22.9 us). The 10 % "
-    "assumed before the first timing was 8x too fast. Capped at 80 %",
+    "layer, bf16, docs/benchmarks.md#gated-deltanet): 33.1 ms at 32K is 16.2 us a 16-token "
+    "chunk with one block (4 warps) an SM, 1.78 % of an SM's fp32 rate a warp; the same "
+    "latency held at 128K (15.7 us) and at 2 x 16K with two blocks an SM (19.1 us). The 10 % "
+    "assumed before the first timing was 6x too fast. Capped at 80 %",
 }
 
 
