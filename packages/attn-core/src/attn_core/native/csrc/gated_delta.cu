@@ -7,14 +7,16 @@
 // computed as o = scale * (S_dec^T q + (q . k) delta), so every state element is read once and
 // written once (the step is a pure stream of the pool: 64 KiB per head at K = V = 128).
 // Grid (V / 32 value slices, HV / heads_per_block, N): one sequence of 32 value heads at V = 128
-// is 128 blocks, about one per H100 SM (not yet timed on a GPU); a block of 128 threads is 4
-// row groups x 32 value columns, each thread holding K / 4 rows of its column in registers (32
-// floats at K = 128, a compile-time count: K is a template parameter, 64 or 128). S^T k and
-// S^T q are summed over the row groups through shared memory, never warp shuffles: CoreX warps
-// are 64 lanes (attn_platform.cuh). heads_per_block value heads of one key head share the key
-// and query loads and their norms; the reduction buffer alternates by head parity, so each head
-// costs one barrier. l2 normalisation is a scalar per vector, so it is folded in after the
-// reduction (S^T k_hat = |k|^-1 S^T k) and the raw k and q are what shared memory holds.
+// is 128 blocks, about one per H100 SM (a step at batch 8 and 64 runs within 1.1x / 1.2x of
+// reading and writing the states once: docs/benchmarks.md#gated-deltanet); a block of 128
+// threads is 4 row groups x 32 value columns, each thread holding K / 4 rows of its column in
+// registers (32 floats at K = 128, a compile-time count: K is a template parameter, 64 or 128).
+// S^T k and S^T q are summed over the row groups through shared memory, never warp shuffles:
+// CoreX warps are 64 lanes (attn_platform.cuh). heads_per_block value heads of one key head
+// share the key and query loads and their norms; the reduction buffer alternates by head
+// parity, so each head costs one barrier. l2 normalisation is a scalar per vector, so it is
+// folded in after the reduction (S^T k_hat = |k|^-1 S^T k) and the raw k and q are what shared
+// memory holds.
 //
 // Prefill, chunked (chunk_gated_delta_rule, 16-token chunks in the WY/UT form) and token by
 // token (fused_recurrent_gated_delta_rule): the same mapping, one block per (V slice, value
@@ -322,9 +324,35 @@ constexpr int kNormLanes = kThreads / kChunk;  // 8 threads load and normalise o
 ATTN_DEVICE const float4* as_quads(const float* row) {
   return reinterpret_cast<const float4*>(row);
 }
-ATTN_DEVICE float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-ATTN_DEVICE float dot4(float4 a, float x, float y, float z, float w) {
-  return a.x * x + a.y * y + a.z * z + a.w * w;
+// acc + a . b as four fused multiply-adds (written as a tree the products were one FMUL and
+// an FADD in five instructions: 248M of 743M fp32 instructions of a 8K prefill, H100 ncu)
+ATTN_DEVICE float dot4(float4 a, float4 b, float acc) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+ATTN_DEVICE float dot4(float4 a, float x, float y, float z, float w, float acc) {
+  return fmaf(a.w, w, fmaf(a.z, z, fmaf(a.y, y, fmaf(a.x, x, acc))));
+}
+
+// Lane lp's N elements lp, lp + kNormLanes, ... of row `base` of p, zeros where not `live`:
+// every load issued before any is used (the dtype is switched on once, outside the loads). With
+// each load stored to shared memory as it came, the loads were issued one after another's
+// store: waiting on them was 35 % of the chunked kernel's stalls (H100 ncu, 8K prefill).
+template <int Kind, int N>
+ATTN_DEVICE void load_lane(const void* p, int64_t base, int lp, bool live, float (&out)[N]) {
+#pragma unroll
+  for (int m = 0; m < N; ++m) out[m] = live ? load_elem<Kind>(p, base + lp + kNormLanes * m) : 0.f;
+}
+
+template <int N>
+ATTN_DEVICE void load_lane_any(const void* p, int64_t base, int lp, bool live, int kind,
+                               float (&out)[N]) {
+  if (kind == kFloat32) {
+    load_lane<kFloat32>(p, base, lp, live, out);
+  } else if (kind == kFloat16) {
+    load_lane<kFloat16>(p, base, lp, live, out);
+  } else {
+    load_lane<kBFloat16>(p, base, lp, live, out);
+  }
 }
 
 template <int K>
@@ -356,37 +384,40 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
   const int lt = tid / kNormLanes, lp = tid % kNormLanes;  // the token and lane this thread loads
   for (int64_t c0 = start; c0 < end; c0 += kChunk) {
     const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), end - c0));
-    // 1. the chunk's k, q (raw), gates and (row group 0) values; padding tokens are zeros
+    // 1. the chunk's k, q (raw), gates, betas and values, all loads issued before any store;
+    // padding tokens are zeros
     const bool live = lt < n;
-    float kk = 0.f, qq = 0.f;
-#pragma unroll
-    for (int m = 0; m < kPerLane; ++m) {
-      const int j = lp + kNormLanes * m;
-      const int64_t t = c0 + lt;
-      const int64_t kat = t * a.k_tok_stride + kh * a.k_head_stride + j;
-      const int64_t qat = t * a.q_tok_stride + kh * a.q_head_stride + j;
-      const float kv = live ? load_any(a.k, kat, a.qkv_kind) : 0.f;
-      const float qv = live ? load_any(a.q, qat, a.qkv_kind) : 0.f;
-      kc[lt * kStride + j] = kv;
-      scratch[lt * kStride + j] = qv;
-      kk += kv * kv;
-      qq += qv * qv;
-    }
-    npart[lt][lp][0] = kk;
-    npart[lt][lp][1] = qq;
-    if (tid < kChunk) {
-      const bool in = tid < n;
-      const int64_t t = c0 + tid;
-      graw[tid] = in ? load_any(a.g, t * a.g_tok_stride + h * a.g_head_stride, a.g_kind) : 0.f;
-      const int64_t bat = t * a.beta_tok_stride + h * a.beta_head_stride;
-      gbeta[tid] = in ? load_any(a.beta, bat, a.beta_kind) : 0.f;
-    }
+    float kv[kPerLane], qv[kPerLane];
+    load_lane_any(a.k, (c0 + lt) * a.k_tok_stride + kh * a.k_head_stride, lp, live, a.qkv_kind, kv);
+    load_lane_any(a.q, (c0 + lt) * a.q_tok_stride + kh * a.q_head_stride, lp, live, a.qkv_kind, qv);
+    const int64_t gt = c0 + tid;  // gates and betas: one token a thread of the first kChunk
+    const bool gate_live = tid < n;
+    const float graw_t =
+        gate_live ? load_any(a.g, gt * a.g_tok_stride + h * a.g_head_stride, a.g_kind) : 0.f;
+    const float gbeta_t = gate_live ? load_any(a.beta, gt * a.beta_tok_stride +
+                                                           h * a.beta_head_stride, a.beta_kind)
+                                    : 0.f;
     float vreg[kMine];  // the values of this thread's tokens r * kMine ..
 #pragma unroll
     for (int m = 0; m < kMine; ++m) {
       const int t = r * kMine + m;
       const int64_t vat = (c0 + t) * a.v_tok_stride + h * a.v_head_stride + col;
       vreg[m] = t < n ? load_any(a.v, vat, a.qkv_kind) : 0.f;
+    }
+    float kk = 0.f, qq = 0.f;
+#pragma unroll
+    for (int m = 0; m < kPerLane; ++m) {
+      const int j = lp + kNormLanes * m;
+      kc[lt * kStride + j] = kv[m];
+      scratch[lt * kStride + j] = qv[m];
+      kk += kv[m] * kv[m];
+      qq += qv[m] * qv[m];
+    }
+    npart[lt][lp][0] = kk;
+    npart[lt][lp][1] = qq;
+    if (tid < kChunk) {
+      graw[tid] = graw_t;
+      gbeta[tid] = gbeta_t;
     }
     __syncthreads();
     // 2. normalise this thread's elements; cumulative gates
@@ -424,7 +455,7 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
       const float4* right = as_quads(&kc[u * kStride]);
       float dot = 0.f;
 #pragma unroll 8
-      for (int j = 0; j < kQuads; ++j) dot += dot4(left[j], right[j]);
+      for (int j = 0; j < kQuads; ++j) dot = dot4(left[j], right[j], dot);
       const float decay = expf(gcum[t] - gcum[u]);
       if (mat == 0) {
         akk[t][u] = u < t ? dot * decay * gbeta[t] : 0.f;
@@ -440,8 +471,8 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
       float sum_k = 0.f, sum_q = 0.f;
 #pragma unroll
       for (int i = 0; i < kRowQuads; ++i) {
-        sum_k += dot4(krow[i], s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]);
-        sum_q += dot4(qrow[i], s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]);
+        sum_k = dot4(krow[i], s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3], sum_k);
+        sum_q = dot4(qrow[i], s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3], sum_q);
       }
       pk[t] = sum_k;
       pq[t] = sum_q;
