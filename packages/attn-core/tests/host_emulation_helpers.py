@@ -1,5 +1,5 @@
-"""The CoreX source's decode and prefill kernels built for the host CPU (ci/host_emulation.py)
-and called through attn-core's own loaders and launchers, on CPU tensors.
+"""The CoreX source's kernels (decode, prefill, Gated DeltaNet) built for the host CPU
+(ci/host_emulation.py) and called through attn-core's own loaders and launchers, on CPU tensors.
 
 Libraries are built once per machine and source under ``ATTN_CORE_EMULATION_CACHE`` (default
 ``~/.cache/attn_core/host-emulation``): each takes 7-35 s to compile.
@@ -20,6 +20,7 @@ from native_prefill_helpers import poison_past_context
 from native_prefill_helpers import run_native as run_prefill
 
 from attn_core.native.decode import DecodeLibrary
+from attn_core.native.gated_delta import GatedDeltaLibrary
 from attn_core.native.loader import NativeLibrary
 from attn_core.native.prefill import PrefillLibrary
 from attn_core.native.split import group_slots
@@ -100,6 +101,17 @@ def run_emulated(
         return run_native(case, num_partitions, partition_size, lib=lib, stream=0, **kwargs)
     finally:
         set_reverse_order(lib, False)
+
+
+_GATED_DELTA: list[GatedDeltaLibrary] = []
+
+
+def emulated_gated_delta() -> GatedDeltaLibrary:
+    """The host Gated DeltaNet library (built on first use, ~1 s; with ASan when :func:`asan`)."""
+    if not _GATED_DELTA:
+        path = builder().build("gated_delta", cache_dir(), compiler=host_compiler(), asan=asan())
+        _GATED_DELTA.append(GatedDeltaLibrary(path))
+    return _GATED_DELTA[0]
 
 
 _PREFILL: list[PrefillLibrary] = []

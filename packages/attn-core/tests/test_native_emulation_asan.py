@@ -7,8 +7,8 @@ helpers then build instrumented libraries). torch allocates CPU tensors with
 ``posix_memalign``, which ASan intercepts: a kernel load or store past a cache, a block table,
 the lengths, the outputs or the partials reports the kernel's source line and fails the child.
 The subset covers pages past each end (lengths at and past the table's capacity), windows
-restaged mid-partition, empty partitions, hundreds of partitions, strided q / out, and the
-prefill kernel's splits, windows and ALiBi; the first test shows the harness catching a read one
+restaged mid-partition, empty partitions, hundreds of partitions, strided q / out, the
+prefill kernel's splits, windows and ALiBi, and every Gated DeltaNet kernel; the first test shows the harness catching a read one
 element past a buffer.
 """
 
@@ -27,6 +27,9 @@ import attn_core
 TESTS = Path(__file__).resolve().parent
 DECODE_SUBSET = "alibi or empty or qwen or strided or merge or past_the_table"
 PREFILL_SUBSET = "alibi or split_counts or gqa"
+# every Gated DeltaNet kernel: both prefill forms over empty and odd-length sequences, strided
+# inputs, the decode step with a padding slot, both convolutions with and without states
+GATED_DELTA_SUBSET = "prefill or padding or strided or conv"
 
 OVERRUN = r"""
 #include <cuda_runtime.h>
@@ -98,6 +101,7 @@ def test_a_read_past_a_tensor_is_reported(asan_env, tmp_path: Path) -> None:
     [
         ("test_native_host_emulation.py", DECODE_SUBSET),
         ("test_native_prefill_host_emulation.py", PREFILL_SUBSET),
+        ("test_native_gated_delta_host.py", GATED_DELTA_SUBSET),
     ],
 )
 def test_the_kernels_stay_inside_their_tensors(asan_env, file: str, subset: str) -> None:

@@ -18,16 +18,11 @@ Not covered here: what nvcc or CoreX's compiler make of the source (ci/clang_che
 
 from __future__ import annotations
 
-import ctypes
-import os
-from pathlib import Path
-
 import pytest
 import torch
-from ci_scripts import load_ci_script
+from host_emulation_helpers import emulated_gated_delta, set_reverse_order
 
 from attn_core.native.gated_delta import (
-    GatedDeltaLibrary,
     check_library,
     conv_errors,
     decode_case,
@@ -43,40 +38,17 @@ from attn_core.reference.gated_delta import reference_causal_conv1d, reference_g
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 CPU = torch.device("cpu")
-_LIBRARY: list[GatedDeltaLibrary] = []
-
-
-def emulated() -> GatedDeltaLibrary:
-    """The host library (built once per source under ``ATTN_CORE_EMULATION_CACHE``: ~1 s)."""
-    if not _LIBRARY:
-        builder = load_ci_script("host_emulation")
-        compiler = builder.find_compiler()
-        if compiler is None:
-            if os.environ.get("CI") == "true":
-                pytest.fail("needs a host C++ compiler for the emulated kernels")
-            pytest.skip("needs a host C++ compiler (g++ or clang++) for the emulated kernels")
-        default = Path.home() / ".cache" / "attn_core" / "host-emulation"
-        cache = Path(os.environ.get("ATTN_CORE_EMULATION_CACHE") or default)
-        _LIBRARY.append(GatedDeltaLibrary(builder.build("gated_delta", cache, compiler=compiler)))
-    return _LIBRARY[0]
-
-
-def reverse_order(lib: GatedDeltaLibrary, reverse: bool) -> None:
-    control = lib._lib.attn_host_emulation_set_order
-    control.argtypes = [ctypes.c_int]
-    control.restype = None
-    control(int(reverse))
 
 
 def both_orders(run):
     """``run()``'s result, checked bit-equal with each phase's threads in reverse order."""
-    lib = emulated()
+    lib = emulated_gated_delta()
     first = run()
-    reverse_order(lib, True)
+    set_reverse_order(lib, True)
     try:
         again = run()
     finally:
-        reverse_order(lib, False)
+        set_reverse_order(lib, False)
     for a, b in zip(first, again, strict=True):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), "thread order changed bits"
     return first
@@ -96,7 +68,7 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 )
 @pytest.mark.parametrize("l2norm", [False, True])
 def test_decode_step(dtype, heads, value_heads, head_k, head_v, l2norm) -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     scale = 0.7 * head_k**-0.5
 
     def run():
@@ -111,7 +83,7 @@ def test_decode_step(dtype, heads, value_heads, head_k, head_v, l2norm) -> None:
 
 @pytest.mark.parametrize("block_heads", [2, 3, 6])
 def test_value_heads_sharing_a_block_give_the_same_bits(block_heads: int) -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     pools, outs = [], []
     for heads_per_block in (1, block_heads):
         case = decode_case(2, 12, 64, 64, torch.bfloat16, CPU, seed=3)
@@ -126,7 +98,7 @@ def test_value_heads_sharing_a_block_give_the_same_bits(block_heads: int) -> Non
 
 
 def test_strided_inputs_mixed_gate_dtypes_int64_indices() -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     n, h, hv, dk, dv = 4, 2, 4, 128, 64
     gen = torch.Generator().manual_seed(5)
     qk = torch.randn(n, 2, h, dk + 8, generator=gen).to(torch.float16)  # q, k side by side
@@ -149,7 +121,7 @@ def test_strided_inputs_mixed_gate_dtypes_int64_indices() -> None:
 
 def test_chained_steps_match_the_sequence() -> None:
     """Five steps on the pool equal the reference run over five tokens."""
-    lib = emulated()
+    lib = emulated_gated_delta()
     n, h, hv, dk, dv, t = 2, 1, 2, 64, 32, 5
     gen = torch.Generator().manual_seed(9)
     q = torch.randn(n, t, h, dk, generator=gen)
@@ -174,7 +146,7 @@ def test_chained_steps_match_the_sequence() -> None:
 
 def test_padding_slot_is_skipped_with_zero_output() -> None:
     """vLLM pads a captured batch with slot -1: the pool is untouched and the output zeros."""
-    lib = emulated()
+    lib = emulated_gated_delta()
     case = decode_case(2, 4, 128, 64, torch.float32, CPU, seqs=3, slots=5)
     case["state_indices"][1] = -1
     before = case["state_pool"].clone()
@@ -191,7 +163,7 @@ def test_padding_slot_is_skipped_with_zero_output() -> None:
 
 
 def test_the_verify_once_check_passes_on_the_host() -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     for dtype in DTYPES:
         verdict = check_library(lib, CPU, (lib.path.name, dtype, 128, 128, 2), stream=0)
         assert verdict.ok, verdict.detail
@@ -204,7 +176,7 @@ def test_the_verify_once_check_passes_on_the_host() -> None:
 @pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
 def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, chunked) -> None:
     """Lengths around the 16-token chunk: 0, 1, 15, 16, 17, 33."""
-    lib = emulated()
+    lib = emulated_gated_delta()
     o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU,
                           lengths=(3, 0, 17, 1, 16, 15, 33), l2norm=l2norm, chunked=chunked,
                           stream=0)  # fmt: skip
@@ -223,7 +195,7 @@ def prefill_inputs(lengths, seed=0):
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
 def test_prefill_in_place_state_without_initial_and_thread_order(chunked) -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     lengths = (4, 7)
     x = prefill_inputs(lengths)
     cu = torch.tensor([0, 4, 11], dtype=torch.int64)
@@ -250,7 +222,7 @@ def test_prefill_in_place_state_without_initial_and_thread_order(chunked) -> Non
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
 def test_prefill_reads_strided_inputs(chunked) -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     x = prefill_inputs((6,), seed=2)
     wide = {n: torch.cat([t, t], dim=-1) for n, t in x.items() if n in ("q", "k", "v")}
     strided = {n: wide[n][..., : x[n].shape[-1]] for n in wide}
@@ -268,7 +240,7 @@ def test_prefill_reads_strided_inputs(chunked) -> None:
 # ------------------------------------------------------------------------------ convolutions
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_conv_update_and_prefill_with_states(dtype) -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     worst = both_orders(lambda: (torch.tensor([conv_errors(lib, dtype, CPU, stream=0)]),))[0]
     assert float(worst) <= TOL[dtype] * 2
 
@@ -276,7 +248,7 @@ def test_conv_update_and_prefill_with_states(dtype) -> None:
 @pytest.mark.parametrize("tokens", [1, 3])
 @pytest.mark.parametrize("activation", [None, "silu"])
 def test_conv_update_without_indices_or_bias(tokens, activation) -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     gen = torch.Generator().manual_seed(tokens)
     n, dim = 3, 130
     x = torch.randn(n, dim, tokens, generator=gen).to(torch.bfloat16)
@@ -294,7 +266,7 @@ def test_conv_update_without_indices_or_bias(tokens, activation) -> None:
 
 
 def test_conv_prefill_without_states_contiguous_x() -> None:
-    lib = emulated()
+    lib = emulated_gated_delta()
     gen = torch.Generator().manual_seed(4)
     dim, lens = 70, [5, 0, 17, 2]
     total = sum(lens)
