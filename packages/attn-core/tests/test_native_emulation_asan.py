@@ -8,8 +8,8 @@ helpers then build instrumented libraries). torch allocates CPU tensors with
 the lengths, the outputs or the partials reports the kernel's source line and fails the child.
 The subset covers pages past each end (lengths at and past the table's capacity), windows
 restaged mid-partition, empty partitions, hundreds of partitions, strided q / out, the
-prefill kernel's splits, windows and ALiBi, and every Gated DeltaNet kernel; the first test shows the harness catching a read one
-element past a buffer.
+prefill kernel's splits, windows and ALiBi, and every Gated DeltaNet kernel; the first test
+shows the harness catching a read one element past a buffer.
 """
 
 from __future__ import annotations

@@ -132,9 +132,10 @@ HYBRID_LEGEND = (
     "attn-core's torch path (~3.3 launches a 64-token chunk, counted from its plan and a dispatch "
     "counter: the tracer cannot run it on meta tensors), `native` attn-core's kernels (16-token "
     "chunks walked in sequence by each block: waves x chunks x per-chunk latency, the latency "
-    "fitted to its H100 timing; decode's launch gap and bandwidth share assumed). Full attention is attn-core's plan (native "
-    "kernels taken as verified) for `fallback` and `native`, its torch path for `torch`; decode "
-    "is eager for the torch paths, a graph replay for native. Calibration: H100 errors in "
+    "fitted to its H100 timing; decode's launch gap and bandwidth share assumed). Full "
+    "attention is attn-core's plan (native kernels taken as verified) for `fallback` and "
+    "`native`, its torch path for `torch`; decode is eager for the torch paths, a graph replay "
+    "for native. Calibration: H100 errors in "
     "tests/test_linear_layer.py; nothing here is calibrated on BI-V100."
 )
 LINEAR_LEGEND = (
