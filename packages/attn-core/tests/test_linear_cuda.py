@@ -1,6 +1,7 @@
 """The linear-attention layers on a CUDA device at the model's sizes (16 key / 32 value heads,
 K = V = 128): prefill against the float64 reference, 1,000 decode steps after a chunked
-prefill, the transient-memory bound, and a CUDA-graph capture of the decode step.
+prefill, the transient-memory bounds (the torch path's plan budget, the native path's none),
+and a CUDA-graph capture of the decode step.
 
 Run on the GPU machine: ``pytest -m cuda packages/attn-core/tests/test_linear_cuda.py``.
 """
@@ -17,6 +18,7 @@ from attn_core import (
     causal_conv1d_fn,
     causal_conv1d_update,
     chunk_gated_delta_rule,
+    fused_recurrent_gated_delta_rule,
     gated_delta_decode,
     plan_gated_delta,
 )
@@ -79,6 +81,30 @@ def test_prefill_transient_memory_stays_in_the_plan_budget() -> None:
     kept = o.numel() * o.element_size() + s.numel() * s.element_size()
     transient = torch.cuda.max_memory_allocated() - base - kept
     assert transient <= plan.budget_bytes, transient / 2**20
+
+
+@pytest.mark.parametrize("entry", [chunk_gated_delta_rule, fused_recurrent_gated_delta_rule])
+def test_native_prefill_allocates_only_its_outputs(entry) -> None:
+    """The native prefill keeps its state on chip: nothing beyond the output and the final
+    states (the token-by-token entry once allocated the torch path's outputs as well: 258 MiB
+    at 32K on the H100)."""
+    h, hv, dk, dv = MODEL
+    t = 4096
+    gen = torch.Generator(device=DEV).manual_seed(4)
+    q, k = (torch.randn(1, t, h, dk, generator=gen, device=DEV).bfloat16() for _ in range(2))
+    v = torch.randn(1, t, hv, dv, generator=gen, device=DEV).bfloat16()
+    g = -torch.rand(1, t, hv, generator=gen, device=DEV)
+    beta = torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16()
+    entry(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, backend="native")  # verified
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    o, s = entry(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                 backend="native")  # fmt: skip
+    torch.cuda.synchronize()
+    kept = o.numel() * o.element_size() + s.numel() * s.element_size()
+    transient = torch.cuda.max_memory_allocated() - base - kept
+    assert transient <= 64 << 10, transient  # the offsets and scalars, not a tensor of T tokens
 
 
 def test_decode_in_a_cuda_graph() -> None:

@@ -139,13 +139,13 @@ def fused_recurrent_gated_delta_rule(
     x = gated_delta_inputs(q, k, v, g, beta, scale, initial_state, cu_seqlens,
                            use_qk_l2norm_in_kernel)  # fmt: skip
     want_final = check_flag("output_final_state", output_final_state)
+    lib = _native_prefill_library(chosen, "fused_recurrent_gated_delta_rule", x, q.dtype)
+    if lib is not None:  # before the torch path's outputs: the native path allocates its own
+        return _native_prefill(lib, x, v, want_final, chunked=False)
     hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     n = len(x.lengths)
     final = torch.empty(n, hv, dk, dv, device=v.device) if want_final else None
-    lib = _native_prefill_library(chosen, "fused_recurrent_gated_delta_rule", x, q.dtype)
-    if lib is not None:
-        return _native_prefill(lib, x, v, want_final, chunked=False)
     if cu_seqlens is None:  # B sequences of T tokens: one batched step per token
         state = _start_states(x.initial_state, n, hv, dk, dv, v.device)
         shape = (n, x.tokens)
