@@ -11,6 +11,7 @@ from typing import Optional
 
 from tabulate import tabulate
 
+from attn_sim import linear_layer
 from attn_sim.native_design import NATIVE_LEGEND
 
 REFERENCE_CONTEXT = 100 * 1024
@@ -141,8 +142,8 @@ HYBRID_LEGEND = (
 LINEAR_LEGEND = (
     "One linear layer's 8192-token prefill call (the request's chunk): launches, bytes and "
     "FLOPs, the sequential `chunks` and, for the native kernel, the per-chunk latency of a "
-    "block, its `waves` and resident `blocks_per_sm` (shared memory 25,856 B a block against "
-    "the profile's budget)."
+    "block, its `waves` and resident `blocks_per_sm` (shared memory "
+    f"{linear_layer.NATIVE_PREFILL_SMEM:,} B a block against the profile's budget)."
 )
 
 
