@@ -14,13 +14,13 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 | FLA Triton prefill 2.6 / 9.9 ms, decode 0.15 ms | not modelled | - | no: the native target |
 | torch path prefill 32K / 128K, 37.3 / 147.8 ms | 37.2 / 148.9 ms | -0.2 / +0.8 % | yes (fit) |
 | ... 2 x 16K, 31.9 ms | 37.2 ms | +17 % | no: priced as one 32K sequence |
-| native chunked 32K / 128K, 33.1 / 129 ms | 33.5 / 133.9 | +1.2 / +3.8 % | yes |
-| ... 2 x 16K (two blocks an SM), 19.6 ms | 16.9 ms | -14 % | no: contention not modelled |
+| native chunked 32K / 128K, 22.7 / 89.0 ms | 22.5 / 90.0 | -0.8 / +1.1 % | yes |
+| ... 2 x 16K (two blocks an SM), 14.1 ms | 11.4 ms | -19 % | no: contention not modelled |
 | native decode graph b1/8/64, 0.0057/0.0117/0.109 ms | 0.011/0.016/0.086 | +90/+34/-21 % | no |
 
 The Gated DeltaNet rows were measured on an H100 (bench/linear_attn_bench.py, device and date
-in docs/benchmarks.md#gated-deltanet). The native chunked kernel is latency-bound: ~16 us a
-16-token chunk whatever the length with one block an SM, ~19 us with two. Each "yes" fits one
+in docs/benchmarks.md#gated-deltanet). The native chunked kernel is latency-bound: ~11 us a
+16-token chunk whatever the length with one block an SM, ~14 us with two. Each "yes" fits one
 efficiency at 32K and checks the other points; native decode's launch gap and bandwidth share
 are the H200 profile's assumptions. Nothing is calibrated on BI-V100.
 """
@@ -93,8 +93,8 @@ def test_paths_order_and_scale(profile):
 
 @pytest.mark.parametrize(
     ("path", "tokens", "seqs", "measured_s", "low", "high"),
-    [("native", 32 * K, 1, 0.0331, -0.05, 0.05), ("native", 128 * K, 1, 0.129, -0.05, 0.05),
-     ("native", 16 * K, 2, 0.0196, -0.20, -0.05),  # two blocks an SM contend: not claimed
+    [("native", 32 * K, 1, 0.0227, -0.05, 0.05), ("native", 128 * K, 1, 0.089, -0.05, 0.05),
+     ("native", 16 * K, 2, 0.0141, -0.25, -0.10),  # two blocks an SM contend: not claimed
      ("torch", 32 * K, 1, 0.0373, -0.05, 0.05), ("torch", 128 * K, 1, 0.1478, -0.05, 0.05)],
 )  # fmt: skip
 def test_linear_prefill_against_h100(path, tokens, seqs, measured_s, low, high):

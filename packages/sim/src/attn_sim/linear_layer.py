@@ -67,7 +67,7 @@ NATIVE_PREFILL_REGISTERS = 168
 NATIVE_PREFILL_SMEM = 32192
 NATIVE_DECODE_SMEM = 3120
 NATIVE_CHUNK_FIXED_S = 1.0e-6
-NATIVE_FMA_EFFICIENCY_PER_WARP = 0.0178
+NATIVE_FMA_EFFICIENCY_PER_WARP = 0.0275
 NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
@@ -102,10 +102,10 @@ PROVENANCE = {
     "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's eight barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
-    "layer, bf16, docs/benchmarks.md#gated-deltanet): 33.1 ms at 32K is 16.2 us a 16-token "
-    "chunk with one block (4 warps) an SM, 1.78 % of an SM's fp32 rate a warp; the same "
-    "latency held at 128K (15.7 us) and at 2 x 16K with two blocks an SM (19.1 us). The 10 % "
-    "assumed before the first timing was 6x too fast. Capped at 80 %",
+    "layer, bf16, docs/benchmarks.md#gated-deltanet): 22.7 ms at 32K is 11.1 us a 16-token "
+    "chunk with one block (4 warps) an SM, 2.75 % of an SM's fp32 rate a warp; the same "
+    "latency held at 128K (10.9 us); with two blocks an SM (2 x 16K) a chunk took 13.8 us, "
+    "which the model prices at 11.1 (contention not modelled). Capped at 80 %",
 }
 
 
