@@ -59,7 +59,8 @@ def set_reverse_order(lib: NativeLibrary, reverse: bool) -> None:
     control(int(reverse))
 
 
-_LIBRARIES: dict[int, DecodeLibrary] = {}
+# (library name, head slots) -> the host library, built once per process
+_LIBRARIES: dict[tuple[str, int], NativeLibrary] = {}
 
 
 def host_compiler() -> str:
@@ -74,13 +75,18 @@ def host_compiler() -> str:
     return found
 
 
+def _emulated(name: str, library_class: type, slots: int = 1):
+    """The host library ``name`` (built on first use; with ASan when :func:`asan`)."""
+    if (name, slots) not in _LIBRARIES:
+        path = builder().build(name, cache_dir(), slots=slots, compiler=host_compiler(),
+                               asan=asan())  # fmt: skip
+        _LIBRARIES[name, slots] = library_class(path)
+    return _LIBRARIES[name, slots]
+
+
 def emulated_decode(slots: int) -> DecodeLibrary:
-    """The host decode library for ``slots`` head slots (built on first use)."""
-    if slots not in _LIBRARIES:
-        module, compiler = builder(), host_compiler()
-        path = module.build("decode", cache_dir(), slots=slots, compiler=compiler, asan=asan())
-        _LIBRARIES[slots] = DecodeLibrary(path)
-    return _LIBRARIES[slots]
+    """The host decode library for ``slots`` head slots."""
+    return _emulated("decode", DecodeLibrary, slots)
 
 
 def host_case(lens, heads, kv_heads, head_size, block_size, dtype, **kwargs) -> PagedCase:
@@ -103,26 +109,14 @@ def run_emulated(
         set_reverse_order(lib, False)
 
 
-_GATED_DELTA: list[GatedDeltaLibrary] = []
-
-
 def emulated_gated_delta() -> GatedDeltaLibrary:
-    """The host Gated DeltaNet library (built on first use, ~1 s; with ASan when :func:`asan`)."""
-    if not _GATED_DELTA:
-        path = builder().build("gated_delta", cache_dir(), compiler=host_compiler(), asan=asan())
-        _GATED_DELTA.append(GatedDeltaLibrary(path))
-    return _GATED_DELTA[0]
-
-
-_PREFILL: list[PrefillLibrary] = []
+    """The host Gated DeltaNet library (~1 s to build)."""
+    return _emulated("gated_delta", GatedDeltaLibrary)
 
 
 def emulated_prefill() -> PrefillLibrary:
-    """The host prefill library (built on first use)."""
-    if not _PREFILL:
-        path = builder().build("prefill", cache_dir(), compiler=host_compiler(), asan=asan())
-        _PREFILL.append(PrefillLibrary(path))
-    return _PREFILL[0]
+    """The host prefill library."""
+    return _emulated("prefill", PrefillLibrary)
 
 
 def host_prefill_case(seqs, heads, kv_heads, head_size, block_size, dtype, **kw) -> PrefillCase:

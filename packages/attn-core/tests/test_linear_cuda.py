@@ -60,26 +60,38 @@ def test_thousand_decode_steps_after_prefill(dtype) -> None:
     decode_after_prefill(130, DEVICE_DECODE_STEPS, MODEL[:2], MODEL[2:], dtype, device=DEV)
 
 
+def model_inputs(t: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """One sequence of ``t`` tokens at the model's shape: bf16 q, k, v, beta; fp32 g < 0."""
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    q, k = (torch.randn(1, t, h, dk, generator=gen, device=DEV).bfloat16() for _ in range(2))
+    v = torch.randn(1, t, hv, dv, generator=gen, device=DEV).bfloat16()
+    g = -torch.rand(1, t, hv, generator=gen, device=DEV)
+    beta = torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16()
+    return q, k, v, g, beta
+
+
+def transient_bytes(call) -> int:
+    """Peak device memory ``call()`` allocated beyond what it returned (output, final states)."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    o, s = call()
+    torch.cuda.synchronize()
+    kept = o.numel() * o.element_size() + s.numel() * s.element_size()
+    return torch.cuda.max_memory_allocated() - base - kept
+
+
 def test_prefill_transient_memory_stays_in_the_plan_budget() -> None:
     """16K tokens at the model's shape: the peak above inputs and outputs stays under the
     plan's budget (the plan counts every intermediate as live at once)."""
     h, hv, dk, dv = MODEL
     t = 16384
-    gen = torch.Generator(device=DEV).manual_seed(3)
-    q, k = (torch.randn(1, t, h, dk, generator=gen, device=DEV).bfloat16() for _ in range(2))
-    v = torch.randn(1, t, hv, dv, generator=gen, device=DEV).bfloat16()
-    g = -torch.rand(1, t, hv, generator=gen, device=DEV)
-    beta = torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16()
+    q, k, v, g, beta = model_inputs(t, seed=3)
     plan = plan_gated_delta(h, hv, dk, dv, 2)
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    o, s = chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True,
-                                  use_qk_l2norm_in_kernel=True, plan=plan,
-                                  backend="torch")  # fmt: skip
-    torch.cuda.synchronize()
-    kept = o.numel() * o.element_size() + s.numel() * s.element_size()
-    transient = torch.cuda.max_memory_allocated() - base - kept
+    transient = transient_bytes(lambda: chunk_gated_delta_rule(
+        q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True, plan=plan,
+        backend="torch"))  # fmt: skip
     assert transient <= plan.budget_bytes, transient / 2**20
 
 
@@ -88,22 +100,11 @@ def test_native_prefill_allocates_only_its_outputs(entry) -> None:
     """The native prefill keeps its state on chip: nothing beyond the output and the final
     states (the token-by-token entry once allocated the torch path's outputs as well: 258 MiB
     at 32K on the H100)."""
-    h, hv, dk, dv = MODEL
-    t = 4096
-    gen = torch.Generator(device=DEV).manual_seed(4)
-    q, k = (torch.randn(1, t, h, dk, generator=gen, device=DEV).bfloat16() for _ in range(2))
-    v = torch.randn(1, t, hv, dv, generator=gen, device=DEV).bfloat16()
-    g = -torch.rand(1, t, hv, generator=gen, device=DEV)
-    beta = torch.rand(1, t, hv, generator=gen, device=DEV).bfloat16()
+    q, k, v, g, beta = model_inputs(4096, seed=4)
     entry(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, backend="native")  # verified
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    o, s = entry(q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
-                 backend="native")  # fmt: skip
-    torch.cuda.synchronize()
-    kept = o.numel() * o.element_size() + s.numel() * s.element_size()
-    transient = torch.cuda.max_memory_allocated() - base - kept
+    transient = transient_bytes(lambda: entry(
+        q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
+        backend="native"))  # fmt: skip
     assert transient <= 64 << 10, transient  # the offsets and scalars, not a tensor of T tokens
 
 
