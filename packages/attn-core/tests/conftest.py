@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attn_core.core import settings
+from attn_core.reference.threads import share_cores_among_workers
 
 # Per-dtype tolerances against the float64 reference. fp16: probabilities are rounded to fp16
 # before P.V (as in vLLM) and the output once more; the worst error seen over this suite's
@@ -31,6 +32,11 @@ DECODE_ENV = (
     "ATTN_CORE_DECODE_GATHER_BYTES",
     "ATTN_CORE_DECODE_SCORES",
 )  # ATTN_CORE_DEVICE / ATTN_CORE_CHECKS pass through: CI may run the suite on a profile
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    share_cores_among_workers()
+
 
 requires_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device (run on the GPU machine)"
