@@ -130,8 +130,8 @@ class _FloatOps(TorchDispatchMode):
 
 
 def test_launches_per_chunk() -> None:
-    """About 3.3 float ops per 64-token chunk with the model's segment (26 slots): one
-    ``baddbmm_`` per chunk and ~58 per segment; transformers' fallback issues ~19 per chunk
+    """About 3.1 float ops per 64-token chunk with the model's segment (26 slots): one
+    ``baddbmm_`` per chunk and ~55 per segment; transformers' fallback issues ~19 per chunk
     counted the same way (its loop body plus the matmuls' copies)."""
     chunks = 26 * 8
     case = make_linear_case([64 * chunks], 2, 4, 16, 16, torch.bfloat16, l2norm=True)

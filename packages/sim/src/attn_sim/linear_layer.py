@@ -54,7 +54,7 @@ FALLBACK_STATE_PASSES = 5
 FALLBACK_DECODE_LAUNCHES = 34
 
 # --- attn-core's torch path -----------------------------------------------------------------
-TORCH_LAUNCHES_PER_CHUNK = 3.3
+TORCH_LAUNCHES_PER_CHUNK = 3.1
 TORCH_DECODE_LAUNCHES = 47
 TORCH_BMM_EFFICIENCY = 0.071
 
@@ -83,7 +83,7 @@ PROVENANCE = {
     "FALLBACK_STATE_PASSES": "assumed: read/write passes over the fp32 state per chunk",
     "FALLBACK_DECODE_LAUNCHES": "assumed: ~34 launches counted from reading "
     "torch_recurrent_gated_delta_rule (l2 norms, casts, one token's step)",
-    "TORCH_LAUNCHES_PER_CHUNK": "measured: ~3.3 launches per 64-token chunk, dispatch counter "
+    "TORCH_LAUNCHES_PER_CHUNK": "measured: ~3.1 launches per 64-token chunk, dispatch counter "
     "over attn-core's torch path (segments included)",
     "TORCH_DECODE_LAUNCHES": "measured: 48 device kernels a step (torch.profiler, H200, "
     "bench/linear_attn_bench.py, batch 1), one of them a copy of the gathered states since "

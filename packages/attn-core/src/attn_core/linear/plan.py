@@ -62,7 +62,7 @@ def chunk_slot_bytes(
     """
     c, h, hv, dk, dv = chunk, num_heads, num_value_heads, head_k, head_v
     inputs = c * (2 * h * dk + hv * dv) * (itemsize + FP32) + 2 * c * h * dk * FP32
-    square = (3 * hv + 2 * h) * c * c * FP32  # decay, A, P per value head; kk, qk per key head
+    square = (3 * hv + 2 * h) * c * c * FP32  # decay, A, its inverse per value head; kk, qk per key
     solve = 2 * hv * c * (dv + dk) * FP32
     decayed = 2 * hv * c * dk * FP32
     states = hv * (dk * dk + dk * dv) * FP32
