@@ -115,3 +115,49 @@ def test_update_padding_slots_are_not_touched() -> None:
     assert torch.equal(state[2], new.float())
     assert torch.equal(state[:2], before[:2])
     assert torch.equal(out[[0, 2]], torch.zeros(2, DIM))
+
+
+@pytest.mark.parametrize("pad", [-1, 7])
+def test_prefill_padding_slots_are_not_touched(pad) -> None:
+    """A varlen prefill entry whose slot is ``pad_slot_id`` (vLLM's PAD_SLOT_ID, or any value
+    the caller names) reads and writes no state, even where it has an initial state, and its
+    outputs are zeros though its inputs are NaN; padding entries may repeat."""
+    gen = torch.Generator().manual_seed(6)
+    lens = [3, 5, 2, 4]
+    x = torch.randn(DIM, sum(lens), generator=gen)
+    qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
+    x[:, int(qsl[1]) : int(qsl[2])] = float("nan")  # the first padded sequence's tokens
+    w, b = _weights(gen)
+    states = torch.randn(7 if pad < 0 else 8, DIM, WIDTH - 1, generator=gen)
+    before = states.clone()
+    slots = torch.tensor([4, pad, 1, pad])
+    has = torch.tensor([True, True, True, False])
+    out = causal_conv1d_fn(x, w, b, conv_states=states, query_start_loc=qsl, cache_indices=slots,
+                           has_initial_state=has, activation="silu", pad_slot_id=pad,
+                           backend="torch")  # fmt: skip
+    for i in (0, 2):
+        a, n = int(qsl[i]), lens[i]
+        want, new = reference_causal_conv1d(x[:, a : a + n], w, b, before[slots[i]], "silu")
+        assert_linear_close(out[:, a : a + n], want, torch.float32)
+        assert torch.equal(states[slots[i]], new.float())
+    for i in (1, 3):
+        a, n = int(qsl[i]), lens[i]
+        assert torch.equal(out[:, a : a + n], torch.zeros(DIM, n))
+    untouched = [s for s in range(states.shape[0]) if s not in (4, 1)]
+    assert torch.equal(states[untouched], before[untouched])
+
+
+def test_update_names_its_padding_slot() -> None:
+    """``pad_slot_id`` in range marks padding as -1 does: no state touched, zeros out."""
+    gen = torch.Generator().manual_seed(7)
+    w, b = _weights(gen)
+    state = torch.randn(4, DIM, WIDTH - 1, generator=gen)
+    before = state.clone()
+    x = torch.randn(2, DIM, generator=gen)
+    out = causal_conv1d_update(x, state, w, b, True, torch.tensor([3, 1]), pad_slot_id=3,
+                               backend="torch")  # fmt: skip
+    want, new = reference_causal_conv1d(x[1, :, None], w, b, before[1], "silu")
+    assert_linear_close(out[1], want[:, 0], torch.float32)
+    assert torch.equal(out[0], torch.zeros(DIM))
+    assert torch.equal(state[1], new.float())
+    assert torch.equal(state[[0, 2, 3]], before[[0, 2, 3]])

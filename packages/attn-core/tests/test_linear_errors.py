@@ -207,7 +207,8 @@ CONV_BAD = [
     ("cache_indices", lambda a: torch.tensor([1, 1]), "cache_indices must not repeat a slot"),
     ("cache_indices", lambda a: torch.tensor([1]), "cache_indices must have shape [2]"),
     ("has_initial_state", lambda a: torch.tensor([1, 0]), "has_initial_state must be torch.bool"),
-    ("activation", lambda a: "relu", "activation must be None, 'silu' or 'swish', got 'relu'"),
+    ("activation", lambda a: "relu", "'swish', True or False, got 'relu'"),
+    ("pad_slot_id", lambda a: 1.5, "pad_slot_id must be an int or None, got 1.5"),
 ]
 
 
@@ -233,6 +234,7 @@ UPDATE_BAD = [
         "conv_state_indices must have shape [2]",
     ),  # noqa: E501
     ("weight", lambda a: a["weight"].T, "weight must have shape [6, *]"),
+    ("pad_slot_id", lambda a: "-1", "pad_slot_id must be an int or None, got '-1'"),
 ]
 
 

@@ -281,3 +281,27 @@ def test_conv_prefill_without_states_contiguous_x() -> None:
         if length:
             want, _ = reference_causal_conv1d(x[:, a : a + length], weight, bias, None, "silu")
             assert rel_err(out[:, a : a + length], want) <= TOL[torch.float16]
+
+
+def test_conv_prefill_skips_a_padding_slot() -> None:
+    """A negative slot (vLLM's padding, what causal_conv1d_fn passes for ``pad_slot_id``): the
+    kernels neither read its window, though ``has_initial_state`` says so, nor write one."""
+    lib = emulated_gated_delta()
+    gen = torch.Generator().manual_seed(9)
+    dim, lens = 66, [4, 6, 2]
+    x = torch.randn(dim, sum(lens), generator=gen)
+    weight = torch.randn(dim, 4, generator=gen)
+    states = torch.randn(3, dim, 3, generator=gen)
+    before = states.clone()
+    qsl = torch.tensor([0, 4, 10, 12], dtype=torch.int32)
+    slots = torch.tensor([2, -1, 0], dtype=torch.int32)
+    has = torch.tensor([True, True, True])
+    out = torch.full_like(x, float("nan"))
+    launch_conv_prefill(lib, x, qsl, weight, None, states, slots, has, out, silu=False, stream=0)
+    for i in (0, 2):
+        a, s = int(qsl[i]), int(slots[i])
+        want, window = reference_causal_conv1d(x[:, a : a + lens[i]], weight, None, before[s])
+        assert rel_err(out[:, a : a + lens[i]], want) <= 1e-5
+        assert rel_err(states[s], window) <= 1e-6
+    assert torch.equal(states[1], before[1]), "the unnamed slot was written"
+    assert torch.isfinite(out[:, 4:10]).all()

@@ -1,7 +1,8 @@
 """Stand-ins for the serving stacks' linear-attention modules, as modules.
 
 Their parameters are those of flash-linear-attention, vLLM's FLA copy and Mamba convolution
-ops, and transformers' Qwen3-Next torch fallbacks (read for their names only). Every body raises:
+ops, and transformers' Qwen3-Next torch fallbacks (read for their names only), plus one
+signature no convention matches. Every body raises:
 a test that reaches one has run the original instead of attn-core. The FLA and vLLM modules hold
 a module object named ``triton``, which is how engine-patch tells a Triton-backed function.
 """
@@ -15,6 +16,7 @@ import torch
 
 FLA = "fla.ops.gated_delta_rule"
 FLA_NEW = "fla.ops.gated_delta_rule.chunk"
+FLA_RECURRENT = "fla.ops.gated_delta_rule.fused_recurrent"
 VLLM_FLA = "vllm.model_executor.layers.fla.ops"
 CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 HOLDER = "vllm.model_executor.models.qwen3_next"
@@ -61,13 +63,25 @@ def _vllm_recurrent(q, k, v, g, beta, scale=None, initial_state=None, inplace_fi
     raise OriginalCalled("vLLM fused_recurrent_gated_delta_rule")
 
 
-def _conv_fn(x, weight, bias=None, conv_states=None, query_start_loc=None, cache_indices=None,
-             has_initial_state=None, activation="silu", pad_slot_id=-1):  # fmt: skip
+def _conv_fn(x, weight, bias, conv_states, query_start_loc, cache_indices=None,
+             has_initial_state=None, activation="silu", pad_slot_id=-1,
+             block_idx_first_scheduled_token=None, block_idx_last_scheduled_token=None,
+             initial_state_idx=None, num_computed_tokens=None, block_size_to_align=0,
+             metadata=None, validate_data=False):  # fmt: skip
     raise OriginalCalled("vLLM causal_conv1d_fn")
 
 
-def _conv_update(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None):
+def _conv_update(x, conv_state, weight, bias=None, activation=None, conv_state_indices=None,
+                 num_accepted_tokens=None, query_start_loc=None, max_query_len=-1,
+                 pad_slot_id=-1, block_idx_last_scheduled_token=None, initial_state_idx=None,
+                 retrieve_parent_token=None, validate_data=False):  # fmt: skip
     raise OriginalCalled("vLLM causal_conv1d_update")
+
+
+def _recurrent_unknown(q, k, v, g, beta, scale=None, initial_state=None,
+                       output_final_state=False, unknown_switch=False):  # fmt: skip
+    """A signature with a parameter no convention knows (``unknown_switch``): not matched."""
+    raise OriginalCalled("fused_recurrent_gated_delta_rule with an unknown parameter")
 
 
 def _hf_chunk(query, key, value, g, beta, chunk_size=64, initial_state=None,
@@ -99,6 +113,9 @@ def modules() -> dict[str, types.ModuleType]:
     hf = _module(HF, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk),
                  torch_recurrent_gated_delta_rule=_copy(_hf_recurrent))  # fmt: skip
     fla_new = _module(FLA_NEW, True, chunk_gated_delta_rule=_copy(_fla_new_chunk))
+    unknown = _module(
+        FLA_RECURRENT, True, fused_recurrent_gated_delta_rule=_copy(_recurrent_unknown)
+    )
     hf35 = _module(HF35, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk_kwargs))
     return {
         HF35: hf35,
@@ -108,6 +125,7 @@ def modules() -> dict[str, types.ModuleType]:
         CONV: conv,
         HOLDER: holder,
         HF: hf,
+        FLA_RECURRENT: unknown,
     }
 
 

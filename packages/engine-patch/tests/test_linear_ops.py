@@ -7,7 +7,17 @@ import ep_helpers
 import fake_linear
 import pytest
 import torch
-from fake_linear import CONV, FLA, FLA_NEW, HF, HF35, HOLDER, VLLM_FLA, OriginalCalled
+from fake_linear import (
+    CONV,
+    FLA,
+    FLA_NEW,
+    FLA_RECURRENT,
+    HF,
+    HF35,
+    HOLDER,
+    VLLM_FLA,
+    OriginalCalled,
+)
 
 import attn_core
 from attn_core.core.shapes import AttentionShape
@@ -30,11 +40,12 @@ SERVED = {
     f"{FLA}.fused_recurrent_gated_delta_rule",
     f"{VLLM_FLA}.chunk_gated_delta_rule",
     f"{VLLM_FLA}.fused_recurrent_gated_delta_rule",
+    f"{CONV}.causal_conv1d_fn",
     f"{CONV}.causal_conv1d_update",
     f"{HF}.torch_chunk_gated_delta_rule",
     f"{HF}.torch_recurrent_gated_delta_rule",
 }
-UNMATCHED = {f"{CONV}.causal_conv1d_fn"}
+UNMATCHED = {f"{FLA_RECURRENT}.fused_recurrent_gated_delta_rule"}
 
 
 @pytest.fixture
@@ -80,7 +91,10 @@ def test_patching_replaces_exactly_the_matched_targets(fakes):
     assert STATE.linear_ops[f"{VLLM_FLA}.chunk_gated_delta_rule"].holders == (
         f"{HOLDER}.chunk_gated_delta_rule",
     )
-    assert "pad_slot_id" in STATE.linear_ops[f"{CONV}.causal_conv1d_fn"].reason
+    assert (
+        "unknown_switch"
+        in STATE.linear_ops[f"{FLA_RECURRENT}.fused_recurrent_gated_delta_rule"].reason
+    )
     assert STATE.linear_ops[f"{FLA}.chunk_gated_delta_rule"].triton
     assert not STATE.linear_ops[f"{HF}.torch_chunk_gated_delta_rule"].triton
 
@@ -164,6 +178,35 @@ def test_keyword_catch_all_is_served_until_a_call_uses_it(fakes):
         chunk(q, k, v, g, beta, cu_seqlens=None)
 
 
+def test_vllm_conv_prefill_with_padding_matches_the_reference(fakes):
+    """vLLM's causal_conv1d_fn, current signature: x ``[dim, tokens]``, a padding entry
+    (PAD_SLOT_ID) neither reads nor writes a slot; its prefix-caching inputs run the original."""
+    linear_ops.install()
+    gen = torch.Generator().manual_seed(2)
+    dim, width, lens = 6, 4, [3, 2, 4]
+    x = torch.randn(dim, sum(lens), generator=gen)
+    weight = torch.randn(dim, width, generator=gen)
+    bias = torch.randn(dim, generator=gen)
+    pool = torch.randn(4, dim, width - 1, generator=gen)
+    before = pool.clone()
+    qsl = torch.tensor([0, 3, 5, 9], dtype=torch.int32)
+    idx = torch.tensor([3, -1, 0], dtype=torch.int32)
+    has = torch.tensor([True, True, False])
+    conv_fn = fakes[CONV].causal_conv1d_fn
+    out = conv_fn(x, weight, bias, pool, qsl, idx, has, metadata=object(), validate_data=True)
+    for i, (a, n) in enumerate(zip(qsl.tolist()[:-1], lens, strict=True)):
+        if idx[i] < 0:
+            assert torch.equal(out[:, a : a + n], torch.zeros(dim, n))
+            continue
+        window = before[idx[i]] if has[i] else None
+        want, new = reference_causal_conv1d(x[:, a : a + n], weight, bias, window, "silu")
+        torch.testing.assert_close(out[:, a : a + n].double(), want, **TOL)
+        torch.testing.assert_close(pool[idx[i]].double(), new, **TOL)
+    assert torch.equal(pool[[1, 2]], before[[1, 2]])
+    with pytest.raises(OriginalCalled):
+        conv_fn(x, weight, bias, pool, qsl, idx, has, num_computed_tokens=qsl[1:])
+
+
 def test_conv_update_matches_the_reference(fakes):
     linear_ops.install()
     gen = torch.Generator().manual_seed(1)
@@ -175,10 +218,13 @@ def test_conv_update_matches_the_reference(fakes):
     idx = torch.tensor([2, 0])
     want = [reference_causal_conv1d(x[i, :, None], weight, bias, pool[s], "silu")
             for i, s in enumerate(idx.tolist())]  # fmt: skip
-    out = fakes[CONV].causal_conv1d_update(x, pool, weight, bias, "silu", idx)
+    update = fakes[CONV].causal_conv1d_update
+    out = update(x, pool, weight, bias, True, idx, validate_data=True)
     for i, s in enumerate(idx.tolist()):
         torch.testing.assert_close(out[i].double(), want[i][0][:, 0], **TOL)
         torch.testing.assert_close(pool[s].double(), want[i][1], **TOL)
+    with pytest.raises(OriginalCalled):  # speculative decoding: not served
+        update(x, pool, weight, bias, True, idx, num_accepted_tokens=torch.tensor([1, 1]))
 
 
 def test_iluvatar_refuses_an_unmatched_triton_target(fakes, monkeypatch):
@@ -188,7 +234,7 @@ def test_iluvatar_refuses_an_unmatched_triton_target(fakes, monkeypatch):
     for target in UNMATCHED:
         module, attr = target.rsplit(".", 1)
         assert STATE.linear_ops[target].serves == linear_ops.REFUSED
-        with pytest.raises(TritonRefusedError, match="pad_slot_id|ssm_state_indices"):
+        with pytest.raises(TritonRefusedError, match="unknown_switch"):
             getattr(fakes[module], attr)()
     untouched = [o for o in STATE.linear_ops.values() if o.triton and o.serves == "untouched"]
     assert untouched == []
@@ -257,11 +303,11 @@ def test_status_lists_the_linear_ops_and_the_layer_plan(fakes):
     assert set(rows) == SERVED | UNMATCHED
     assert rows[f"{FLA}.chunk_gated_delta_rule"]["serves"] == "torch"
     assert "native_gated_delta" in rows[f"{FLA}.chunk_gated_delta_rule"]["verdict"]
-    assert rows[f"{CONV}.causal_conv1d_fn"]["serves"] == "untouched"
+    assert rows[f"{FLA_RECURRENT}.fused_recurrent_gated_delta_rule"]["serves"] == "untouched"
     assert report["layer_plan"]["num_layers"] == 40
     text = render(report)
     assert "linear-attention ops found" in text and "layer plan" in text
-    assert f"{CONV}.causal_conv1d_fn" in text
+    assert f"{CONV}.causal_conv1d_fn" in text and f"{FLA_RECURRENT}" in text
 
 
 def test_model_layer_plan_reads_the_checkpoint_config(tmp_path):

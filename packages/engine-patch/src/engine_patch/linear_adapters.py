@@ -16,8 +16,10 @@ Conventions (the name is what ``ENGINE_PATCH_LINEAR_OPS`` takes after ``=``):
   states a pool (``initial_state [slots, HV, K, V]``) updated in place at ``ssm_state_indices``;
   a decode batch (one token a sequence, ``inplace_final_state``, no speculative tokens) runs
   :func:`attn_core.gated_delta_decode`, anything else the original.
-- ``causal_conv1d_fn`` / ``causal_conv1d_update`` / ``gated_delta_decode``: attn-core's own
-  parameters (vLLM's names).
+- ``causal_conv1d_fn`` / ``causal_conv1d_update``: vLLM's Mamba convolutions, whose names
+  attn-core's take (``pad_slot_id`` included); their prefix-caching and speculative inputs run
+  the original when a call passes them.
+- ``gated_delta_decode``: attn-core's own parameters.
 - ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule``: transformers'
   Qwen3-Next torch fallbacks: ``query, key, value`` in FLA's layout, the scale always
   ``K ** -0.5``, ``chunk_size`` a tiling detail (attn-core tiles its own way, same result).
@@ -105,6 +107,23 @@ def _own(name: str) -> dict[str, Optional[str]]:
     return {p: p for p in params if p not in ("backend", "plan")}
 
 
+# vLLM's Mamba convolutions take attn-core's names (pad_slot_id included) and, in current
+# releases, inputs for prefix caching and speculative decoding that attn-core does not serve
+# (neutral: a call passing one runs the original) and launch details with no meaning here
+# (accepted and dropped: the Triton launch's precomputed tiling, its assertion switch, and
+# sizes only those unserved inputs use).
+_CONV_FN_NEUTRAL = ("block_idx_first_scheduled_token", "block_idx_last_scheduled_token",
+                    "initial_state_idx", "num_computed_tokens")  # fmt: skip
+_CONV_UPDATE_NEUTRAL = ("num_accepted_tokens", "query_start_loc", "block_idx_last_scheduled_token",
+                        "initial_state_idx", "retrieve_parent_token")  # fmt: skip
+_CONV_DROPPED = ("metadata", "validate_data", "block_size_to_align", "max_query_len")
+
+
+def _vllm_conv(name: str, neutral: tuple[str, ...], required: tuple[str, ...]) -> Convention:
+    params = dict(_own(name), **dict.fromkeys(neutral + _CONV_DROPPED))
+    return Convention(name, params, required, neutral=neutral)
+
+
 CONVENTIONS: dict[str, Convention] = {
     "chunk_gated_delta_rule": Convention(
         "chunk_gated_delta_rule",
@@ -127,9 +146,9 @@ CONVENTIONS: dict[str, Convention] = {
         neutral=("num_accepted_tokens", "retrieve_parent_token"),
         decode_step=True,
     ),
-    "causal_conv1d_fn": Convention("causal_conv1d_fn", _own("causal_conv1d_fn"), ("x", "weight")),
-    "causal_conv1d_update": Convention(
-        "causal_conv1d_update", _own("causal_conv1d_update"), ("x", "conv_state", "weight")
+    "causal_conv1d_fn": _vllm_conv("causal_conv1d_fn", _CONV_FN_NEUTRAL, ("x", "weight")),
+    "causal_conv1d_update": _vllm_conv(
+        "causal_conv1d_update", _CONV_UPDATE_NEUTRAL, ("x", "conv_state", "weight")
     ),
     "gated_delta_decode": Convention(
         "gated_delta_decode",

@@ -39,7 +39,13 @@ from attn_core.linear.inputs import (
 )
 from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
-from attn_core.linear.slots import gather_slots, scatter_slots, zero_padded
+from attn_core.linear.slots import (
+    gather_slots,
+    pad_as_negative,
+    scatter_slots,
+    zero_padded,
+    zero_padded_tokens,
+)
 from attn_core.native.gated_delta import (
     GatedDeltaLibrary,
     LinearShape,
@@ -278,9 +284,14 @@ def gated_delta_decode(
 
 
 def _check_activation(activation: object) -> Optional[str]:
+    """None, "silu" or "swish"; vLLM's True / False stand for "silu" / None."""
+    if isinstance(activation, bool):
+        return "silu" if activation else None
     if not (activation is None or (isinstance(activation, str) and activation in ACTIVATIONS)):
-        raise ValueError(f"activation must be None, 'silu' or 'swish', got {activation!r}")
-    return activation  # type: ignore[return-value]
+        raise ValueError(
+            f"activation must be None, 'silu', 'swish', True or False, got {activation!r}"
+        )
+    return activation
 
 
 def _check_conv_weights(weight: object, bias: object, dim: int, dev: torch.device) -> int:
@@ -314,6 +325,7 @@ def causal_conv1d_fn(
     cache_indices: Optional[torch.Tensor] = None,
     has_initial_state: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
+    pad_slot_id: Optional[int] = -1,
     backend: Optional[str] = None,
 ) -> torch.Tensor:
     """Depthwise causal convolution over whole sequences (prefill), vLLM's conventions.
@@ -328,7 +340,10 @@ def causal_conv1d_fn(
         query_start_loc: ``[N + 1]`` int32/int64 offsets (0 .. total_tokens, never decreasing).
         cache_indices: ``[N]`` int32/int64, distinct slots; has_initial_state: ``[N]`` bool
             (default: no sequence has one).
-        activation: None, ``"silu"`` or ``"swish"``.
+        activation: None, ``"silu"`` or ``"swish"`` (True / False: ``"silu"`` / None).
+        pad_slot_id: a ``cache_indices`` entry equal to it, or negative, is padding (vLLM's
+            ``PAD_SLOT_ID``, -1): that sequence's slot is neither read nor written and its
+            outputs are zeros; padding entries may repeat.
         backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
             ``"native"`` (width 4 only).
 
@@ -366,29 +381,53 @@ def causal_conv1d_fn(
         )
     width = _check_conv_weights(weight, bias, dim, dev)
     n = offsets.shape[0] - 1
-    slots = _check_prefill_states(conv_states, cache_indices, has_initial_state, n, dim, width, dev)
+    slots = _check_prefill_states(
+        conv_states, cache_indices, has_initial_state, n, dim, width, dev, pad_slot_id
+    )
     if x.dim() == 2:
         check_offsets("query_start_loc", offsets, flat.shape[1])
+    padded = cache_indices is not None and slots is not None and bool((slots < 0).any())
     lib = native_library(chosen, "causal_conv1d_fn", dev, conv_shape(x.dtype),
                          conv_supported(weight, n, dim))  # fmt: skip
-    if lib is not None and n > 0:
+    if lib is not None and n > 0:  # the kernels skip a negative slot's reads and writes
         out = torch.empty(dim, flat.shape[1], dtype=x.dtype, device=dev)
         launch_conv_prefill(lib, flat, offsets, weight, bias, conv_states, slots, has_initial_state,
                             out, silu=act is not None)  # fmt: skip
-        if x.dim() == 3:
-            return out.view(dim, x.shape[0], x.shape[2]).permute(1, 0, 2).contiguous()
-        return out
-    window = torch.zeros(n, dim, width - 1, device=dev)
-    if conv_states is not None and slots is not None:
-        if has_initial_state is not None:  # where, not a product: a fresh slot may hold NaN
-            read = conv_states[:, :, : width - 1].index_select(0, slots).float()
-            window = torch.where(has_initial_state[:, None, None], read, window)
-    out, new = conv_varlen(flat, weight, bias, offsets, window, act)
-    if conv_states is not None and slots is not None:
-        conv_states[:, :, : width - 1].index_copy_(0, slots, new.to(conv_states.dtype))
+    else:
+        out = _conv_prefill_torch(flat, weight, bias, offsets, conv_states, slots,
+                                  has_initial_state, act).to(x.dtype)  # fmt: skip
+    if padded:
+        assert slots is not None
+        zero_padded_tokens(out, slots, offsets)
     if x.dim() == 3:
-        return out.view(dim, x.shape[0], x.shape[2]).permute(1, 0, 2).to(x.dtype).contiguous()
-    return out.to(x.dtype)
+        return out.view(dim, x.shape[0], x.shape[2]).permute(1, 0, 2).contiguous()
+    return out
+
+
+def _conv_prefill_torch(
+    flat: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    offsets: torch.Tensor,
+    conv_states: Optional[torch.Tensor],
+    slots: Optional[torch.Tensor],
+    has_initial_state: Optional[torch.Tensor],
+    act: Optional[str],
+) -> torch.Tensor:
+    """:func:`causal_conv1d_fn` on the torch path: ``out [dim, total]`` fp32, the slots'
+    windows read and written (a negative slot neither)."""
+    n, dim, width = offsets.shape[0] - 1, flat.shape[0], weight.shape[1]
+    window = torch.zeros(n, dim, width - 1, device=flat.device)
+    lanes = safe = valid = None
+    if conv_states is not None and slots is not None:
+        lanes = conv_states[:, :, : width - 1]
+        read, valid, safe = gather_slots(lanes, slots)
+        if has_initial_state is not None:  # where, not a product: a fresh slot may hold NaN
+            window = torch.where((has_initial_state & valid)[:, None, None], read.float(), window)
+    out, new = conv_varlen(flat, weight, bias, offsets, window, act)
+    if lanes is not None and safe is not None and valid is not None:
+        scatter_slots(lanes, safe, valid, new)
+    return out
 
 
 def _check_prefill_states(
@@ -399,8 +438,10 @@ def _check_prefill_states(
     dim: int,
     width: int,
     dev: torch.device,
+    pad_slot_id: Optional[int],
 ) -> Optional[torch.Tensor]:
-    """The slots of each sequence (``[N]`` int64) or None without ``conv_states``."""
+    """The slots of each sequence (``[N]`` int64, -1 for padding) or None without
+    ``conv_states``."""
     if conv_states is None:
         for name, value in (("cache_indices", cache_indices),
                             ("has_initial_state", has_initial_state)):  # fmt: skip
@@ -421,8 +462,9 @@ def _check_prefill_states(
         return torch.arange(n, device=dev)
     check_tensor("cache_indices", cache_indices, shape=(n,), dtype=INDEX_DTYPES, device=dev)
     assert isinstance(cache_indices, torch.Tensor)
-    check_slots("cache_indices", cache_indices, conv_states.shape[0])
-    return cache_indices.long()
+    slots = pad_as_negative(cache_indices, pad_slot_id)
+    check_slots("cache_indices", slots, conv_states.shape[0], padding=True)
+    return slots.long()
 
 
 def causal_conv1d_update(
@@ -432,6 +474,7 @@ def causal_conv1d_update(
     bias: Optional[torch.Tensor] = None,
     activation: Optional[str] = None,
     conv_state_indices: Optional[torch.Tensor] = None,
+    pad_slot_id: Optional[int] = -1,
     backend: Optional[str] = None,
 ) -> torch.Tensor:
     """Depthwise causal convolution of new tokens (decode), the conv state updated in place.
@@ -442,9 +485,11 @@ def causal_conv1d_update(
             ``conv_state_indices[i]`` (default ``i``) are read and then hold the last ``W - 1``
             inputs.
         weight: ``[dim, W]``; bias: ``[dim]`` or None; activation: None, "silu" or "swish".
-        conv_state_indices: ``[N]`` int32/int64, distinct, in range; a negative one is a padding
-            entry (vLLM's ``PAD_SLOT_ID``): its state is not touched and its outputs are zeros.
-            Checked only with ``ATTN_CORE_CHECKS=1`` outside graph capture (no sync otherwise).
+        conv_state_indices: ``[N]`` int32/int64, distinct, in range; one equal to
+            ``pad_slot_id``, or negative, is a padding entry (vLLM's ``PAD_SLOT_ID``, -1): its
+            state is not touched and its outputs are zeros. Checked only with
+            ``ATTN_CORE_CHECKS=1`` outside graph capture (no sync otherwise).
+        pad_slot_id: the padding index (vLLM's keyword; -1 or None changes nothing here).
         backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
             ``"native"`` (width 4 only).
 
@@ -475,6 +520,7 @@ def causal_conv1d_update(
     else:
         check_tensor("conv_state_indices", conv_state_indices, shape=(n,), dtype=INDEX_DTYPES,
                      device=dev)  # fmt: skip
+        conv_state_indices = pad_as_negative(conv_state_indices, pad_slot_id)
         if value_checks_enabled() and not is_capturing(dev):
             check_slots("conv_state_indices", conv_state_indices, conv_state.shape[0], padding=True)
         idx = conv_state_indices.long()

@@ -9,6 +9,8 @@ row then agree, whichever lands last. With no real entry, row 0 is rewritten wit
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 
@@ -38,3 +40,29 @@ def zero_padded(out: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """``out [N, ...]`` with a padded entry's rows zeroed in place (what the native kernels
     write); ``out`` is returned."""
     return out.mul_(valid.view(-1, *([1] * (out.dim() - 1))).to(out.dtype))
+
+
+def pad_as_negative(indices: torch.Tensor, pad_slot_id: Optional[int]) -> torch.Tensor:
+    """``indices`` with the entries equal to ``pad_slot_id`` made -1, the padding every path
+    here skips (vLLM's ``PAD_SLOT_ID`` is -1 already: then ``indices`` is returned as is). No
+    host sync.
+
+    Raises:
+        ValueError: ``pad_slot_id`` is neither an int nor None.
+    """
+    if pad_slot_id is not None and (
+        isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int)
+    ):
+        raise ValueError(f"pad_slot_id must be an int or None, got {pad_slot_id!r}")
+    if pad_slot_id is None or pad_slot_id < 0:
+        return indices
+    return indices.masked_fill(indices == pad_slot_id, -1)
+
+
+def zero_padded_tokens(out: torch.Tensor, slots: torch.Tensor, offsets: torch.Tensor) -> None:
+    """Zero, in place, the tokens of ``out [dim, total]`` whose sequence (``offsets [N + 1]``)
+    has a padding slot (``slots [N]`` negative). Masked, not multiplied: a padded sequence's
+    inputs may be anything, NaN included. No host sync."""
+    lengths = (offsets[1:] - offsets[:-1]).long()
+    padded = torch.repeat_interleave(slots < 0, lengths, output_size=out.shape[1])
+    out.masked_fill_(padded[None, :], 0)
