@@ -20,6 +20,7 @@ FLA_RECURRENT = "fla.ops.gated_delta_rule.fused_recurrent"
 VLLM_FLA = "vllm.model_executor.layers.fla.ops"
 CONV = "vllm.model_executor.layers.mamba.ops.causal_conv1d"
 HOLDER = "vllm.model_executor.models.qwen3_next"
+GDN = "vllm.model_executor.layers.mamba.gdn_linear_attn"
 HF = "transformers.models.qwen3_next.modeling_qwen3_next"
 HF35 = "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"
 T = Optional[torch.Tensor]
@@ -84,6 +85,14 @@ def _recurrent_unknown(q, k, v, g, beta, scale=None, initial_state=None,
     raise OriginalCalled("fused_recurrent_gated_delta_rule with an unknown parameter")
 
 
+def _gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):  # noqa: N803
+    raise OriginalCalled("vLLM fused_gdn_gating")
+
+
+def _gdn_gating_g_only(A_log, a, dt_bias, beta=1.0, threshold=20.0):  # noqa: N803
+    raise OriginalCalled("vLLM fused_gdn_gating without b")
+
+
 def _hf_chunk(query, key, value, g, beta, chunk_size=64, initial_state=None,
               output_final_state=False, use_qk_l2norm_in_kernel=False):  # fmt: skip
     raise OriginalCalled("transformers torch_chunk_gated_delta_rule")
@@ -108,8 +117,9 @@ def modules() -> dict[str, types.ModuleType]:
                        fused_recurrent_gated_delta_rule=_copy(_vllm_recurrent))  # fmt: skip
     conv = _module(CONV, True, causal_conv1d_fn=_copy(_conv_fn),
                    causal_conv1d_update=_copy(_conv_update))  # fmt: skip
-    holder = types.ModuleType(HOLDER)
+    holder = _module(HOLDER, True, fused_gdn_gating=_copy(_gdn_gating))
     holder.chunk_gated_delta_rule = vllm_fla.chunk_gated_delta_rule
+    gdn = _module(GDN, True, fused_gdn_gating=_copy(_gdn_gating_g_only))
     hf = _module(HF, False, torch_chunk_gated_delta_rule=_copy(_hf_chunk),
                  torch_recurrent_gated_delta_rule=_copy(_hf_recurrent))  # fmt: skip
     fla_new = _module(FLA_NEW, True, chunk_gated_delta_rule=_copy(_fla_new_chunk))
@@ -126,6 +136,7 @@ def modules() -> dict[str, types.ModuleType]:
         HOLDER: holder,
         HF: hf,
         FLA_RECURRENT: unknown,
+        GDN: gdn,
     }
 
 

@@ -12,6 +12,7 @@ from fake_linear import (
     FLA,
     FLA_NEW,
     FLA_RECURRENT,
+    GDN,
     HF,
     HF35,
     HOLDER,
@@ -21,7 +22,11 @@ from fake_linear import (
 
 import attn_core
 from attn_core.core.shapes import AttentionShape
-from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
+from attn_core.reference.gated_delta import (
+    reference_causal_conv1d,
+    reference_gated_delta,
+    reference_gates,
+)
 from engine_patch import cli, linear_ops, settings
 from engine_patch.exit_codes import EXIT_CONFIG, ConfigurationError
 from engine_patch.invocation import model_layer_plan
@@ -44,6 +49,8 @@ SERVED = {
     f"{CONV}.causal_conv1d_update",
     f"{HF}.torch_chunk_gated_delta_rule",
     f"{HF}.torch_recurrent_gated_delta_rule",
+    f"{HOLDER}.fused_gdn_gating",
+    f"{GDN}.fused_gdn_gating",
 }
 UNMATCHED = {f"{FLA_RECURRENT}.fused_recurrent_gated_delta_rule"}
 
@@ -205,6 +212,26 @@ def test_vllm_conv_prefill_with_padding_matches_the_reference(fakes):
     assert torch.equal(pool[[1, 2]], before[[1, 2]])
     with pytest.raises(OriginalCalled):
         conv_fn(x, weight, bias, pool, qsl, idx, has, num_computed_tokens=qsl[1:])
+
+
+def test_vllm_gate_kernels_match_the_reference(fakes):
+    """vLLM's fused_gdn_gating: ``(g, beta)`` with a leading axis of 1 where it takes ``b``,
+    ``g`` alone where it does not; softplus's ``beta`` / ``threshold`` passed through."""
+    linear_ops.install()
+    gen = torch.Generator().manual_seed(3)
+    a_log, dt_bias = torch.randn(8, generator=gen), torch.randn(8, generator=gen)
+    a = torch.randn(5, 8, generator=gen).to(torch.bfloat16) * 10
+    b = torch.randn(5, 8, generator=gen).to(torch.bfloat16)
+    g, beta = fakes[HOLDER].fused_gdn_gating(a_log, a, b, dt_bias, threshold=4.0)
+    want_g, want_beta = reference_gates(a_log, a, dt_bias, b, softplus_threshold=4.0)
+    assert g.shape == beta.shape == (1, 5, 8) and g.dtype == torch.float32
+    assert beta.dtype == torch.bfloat16
+    torch.testing.assert_close(g[0].double(), want_g, **TOL)
+    torch.testing.assert_close(beta[0].double(), want_beta, atol=8e-3, rtol=8e-3)
+    only_g = fakes[GDN].fused_gdn_gating(a_log, a, dt_bias, 2.0)
+    want_g, _ = reference_gates(a_log, a, dt_bias, softplus_beta=2.0)
+    assert only_g.shape == (5, 8)
+    torch.testing.assert_close(only_g.double(), want_g, **TOL)
 
 
 def test_conv_update_matches_the_reference(fakes):

@@ -12,7 +12,8 @@ plan), and :class:`DeviceSpec` profiles. The environment is read into
 
 The hybrid model's linear-attention layers (:mod:`attn_core.linear`): the gated delta rule,
 flash-linear-attention compatible (:func:`chunk_gated_delta_rule`,
-:func:`fused_recurrent_gated_delta_rule`, :func:`gated_delta_decode`), the short convolution, vLLM
+:func:`fused_recurrent_gated_delta_rule`, :func:`gated_delta_decode`), its gates
+(:func:`gated_delta_gates`), the short convolution, vLLM
 compatible (:func:`causal_conv1d_fn`, :func:`causal_conv1d_update`), and :func:`plan_gated_delta`.
 """
 
@@ -32,6 +33,7 @@ from attn_core.linear.api import (
     fused_recurrent_gated_delta_rule,
     gated_delta_decode,
 )
+from attn_core.linear.gates import gated_delta_gates
 from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.prefill.plan import PrefillLengths, PrefillPlan, plan_prefill
 from attn_core.prefill.plan_native import NativePrefillPlan
@@ -72,5 +74,6 @@ __all__ = [
     "chunk_gated_delta_rule",
     "fused_recurrent_gated_delta_rule",
     "gated_delta_decode",
+    "gated_delta_gates",
     "plan_gated_delta",
 ]

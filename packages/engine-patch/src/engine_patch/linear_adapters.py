@@ -20,6 +20,9 @@ Conventions (the name is what ``ENGINE_PATCH_LINEAR_OPS`` takes after ``=``):
   attn-core's take (``pad_slot_id`` included); their prefix-caching and speculative inputs run
   the original when a call passes them.
 - ``gated_delta_decode``: attn-core's own parameters.
+- ``vllm_fused_gdn_gating``: vLLM's Qwen3-Next gate kernel ``fused_gdn_gating(A_log, a, b,
+  dt_bias, beta, threshold)`` (older releases without ``b``), as
+  :func:`attn_core.gated_delta_gates` (softplus's ``beta`` / ``threshold`` renamed).
 - ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule``: transformers'
   Qwen3-Next torch fallbacks: ``query, key, value`` in FLA's layout, the scale always
   ``K ** -0.5``, ``chunk_size`` a tiling detail (attn-core tiles its own way, same result).
@@ -53,6 +56,9 @@ class Convention:
     # The foreign function is vLLM's in-place recurrent rule, served as attn-core's decode step
     # when the call is one (:func:`_decode_step_call`).
     decode_step: bool = False
+    # The foreign function is vLLM's gate kernel: with ``b`` it returns ``(g, beta)`` with a
+    # leading axis of 1, without it ``g`` alone (:func:`_gates_result`).
+    gates: bool = False
 
 
 _FLA = {
@@ -124,6 +130,16 @@ def _vllm_conv(name: str, neutral: tuple[str, ...], required: tuple[str, ...]) -
     return Convention(name, params, required, neutral=neutral)
 
 
+# vLLM's fused_gdn_gating: the layer's parameters by their names, softplus's by vLLM's.
+_VLLM_GATES: dict[str, Optional[str]] = {
+    "A_log": "A_log",
+    "a": "a",
+    "b": "b",
+    "dt_bias": "dt_bias",
+    "beta": "softplus_beta",
+    "threshold": "softplus_threshold",
+}
+
 CONVENTIONS: dict[str, Convention] = {
     "chunk_gated_delta_rule": Convention(
         "chunk_gated_delta_rule",
@@ -154,6 +170,9 @@ CONVENTIONS: dict[str, Convention] = {
         "gated_delta_decode",
         _own("gated_delta_decode"),
         ("q", "k", "v", "g", "beta", "state_pool", "state_indices"),
+    ),
+    "vllm_fused_gdn_gating": Convention(
+        "gated_delta_gates", _VLLM_GATES, ("A_log", "a", "dt_bias"), gates=True
     ),
     "torch_chunk_gated_delta_rule": Convention(
         "chunk_gated_delta_rule", dict(_HF, chunk_size=None), ("q", "k", "v", "g", "beta")
@@ -215,6 +234,13 @@ def _decode_step_call(bound: dict[str, Any], call: dict[str, Any]) -> Optional[t
     return flat, (batch, tokens)
 
 
+def _gates_result(result: tuple, with_b: bool) -> Any:
+    """vLLM's return of its gate kernel: ``(g, beta)`` each ``[1, tokens, HV]`` where the
+    function takes ``b``; ``g`` ``[tokens, HV]`` alone where it does not (older releases)."""
+    g, beta = result
+    return (g.unsqueeze(0), beta.unsqueeze(0)) if with_b else g
+
+
 def _transpose_tokens(x: Any) -> Any:
     return x.transpose(1, 2) if isinstance(x, torch.Tensor) else x
 
@@ -246,6 +272,8 @@ def make_adapter(
             keyword = convention.params[name]
             if keyword is not None:
                 call[keyword] = value
+        if convention.gates:
+            return _gates_result(target(**call), "b" in signature.parameters)
         if convention.decode_step:
             step = _decode_step_call(bound.arguments, call)
             if step is None:

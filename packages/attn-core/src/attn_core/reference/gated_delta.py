@@ -14,6 +14,7 @@ float64 on the CPU and share no code with :mod:`attn_core.linear` (the l2 normal
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -114,3 +115,27 @@ def reference_causal_conv1d(
     if activation in ("silu", "swish"):
         out = out * torch.sigmoid(out)
     return out, full[:, full.shape[1] - (width - 1) :].clone()
+
+
+def reference_gates(
+    A_log: torch.Tensor,  # noqa: N803 - the model's parameter name
+    a: torch.Tensor,
+    dt_bias: torch.Tensor,
+    b: Optional[torch.Tensor] = None,
+    softplus_beta: float = 1.0,
+    softplus_threshold: float = 20.0,
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """The gates ``g = -exp(A_log) * softplus(a + dt_bias)`` and ``beta = 1 / (1 + exp(-b))``
+    element by element in float64, softplus as ``log(1 + exp(s x)) / s`` except ``x`` where
+    ``s x`` exceeds the threshold. Returns float64 tensors on the CPU (``beta`` None without
+    ``b``)."""
+    x = (a.detach().double().cpu() + dt_bias.detach().double().cpu()).reshape(-1, a.shape[-1])
+    rate = torch.empty_like(x)
+    for i in range(x.shape[0]):
+        for h in range(x.shape[1]):
+            v = float(x[i, h])
+            sv = softplus_beta * v
+            rate[i, h] = v if sv > softplus_threshold else math.log1p(math.exp(sv)) / softplus_beta
+    g = (-A_log.detach().double().cpu().exp() * rate).reshape(a.shape)
+    beta = None if b is None else 1.0 / (1.0 + (-b.detach().double().cpu()).exp())
+    return g, beta
