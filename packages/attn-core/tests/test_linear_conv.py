@@ -161,3 +161,12 @@ def test_update_names_its_padding_slot() -> None:
     assert torch.equal(out[0], torch.zeros(DIM))
     assert torch.equal(state[1], new.float())
     assert torch.equal(state[[0, 2, 3]], before[[0, 2, 3]])
+
+
+def test_update_checks_pad_slot_id_without_indices() -> None:
+    """A wrong ``pad_slot_id`` is named even where no index would use it."""
+    gen = torch.Generator().manual_seed(8)
+    w, b = _weights(gen)
+    state = torch.randn(2, DIM, WIDTH - 1, generator=gen)
+    with pytest.raises(ValueError, match="pad_slot_id must be an int or None, got 1.5"):
+        causal_conv1d_update(torch.randn(2, DIM, generator=gen), state, w, b, pad_slot_id=1.5)

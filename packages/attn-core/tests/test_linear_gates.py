@@ -52,6 +52,9 @@ def test_softplus_parameters_and_no_b() -> None:
         ({"dt_bias": torch.zeros(4, dtype=torch.int32)}, "dt_bias must be"),
         ({"b": torch.zeros(2, 4)}, "b must have shape [6, 4]"),
         ({"softplus_beta": 0.0}, "softplus_beta must be > 0, got 0.0"),
+        ({"softplus_beta": "1"}, "softplus_beta must be a finite number, got '1'"),
+        ({"softplus_threshold": float("nan")}, "softplus_threshold must be a finite number"),
+        ({"a": torch.tensor(1.0)}, "a must have shape [..., HV], got a scalar"),
     ],
 )
 def test_bad_input_is_named(kwargs, message) -> None:

@@ -40,6 +40,7 @@ from attn_core.linear.inputs import (
 from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
 from attn_core.linear.slots import (
+    check_pad_slot_id,
     gather_slots,
     pad_as_negative,
     scatter_slots,
@@ -265,7 +266,7 @@ def gated_delta_decode(
     else:
         check_out(out, (n, hv, dv), v.dtype, dev)
     if value_checks_enabled() and not is_capturing(dev):
-        check_slots("state_indices", state_indices, state_pool.shape[0], padding=True)
+        check_slots("state_indices", state_indices, state_pool.shape[0])
         check_gates(g, beta)
     if n == 0:
         return out
@@ -355,6 +356,7 @@ def causal_conv1d_fn(
     check_tensor("x", x, dtype=FLOATS)
     dev = x.device
     act = _check_activation(activation)
+    pad = check_pad_slot_id(pad_slot_id)
     chosen = check_linear_backend(backend)
     if x.dim() == 3:
         if query_start_loc is not None:
@@ -381,12 +383,11 @@ def causal_conv1d_fn(
         )
     width = _check_conv_weights(weight, bias, dim, dev)
     n = offsets.shape[0] - 1
-    slots = _check_prefill_states(
-        conv_states, cache_indices, has_initial_state, n, dim, width, dev, pad_slot_id
+    slots, padded = _check_prefill_states(
+        conv_states, cache_indices, has_initial_state, n, dim, width, dev, pad
     )
     if x.dim() == 2:
         check_offsets("query_start_loc", offsets, flat.shape[1])
-    padded = cache_indices is not None and slots is not None and bool((slots < 0).any())
     lib = native_library(chosen, "causal_conv1d_fn", dev, conv_shape(x.dtype),
                          conv_supported(weight, n, dim))  # fmt: skip
     if lib is not None and n > 0:  # the kernels skip a negative slot's reads and writes
@@ -439,15 +440,15 @@ def _check_prefill_states(
     width: int,
     dev: torch.device,
     pad_slot_id: Optional[int],
-) -> Optional[torch.Tensor]:
-    """The slots of each sequence (``[N]`` int64, -1 for padding) or None without
-    ``conv_states``."""
+) -> tuple[Optional[torch.Tensor], bool]:
+    """The slots of each sequence (``[N]`` int64, -1 for padding; None without
+    ``conv_states``) and whether one is padding."""
     if conv_states is None:
         for name, value in (("cache_indices", cache_indices),
                             ("has_initial_state", has_initial_state)):  # fmt: skip
             if value is not None:
                 raise ValueError(f"{name} needs conv_states, got conv_states=None")
-        return None
+        return None, False
     _check_state("conv_states", conv_states, dim, width, dev)
     assert isinstance(conv_states, torch.Tensor)
     if has_initial_state is not None:
@@ -459,12 +460,12 @@ def _check_prefill_states(
                 f"conv_states must have a slot per sequence without cache_indices "
                 f"({n}), got {conv_states.shape[0]}"
             )
-        return torch.arange(n, device=dev)
+        return torch.arange(n, device=dev), False
     check_tensor("cache_indices", cache_indices, shape=(n,), dtype=INDEX_DTYPES, device=dev)
     assert isinstance(cache_indices, torch.Tensor)
     slots = pad_as_negative(cache_indices, pad_slot_id)
-    check_slots("cache_indices", slots, conv_states.shape[0], padding=True)
-    return slots.long()
+    padded = check_slots("cache_indices", slots, conv_states.shape[0])
+    return slots.long(), padded
 
 
 def causal_conv1d_update(
@@ -507,6 +508,7 @@ def causal_conv1d_update(
     dev = x.device
     n, dim = x.shape[0], x.shape[1]
     act = _check_activation(activation)
+    pad = check_pad_slot_id(pad_slot_id)
     chosen = check_linear_backend(backend)
     width = _check_conv_weights(weight, bias, dim, dev)
     _check_state("conv_state", conv_state, dim, width, dev)
@@ -520,9 +522,9 @@ def causal_conv1d_update(
     else:
         check_tensor("conv_state_indices", conv_state_indices, shape=(n,), dtype=INDEX_DTYPES,
                      device=dev)  # fmt: skip
-        conv_state_indices = pad_as_negative(conv_state_indices, pad_slot_id)
+        conv_state_indices = pad_as_negative(conv_state_indices, pad)
         if value_checks_enabled() and not is_capturing(dev):
-            check_slots("conv_state_indices", conv_state_indices, conv_state.shape[0], padding=True)
+            check_slots("conv_state_indices", conv_state_indices, conv_state.shape[0])
         idx = conv_state_indices.long()
     seq = x if x.dim() == 3 else x[:, :, None]
     lib = native_library(chosen, "causal_conv1d_update", dev, conv_shape(x.dtype),

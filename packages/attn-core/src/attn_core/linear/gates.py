@@ -12,6 +12,7 @@ this is the same arithmetic in torch (fp32, a few elementwise launches), on any 
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -42,12 +43,24 @@ def gated_delta_gates(
         without ``b``.
     """
     check_tensor("a", a, dtype=FLOATS)
-    hv = a.shape[-1] if a.dim() else 0
+    if a.dim() == 0:
+        raise ValueError("a must have shape [..., HV], got a scalar")
+    hv = a.shape[-1]
     check_tensor("A_log", A_log, shape=(hv,), dtype=FLOATS, device=a.device)
     check_tensor("dt_bias", dt_bias, shape=(hv,), dtype=FLOATS, device=a.device)
     if b is not None:
         check_tensor("b", b, shape=tuple(a.shape), dtype=FLOATS, device=a.device)
-    if not softplus_beta > 0:
+    for name, value in (
+        ("softplus_beta", softplus_beta),
+        ("softplus_threshold", softplus_threshold),
+    ):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if softplus_beta <= 0:
         raise ValueError(f"softplus_beta must be > 0, got {softplus_beta!r}")
     rate = F.softplus(a.float() + dt_bias.float(), softplus_beta, softplus_threshold)
     g = rate.mul_(A_log.float().exp().neg_())

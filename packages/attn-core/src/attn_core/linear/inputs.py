@@ -104,19 +104,20 @@ def check_offsets(name: str, offsets: torch.Tensor, total: int) -> list[int]:
     return values
 
 
-def check_slots(name: str, indices: torch.Tensor, slots: int, padding: bool = False) -> None:
-    """``indices`` in ``[0, slots)`` and pairwise distinct (an in-place write per index);
-    ``padding``: a negative index is a padding entry (vLLM's ``PAD_SLOT_ID``), allowed and
-    repeatable."""
-    named = indices[indices >= 0] if padding else indices
+def check_slots(name: str, indices: torch.Tensor, slots: int) -> bool:
+    """``indices`` in ``[0, slots)`` and pairwise distinct (an in-place write per index), but
+    for negative ones: padding entries (vLLM's ``PAD_SLOT_ID``), allowed and repeatable.
+    Returns whether there is one (read from the sync the check makes anyway)."""
+    named = indices[indices >= 0]
+    padded = named.numel() < indices.numel()
     if named.numel() == 0:
-        return
-    lo, hi = (int(x) for x in torch.stack([named.min(), named.max()]).long().tolist())
-    if lo < 0 or hi >= slots:
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"{name} must be in [0, {slots}), got {bad}")
+        return padded
+    hi = int(named.max())
+    if hi >= slots:
+        raise ValueError(f"{name} must be in [0, {slots}), got {hi}")
     if torch.unique(named).numel() != named.numel():
         raise ValueError(f"{name} must not repeat a slot (each is updated in place), got repeats")
+    return padded
 
 
 def gated_delta_inputs(

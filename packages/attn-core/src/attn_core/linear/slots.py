@@ -42,18 +42,21 @@ def zero_padded(out: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return out.mul_(valid.view(-1, *([1] * (out.dim() - 1))).to(out.dtype))
 
 
-def pad_as_negative(indices: torch.Tensor, pad_slot_id: Optional[int]) -> torch.Tensor:
-    """``indices`` with the entries equal to ``pad_slot_id`` made -1, the padding every path
-    here skips (vLLM's ``PAD_SLOT_ID`` is -1 already: then ``indices`` is returned as is). No
-    host sync.
+def check_pad_slot_id(pad_slot_id: object) -> Optional[int]:
+    """``pad_slot_id`` itself: an int or None.
 
     Raises:
-        ValueError: ``pad_slot_id`` is neither an int nor None.
+        ValueError: it is anything else (a bool included).
     """
-    if pad_slot_id is not None and (
-        isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, int)
-    ):
-        raise ValueError(f"pad_slot_id must be an int or None, got {pad_slot_id!r}")
+    if pad_slot_id is None or (isinstance(pad_slot_id, int) and not isinstance(pad_slot_id, bool)):
+        return pad_slot_id
+    raise ValueError(f"pad_slot_id must be an int or None, got {pad_slot_id!r}")
+
+
+def pad_as_negative(indices: torch.Tensor, pad_slot_id: Optional[int]) -> torch.Tensor:
+    """``indices`` with the entries equal to ``pad_slot_id`` (checked) made -1, the padding
+    every path here skips (vLLM's ``PAD_SLOT_ID`` is -1 already: then ``indices`` is returned
+    as is). No host sync."""
     if pad_slot_id is None or pad_slot_id < 0:
         return indices
     return indices.masked_fill(indices == pad_slot_id, -1)
