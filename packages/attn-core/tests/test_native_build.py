@@ -237,6 +237,19 @@ ABI_VERSION = {
 }
 
 
+def _expand_field_lists(header: str, lines: list[str]) -> list[str]:
+    """``lines`` with each line that names a field-list macro of ``header`` (a ``#define`` of
+    field declarations, e.g. ATTN_GDN_TOKEN_TENSORS) replaced by its declarations."""
+    macros = {}
+    for found in re.finditer(r"#define (\w+)\s*\\\n((?:.*\\\n)*.*)", header):
+        body = found.group(2).replace("\\\n", "\n").splitlines()
+        macros[found.group(1)] = [line.strip() for line in body if line.strip()]
+    out = []
+    for line in lines:
+        out += macros.get(line.strip(), [line])
+    return out
+
+
 @pytest.mark.parametrize(
     "header, struct, mirror, family",
     [
@@ -261,7 +274,7 @@ def test_abi_structs_mirror_the_header(header, struct, mirror, family) -> None:
     text = (CSRC / header).read_text()
     start, end = text.index(f"typedef struct {struct} {{"), text.index(f"}} {struct};")
     declared = []
-    for line in text[start:end].splitlines()[1:]:
+    for line in _expand_field_lists(text, text[start:end].splitlines()[1:]):
         line = line.split("//")[0].strip().rstrip(";")
         match = re.fullmatch(r"(?:const\s+)?(\w+)\s*(\*?)\s*(.+)", line)
         if match:

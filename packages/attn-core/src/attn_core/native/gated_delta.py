@@ -40,9 +40,12 @@ KERNELS = {
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
+# ATTN_GDN_TOKEN_TENSORS: the pointers both step structs begin with
+TOKEN_TENSORS = "out q k v g beta"
+
 GdnDecodeArgs = abi.c_struct(
     "GdnDecodeArgs",
-    ("pointer", "out q k v g beta state_pool state_indices"),
+    ("pointer", f"{TOKEN_TENSORS} state_pool state_indices"),
     (
         "int64",
         "q_seq_stride q_head_stride k_seq_stride k_head_stride v_seq_stride v_head_stride "
@@ -60,7 +63,7 @@ GdnDecodeArgs = abi.c_struct(
 
 GdnPrefillArgs = abi.c_struct(
     "GdnPrefillArgs",
-    ("pointer", "out q k v g beta initial_state final_state cu_seqlens"),
+    ("pointer", f"{TOKEN_TENSORS} initial_state final_state cu_seqlens"),
     (
         "int64",
         "q_tok_stride q_head_stride k_tok_stride k_head_stride v_tok_stride v_head_stride "
@@ -177,6 +180,24 @@ def _stream(t: torch.Tensor, stream: Optional[int]) -> int:
     return abi.current_stream(t.device) if t.is_cuda else 0
 
 
+def _token_fields(
+    row: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    out: torch.Tensor,
+) -> dict[str, int]:
+    """The :data:`TOKEN_TENSORS` fields of a step struct: each tensor's address and its row and
+    head strides (``row``: ``"seq"`` in the decode step's struct, ``"tok"`` in a prefill's)."""
+    fields = {}
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("g", g), ("beta", beta)):
+        fields[name] = t.data_ptr()
+        fields[f"{name}_{row}_stride"], fields[f"{name}_head_stride"] = t.stride(0), t.stride(1)
+    return fields
+
+
 def decode_supported(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state_pool: torch.Tensor, out: torch.Tensor
 ) -> Optional[str]:
@@ -241,15 +262,8 @@ def launch_decode(
         sms = _sm_count(q.device) if q.is_cuda else 1
         block_heads = heads_per_block(n, h, hv, dv, sms) if q.is_cuda else 1
     args = GdnDecodeArgs(
-        out=out.data_ptr(), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(),
-        beta=beta.data_ptr(), state_pool=state_pool.data_ptr(),
-        state_indices=indices.data_ptr(),
-        q_seq_stride=q.stride(0), q_head_stride=q.stride(1),
-        k_seq_stride=k.stride(0), k_head_stride=k.stride(1),
-        v_seq_stride=v.stride(0), v_head_stride=v.stride(1),
-        out_seq_stride=out.stride(0), out_head_stride=out.stride(1),
-        g_seq_stride=g.stride(0), g_head_stride=g.stride(1),
-        beta_seq_stride=beta.stride(0), beta_head_stride=beta.stride(1),
+        **_token_fields("seq", q, k, v, g, beta, out),
+        state_pool=state_pool.data_ptr(), state_indices=indices.data_ptr(),
         num_slots=state_pool.shape[0], num_seqs=n, num_heads=h, num_value_heads=hv,
         head_k=dk, head_v=dv, heads_per_block=block_heads,
         qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
@@ -301,16 +315,9 @@ def launch_recurrent_prefill(
     t, h, dk = q.shape
     hv, dv = v.shape[1], v.shape[2]
     args = GdnPrefillArgs(
-        out=out.data_ptr(), q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(),
-        beta=beta.data_ptr(), cu_seqlens=offsets.data_ptr(),
+        **_token_fields("tok", q, k, v, g, beta, out), cu_seqlens=offsets.data_ptr(),
         initial_state=None if initial_state is None else initial_state.data_ptr(),
         final_state=None if final_state is None else final_state.data_ptr(),
-        q_tok_stride=q.stride(0), q_head_stride=q.stride(1),
-        k_tok_stride=k.stride(0), k_head_stride=k.stride(1),
-        v_tok_stride=v.stride(0), v_head_stride=v.stride(1),
-        out_tok_stride=out.stride(0), out_head_stride=out.stride(1),
-        g_tok_stride=g.stride(0), g_head_stride=g.stride(1),
-        beta_tok_stride=beta.stride(0), beta_head_stride=beta.stride(1),
         num_seqs=offsets.shape[0] - 1, num_heads=h, num_value_heads=hv, head_k=dk, head_v=dv,
         qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
         beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=INDEX_KINDS[offsets.dtype],

@@ -12,6 +12,16 @@
 
 #define ATTN_GDN_ABI_VERSION 3
 
+// The per-token tensors that a decode step and a prefill both begin with, in this order: one
+// list keeps the two structs alike (gated_delta.py's TOKEN_TENSORS is its ctypes mirror).
+#define ATTN_GDN_TOKEN_TENSORS \
+  void* out;                   \
+  const void* q;               \
+  const void* k;               \
+  const void* v;               \
+  const void* g;               \
+  const void* beta;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,12 +36,7 @@ extern "C" {
 // heads_per_block value heads of one key head share a block's key and query loads; it divides
 // num_value_heads / num_heads.
 typedef struct AttnGdnDecodeArgs {
-  void* out;
-  const void* q;
-  const void* k;
-  const void* v;
-  const void* g;
-  const void* beta;
+  ATTN_GDN_TOKEN_TENSORS
   float* state_pool;
   const void* state_indices;
   int64_t q_seq_stride, q_head_stride;
@@ -56,12 +61,7 @@ typedef struct AttnGdnDecodeArgs {
 //   initial_state [num_seqs, num_value_heads, head_k, head_v] fp32 contiguous, or NULL (zeros)
 //   final_state   likewise, or NULL (not written); it may be initial_state (updated in place)
 typedef struct AttnGdnPrefillArgs {
-  void* out;
-  const void* q;
-  const void* k;
-  const void* v;
-  const void* g;
-  const void* beta;
+  ATTN_GDN_TOKEN_TENSORS
   const float* initial_state;
   float* final_state;
   const void* cu_seqlens;

@@ -568,6 +568,41 @@ ATTN_DEVICE int64_t state_at(const AttnGdnConvArgs& a, int64_t slot, int d, int 
   return slot * a.state_slot_stride + d * a.state_dim_stride + pos * a.state_pos_stride;
 }
 
+// A thread of the per-sequence grids (ceil(dim / 128), N): its channel, its sequence and that
+// sequence's state slot (conv_slot).
+struct ConvThread {
+  int d, seq;
+  int64_t slot;
+  bool valid;
+};
+
+ATTN_DEVICE ConvThread conv_thread(const AttnGdnConvArgs& a) {
+  ConvThread at;
+  at.d = blockIdx.x * kThreads + threadIdx.x;
+  at.seq = blockIdx.y;
+  at.slot = conv_slot(a, at.seq, at.valid);
+  return at;
+}
+
+// Channel d's window in a state slot: positions [0, W - 1), the inputs before the next token.
+template <int W>
+ATTN_DEVICE void load_window(const AttnGdnConvArgs& a, int64_t slot, int d, bool read,
+                             float (&win)[W - 1]) {
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    win[j] = read ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind) : 0.f;
+  }
+}
+
+template <int W>
+ATTN_DEVICE void store_window(const AttnGdnConvArgs& a, int64_t slot, int d,
+                              const float (&win)[W - 1]) {
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, win[j]);
+  }
+}
+
 template <int W>
 ATTN_DEVICE void load_taps(const AttnGdnConvArgs& a, int d, float (&w)[W], float& bias) {
 #pragma unroll
@@ -580,18 +615,13 @@ ATTN_DEVICE void load_taps(const AttnGdnConvArgs& a, int d, float (&w)[W], float
 // Grid (ceil(dim / 128), N): thread (seq, channel) slides its window over the new tokens.
 template <int W>
 __global__ void __launch_bounds__(kThreads) conv_update(AttnGdnConvArgs a) {
-  const int d = blockIdx.x * kThreads + threadIdx.x;
-  const int seq = blockIdx.y;
-  if (d >= a.dim) return;
-  bool valid;
-  const int64_t slot = conv_slot(a, seq, valid);
+  const ConvThread at = conv_thread(a);
+  if (at.d >= a.dim) return;
+  const int d = at.d, seq = at.seq;
   float w[W], bias;
   load_taps<W>(a, d, w, bias);
   float win[W - 1];
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    win[j] = valid ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind) : 0.f;
-  }
+  load_window<W>(a, at.slot, d, at.valid, win);
   for (int t = 0; t < a.tokens; ++t) {
     const float xt = load_any(a.x, seq * a.x_stride0 + d * a.x_stride1 + t * a.x_stride2, a.x_kind);
     float acc = w[W - 1] * xt;
@@ -600,17 +630,12 @@ __global__ void __launch_bounds__(kThreads) conv_update(AttnGdnConvArgs a) {
     acc += bias;
     if (a.silu) acc = silu(acc);
     const int64_t o = seq * a.out_stride0 + d * a.out_stride1 + t * a.out_stride2;
-    store_any(a.out, o, a.x_kind, valid ? acc : 0.f);
+    store_any(a.out, o, a.x_kind, at.valid ? acc : 0.f);
 #pragma unroll
     for (int j = 0; j < W - 2; ++j) win[j] = win[j + 1];
     win[W - 2] = xt;
   }
-  if (valid) {
-#pragma unroll
-    for (int j = 0; j < W - 1; ++j) {
-      store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, win[j]);
-    }
-  }
+  if (at.valid) store_window<W>(a, at.slot, d, win);
 }
 
 // The sequence holding token t: the last s with query_start_loc[s] <= t (empty ones skipped).
@@ -672,21 +697,14 @@ __global__ void __launch_bounds__(kThreads) conv_prefill_out(AttnGdnConvArgs a) 
 // (reaching into the old window for a sequence shorter than that) to the slot.
 template <int W>
 __global__ void __launch_bounds__(kThreads) conv_prefill_state(AttnGdnConvArgs a) {
-  const int d = blockIdx.x * kThreads + threadIdx.x;
-  const int seq = blockIdx.y;
-  if (d >= a.dim) return;
-  bool valid;
-  const int64_t slot = conv_slot(a, seq, valid);
-  if (!valid) return;
+  const ConvThread at = conv_thread(a);
+  if (at.d >= a.dim || !at.valid) return;
+  const int d = at.d, seq = at.seq;
   const int64_t start = load_index(a.query_start_loc, seq, a.offset_kind);
   const int64_t len = load_index(a.query_start_loc, seq + 1, a.offset_kind) - start;
   const bool prior = a.has_initial_state != nullptr && a.has_initial_state[seq] != 0;
   float win[W - 1];
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    win[j] = prior && len < W - 1 ? load_any(a.conv_state, state_at(a, slot, d, j), a.state_kind)
-                                  : 0.f;
-  }
+  load_window<W>(a, at.slot, d, prior && len < W - 1, win);
   float fresh[W - 1];
 #pragma unroll
   for (int j = 0; j < W - 1; ++j) {
@@ -700,10 +718,7 @@ __global__ void __launch_bounds__(kThreads) conv_prefill_state(AttnGdnConvArgs a
     }
     fresh[j] = value;
   }
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) {
-    store_any(a.conv_state, state_at(a, slot, d, j), a.state_kind, fresh[j]);
-  }
+  store_window<W>(a, at.slot, d, fresh);
 }
 
 typedef void (*DecodeKernel)(AttnGdnDecodeArgs);

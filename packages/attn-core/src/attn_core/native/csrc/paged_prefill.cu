@@ -453,6 +453,31 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
   float* srow = S + row * C::SP + part * kCols;
   uint16_t* prow = P + row * C::PP + part * kCols;
 
+  // Both shared-memory softmax steps below end a tile the same way. advance_max exchanges the
+  // row maximum of this thread's columns `mx` among the row's threads and moves the running
+  // maximum on: it returns the exponent's offset for the tile's probabilities and sets `al`,
+  // the factor that rescales what the row holds so far. commit_row adds the tile's sum and
+  // publishes `al` (with the context's v scale on the first chunk tile).
+  auto advance_max = [&](float mx, float& al) ATTN_INLINE_LAMBDA {
+    red[tid] = mx;
+    rows_sync();
+    float m_new = m_run;
+#pragma unroll
+    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[red_at(row, p)]);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
+    al = exp2f(m_run - m_use);
+    m_run = m_new;
+    return m_use;
+  };
+  auto commit_row = [&](const TileSrc& t, float al, float sum) ATTN_INLINE_LAMBDA {
+    l_part = l_part * al + sum;
+    if (!t.context && !v_applied) {  // first chunk tile: the context part takes its v scale
+      al *= v_ctx;
+      v_applied = true;
+    }
+    if (part == 0) alpha[row] = al;
+  };
+
   // Step 2 of a tile: scale and mask this thread's columns of S, exchange the row maximum,
   // write the probabilities and the row's rescale factor. Its two barriers order only the
   // rows' own threads: one warp where the warp owns its rows (kWarpRows), else the block.
@@ -471,14 +496,8 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       srow[c] = s;
       mx = fmaxf(mx, s);
     }
-    red[tid] = mx;
-    rows_sync();
-    float m_new = m_run;
-#pragma unroll
-    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[red_at(row, p)]);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-    float al = exp2f(m_run - m_use);
-    m_run = m_new;
+    float al;
+    const float m_use = advance_max(mx, al);
     float sum = 0.0f;
 #pragma unroll 8
     for (int j = 0; j < kCols; ++j) {
@@ -488,12 +507,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       if (L::kWantsP16) prow[c] = to_bits16<QKIND>(p);
       else srow[c] = p;
     }
-    l_part = l_part * al + sum;
-    if (!t.context && !v_applied) {  // first chunk tile: the context part takes its v scale
-      al *= v_ctx;
-      v_applied = true;
-    }
-    if (part == 0) alpha[row] = al;
+    commit_row(t, al, sum);
   };
 
   // The same step for warp-rows configs, in registers: this thread's kCols scores read once
@@ -530,14 +544,8 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
         mx = fmaxf(mx, v[j]);
       }
     }
-    red[tid] = mx;
-    rows_sync();
-    float m_new = m_run;
-#pragma unroll
-    for (int p = 0; p < kTPR; ++p) m_new = fmaxf(m_new, red[red_at(row, p)]);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet
-    float al = exp2f(m_run - m_use);
-    m_run = m_new;
+    float al;
+    const float m_use = advance_max(mx, al);
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kCols; j += 8) {
@@ -549,12 +557,7 @@ __global__ void __launch_bounds__(C::T) prefill_kernel(const AttnPrefillArgs a) 
       }
       store8<QKIND>(prow + j, p);
     }
-    l_part = l_part * al + sum;
-    if (!t.context && !v_applied) {  // first chunk tile: the context part takes its v scale
-      al *= v_ctx;
-      v_applied = true;
-    }
-    if (part == 0) alpha[row] = al;
+    commit_row(t, al, sum);
   };
 
   // Scores in registers: lane l of warp w holds rows fr0 = w * kRW + l / 4 and fr0 + 8 of S, P
