@@ -9,10 +9,15 @@ a module object named ``triton``, which is how engine-patch tells a Triton-backe
 
 from __future__ import annotations
 
+import sys
 import types
 from typing import Optional
 
 import torch
+
+from engine_patch import linear_ops, settings
+from engine_patch.platform import PLATFORM_ENV, detect_platform
+from engine_patch.state import STATE
 
 FLA = "fla.ops.gated_delta_rule"
 FLA_NEW = "fla.ops.gated_delta_rule.chunk"
@@ -23,6 +28,7 @@ HOLDER = "vllm.model_executor.models.qwen3_next"
 GDN = "vllm.model_executor.layers.mamba.gdn_linear_attn"
 HF = "transformers.models.qwen3_next.modeling_qwen3_next"
 HF35 = "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe"
+SHAPES = "vllm.model_executor.layers.mamba.mamba_utils"
 T = Optional[torch.Tensor]
 
 
@@ -85,6 +91,30 @@ def _recurrent_unknown(q, k, v, g, beta, scale=None, initial_state=None,
     raise OriginalCalled("fused_recurrent_gated_delta_rule with an unknown parameter")
 
 
+def _vllm_sigmoid_gating(A_log, a, b, dt_bias, q, k, v, beta=1.0, threshold=20.0, scale=None,
+                         initial_state=None, inplace_final_state=True, cu_seqlens=None,
+                         ssm_state_indices=None, num_accepted_tokens=None,
+                         use_qk_l2norm_in_kernel=False, is_kda=False):  # fmt: skip  # noqa: N803
+    raise OriginalCalled("vLLM fused_sigmoid_gating_delta_rule_update")
+
+
+def shape_rule(key_last: bool) -> types.ModuleType:
+    """vLLM's Mamba state-shape module, its GDN rule answering key-major or key-last."""
+
+    class MambaStateShapeCalculator:
+        @classmethod
+        def gated_delta_net_state_shape(cls, tp_world_size, num_k_heads, num_v_heads,
+                                        head_k_dim, head_v_dim, conv_kernel_size,
+                                        num_spec=0):  # fmt: skip
+            dims = (head_v_dim, head_k_dim) if key_last else (head_k_dim, head_v_dim)
+            conv = (conv_kernel_size - 1, head_k_dim * num_k_heads * 2 + head_v_dim * num_v_heads)
+            return conv, (num_v_heads // tp_world_size, *dims)
+
+    module = types.ModuleType(SHAPES)
+    module.MambaStateShapeCalculator = MambaStateShapeCalculator
+    return module
+
+
 def _gdn_gating(A_log, a, b, dt_bias, beta=1.0, threshold=20.0):  # noqa: N803
     raise OriginalCalled("vLLM fused_gdn_gating")
 
@@ -115,6 +145,8 @@ def modules() -> dict[str, types.ModuleType]:
                   fused_recurrent_gated_delta_rule=_copy(_fla_recurrent))  # fmt: skip
     vllm_fla = _module(VLLM_FLA, True, chunk_gated_delta_rule=_copy(_fla_chunk),
                        fused_recurrent_gated_delta_rule=_copy(_vllm_recurrent))  # fmt: skip
+    vllm_fla.fused_sigmoid_gating_delta_rule_update = _copy(_vllm_sigmoid_gating)
+    vllm_fla.fused_sigmoid_gating_delta_rule_update.__module__ = VLLM_FLA
     conv = _module(CONV, True, causal_conv1d_fn=_copy(_conv_fn),
                    causal_conv1d_update=_copy(_conv_update))  # fmt: skip
     holder = _module(HOLDER, True, fused_gdn_gating=_copy(_gdn_gating))
@@ -137,6 +169,7 @@ def modules() -> dict[str, types.ModuleType]:
         HF: hf,
         FLA_RECURRENT: unknown,
         GDN: gdn,
+        SHAPES: shape_rule(key_last=False),
     }
 
 
@@ -145,3 +178,42 @@ def _copy(fn):
     new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__)
     new.__kwdefaults__ = fn.__kwdefaults__
     return new
+
+
+def loaded(monkeypatch, clean_state):
+    """Fixture body: the fake modules loaded, no vLLM, the generic platform; yields them by
+    name and removes the import hook after."""
+    import ep_helpers
+
+    ep_helpers.hide_vllm(monkeypatch)
+    monkeypatch.setenv(PLATFORM_ENV, "generic")
+    monkeypatch.delenv(settings.LINEAR_OPS_ENV, raising=False)
+    monkeypatch.delenv(settings.STATE_LAYOUT_ENV, raising=False)
+    mods = modules()
+    for name, module in mods.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    STATE.platform = detect_platform()
+    yield mods
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, linear_ops._Finder)]
+
+
+def inputs(b=2, t=5, h=2, hv=4, dk=8, dv=8, seed=0):
+    """``q, k, v, g, beta`` of FLA's layout and a key-major initial state, fp32."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, t, h, dk, generator=gen)
+    k = torch.randn(b, t, h, dk, generator=gen)
+    v = torch.randn(b, t, hv, dv, generator=gen)
+    g = -torch.rand(b, t, hv, generator=gen)
+    beta = torch.rand(b, t, hv, generator=gen)
+    state = torch.randn(b, hv, dk, dv, generator=gen) * 0.1
+    return q, k, v, g, beta, state
+
+
+def decode_batch(n=3, h=2, hv=4, dk=8, dv=8, seed=7):
+    """vLLM's decode call: one token for each of ``n`` sequences, flattened into ``[1, n]``,
+    the states a key-major pool of ``n + 2`` slots named by ``ssm_state_indices``."""
+    q, k, v, g, beta, _ = inputs(1, n, h, hv, dk, dv, seed)
+    pool = torch.randn(n + 2, hv, dk, dv, generator=torch.Generator().manual_seed(seed))
+    slots = torch.tensor([4, 0, 2][:n])
+    cu = torch.arange(n + 1, dtype=torch.int32)
+    return q, k, v, g, beta, pool, slots, cu

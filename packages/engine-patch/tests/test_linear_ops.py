@@ -45,6 +45,7 @@ SERVED = {
     f"{FLA}.fused_recurrent_gated_delta_rule",
     f"{VLLM_FLA}.chunk_gated_delta_rule",
     f"{VLLM_FLA}.fused_recurrent_gated_delta_rule",
+    f"{VLLM_FLA}.fused_sigmoid_gating_delta_rule_update",
     f"{CONV}.causal_conv1d_fn",
     f"{CONV}.causal_conv1d_update",
     f"{HF}.torch_chunk_gated_delta_rule",
@@ -55,29 +56,8 @@ SERVED = {
 UNMATCHED = {f"{FLA_RECURRENT}.fused_recurrent_gated_delta_rule"}
 
 
-@pytest.fixture
-def fakes(monkeypatch, clean_state):
-    """The fake modules loaded, no vLLM, the generic platform; the import hook removed after."""
-    ep_helpers.hide_vllm(monkeypatch)
-    monkeypatch.setenv(PLATFORM_ENV, "generic")
-    monkeypatch.delenv(settings.LINEAR_OPS_ENV, raising=False)
-    mods = fake_linear.modules()
-    for name, module in mods.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    STATE.platform = detect_platform()
-    yield mods
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, linear_ops._Finder)]
-
-
-def _inputs(b=2, t=5, h=2, hv=4, dk=8, dv=8, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, t, h, dk, generator=gen)
-    k = torch.randn(b, t, h, dk, generator=gen)
-    v = torch.randn(b, t, hv, dv, generator=gen)
-    g = -torch.rand(b, t, hv, generator=gen)
-    beta = torch.rand(b, t, hv, generator=gen)
-    state = torch.randn(b, hv, dk, dv, generator=gen) * 0.1
-    return q, k, v, g, beta, state
+fakes = pytest.fixture(fake_linear.loaded)
+_inputs = fake_linear.inputs
 
 
 def test_patching_replaces_exactly_the_matched_targets(fakes):
@@ -345,14 +325,7 @@ def test_model_layer_plan_reads_the_checkpoint_config(tmp_path):
         model_layer_plan(str(tmp_path))
 
 
-def _vllm_decode_batch(n=3, h=2, hv=4, dk=8, dv=8, seed=7):
-    """vLLM's decode call: one token for each of ``n`` sequences, flattened into ``[1, n]``,
-    the states a pool of ``n + 2`` slots named by ``ssm_state_indices``."""
-    q, k, v, g, beta, _ = _inputs(1, n, h, hv, dk, dv, seed)
-    pool = torch.randn(n + 2, hv, dk, dv, generator=torch.Generator().manual_seed(seed))
-    slots = torch.tensor([4, 0, 2][:n])
-    cu = torch.arange(n + 1, dtype=torch.int32)
-    return q, k, v, g, beta, pool, slots, cu
+_vllm_decode_batch = fake_linear.decode_batch
 
 
 def test_vllm_recurrent_decode_batch_runs_attn_core_decode(fakes):

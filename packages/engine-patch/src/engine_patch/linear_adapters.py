@@ -23,9 +23,18 @@ Conventions (the name is what ``ENGINE_PATCH_LINEAR_OPS`` takes after ``=``):
 - ``vllm_fused_gdn_gating``: vLLM's Qwen3-Next gate kernel ``fused_gdn_gating(A_log, a, b,
   dt_bias, beta, threshold)`` (older releases without ``b``), as
   :func:`attn_core.gated_delta_gates` (softplus's ``beta`` / ``threshold`` renamed).
+- ``vllm_fused_sigmoid_gating_delta_rule_update``: vLLM's decode kernel that derives the gates
+  from ``A_log, a, b, dt_bias`` (softplus's ``beta`` / ``threshold``) and runs the recurrent
+  rule on the pool in place: a decode batch runs :func:`attn_core.gated_delta_gates` (beta kept
+  in fp32, as the kernel does) and :func:`attn_core.gated_delta_decode`; anything else the
+  original.
 - ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule``: transformers'
   Qwen3-Next torch fallbacks: ``query, key, value`` in FLA's layout, the scale always
   ``K ** -0.5``, ``chunk_size`` a tiling detail (attn-core tiles its own way, same result).
+
+Recurrent states (:attr:`Convention.state`) are passed in the serving stack's layout
+(:mod:`engine_patch.state_layout`): key-last ones go to attn-core as transposed views and come
+back in the stack's layout; a call whose layout is unknown is not served.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from typing import Any, Optional
 import torch
 
 import attn_core
+from engine_patch.state_layout import KEY_LAST
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,11 @@ class Convention:
     # The foreign function is vLLM's gate kernel: with ``b`` it returns ``(g, beta)`` with a
     # leading axis of 1, without it ``g`` alone (:func:`_gates_result`).
     gates: bool = False
+    # The attn-core keyword that carries a recurrent state in the foreign function's layout
+    # (``initial_state``, whose final state comes back the same way, or ``state_pool``).
+    state: Optional[str] = None
+    # The call passes the gates' inputs (A_log, a, b, dt_bias), not g and beta.
+    fused_gates: bool = False
 
 
 _FLA = {
@@ -140,6 +155,21 @@ _VLLM_GATES: dict[str, Optional[str]] = {
     "threshold": "softplus_threshold",
 }
 
+# vLLM's fused_sigmoid_gating_delta_rule_update: the gate kernel's inputs (softplus's by vLLM's
+# names) and the in-place recurrent rule's; ``is_kda`` (per-key gates) and speculative tokens are
+# not served.
+_VLLM_SIGMOID: dict[str, Optional[str]] = {
+    **_VLLM_GATES,
+    **{n: n for n in ("q", "k", "v", "scale", "use_qk_l2norm_in_kernel")},
+    "initial_state": "state_pool",
+    "ssm_state_indices": "state_indices",
+    "inplace_final_state": None,
+    "cu_seqlens": None,
+    "num_accepted_tokens": None,
+    "is_kda": None,
+}
+_GATE_KEYS = ("A_log", "a", "b", "dt_bias", "softplus_beta", "softplus_threshold")
+
 CONVENTIONS: dict[str, Convention] = {
     "chunk_gated_delta_rule": Convention(
         "chunk_gated_delta_rule",
@@ -147,6 +177,7 @@ CONVENTIONS: dict[str, Convention] = {
         ("q", "k", "v", "g", "beta"),
         head_first=True,
         neutral=_FLA_NEUTRAL,
+        state="initial_state",
     ),
     "fused_recurrent_gated_delta_rule": Convention(
         "fused_recurrent_gated_delta_rule",
@@ -154,6 +185,7 @@ CONVENTIONS: dict[str, Convention] = {
         ("q", "k", "v"),
         head_first=True,
         neutral=_FLA_NEUTRAL,
+        state="initial_state",
     ),
     "vllm_fused_recurrent_gated_delta_rule": Convention(
         "gated_delta_decode",
@@ -161,6 +193,16 @@ CONVENTIONS: dict[str, Convention] = {
         ("q", "k", "v", "g", "beta", "state_pool", "state_indices"),
         neutral=("num_accepted_tokens", "retrieve_parent_token"),
         decode_step=True,
+        state="state_pool",
+    ),
+    "vllm_fused_sigmoid_gating_delta_rule_update": Convention(
+        "gated_delta_decode",
+        _VLLM_SIGMOID,
+        ("A_log", "a", "b", "dt_bias", "q", "k", "v", "state_pool", "state_indices"),
+        neutral=("num_accepted_tokens", "is_kda"),
+        decode_step=True,
+        state="state_pool",
+        fused_gates=True,
     ),
     "causal_conv1d_fn": _vllm_conv("causal_conv1d_fn", _CONV_FN_NEUTRAL, ("x", "weight")),
     "causal_conv1d_update": _vllm_conv(
@@ -175,10 +217,13 @@ CONVENTIONS: dict[str, Convention] = {
         "gated_delta_gates", _VLLM_GATES, ("A_log", "a", "dt_bias"), gates=True
     ),
     "torch_chunk_gated_delta_rule": Convention(
-        "chunk_gated_delta_rule", dict(_HF, chunk_size=None), ("q", "k", "v", "g", "beta")
+        "chunk_gated_delta_rule",
+        dict(_HF, chunk_size=None),
+        ("q", "k", "v", "g", "beta"),
+        state="initial_state",
     ),
     "torch_recurrent_gated_delta_rule": Convention(
-        "fused_recurrent_gated_delta_rule", _HF, ("q", "k", "v", "g", "beta")
+        "fused_recurrent_gated_delta_rule", _HF, ("q", "k", "v", "g", "beta"), state="initial_state"
     ),
 }
 
@@ -249,24 +294,79 @@ def _neutral(value: Any) -> bool:
     return value is None or (isinstance(value, (bool, int)) and not value)
 
 
+Layout = Callable[[], tuple[Optional[str], str]]
+
+
+def _layout_once(layout: Optional[Layout]) -> Layout:
+    """``layout``'s first definite answer, kept (a decode step must not ask every call); an
+    unknown one is asked again next call (vLLM loads its shape rule before the first step)."""
+    known: list[tuple[Optional[str], str]] = []
+
+    def resolve() -> tuple[Optional[str], str]:
+        if known:
+            return known[0]
+        answer = layout() if layout is not None else (None, "no state layout given")
+        if answer[0] is not None:
+            known.append(answer)
+        return answer
+
+    return resolve
+
+
+def _uses_state(convention: Convention, bound: dict[str, Any]) -> bool:
+    """Whether the call reads or writes a recurrent state in the foreign layout."""
+    if convention.state is None:
+        return False
+    if convention.decode_step:
+        return True
+    return bound.get("initial_state") is not None or bool(bound.get("output_final_state"))
+
+
+def _with_gates(call: dict[str, Any]) -> dict[str, Any]:
+    """``call`` with ``g`` and ``beta`` from the gate inputs, in v's ``[B, T, HV]`` (beta in
+    fp32: the fused kernel never rounds it to the model's dtype)."""
+    gates = {n: call.pop(n) for n in _GATE_KEYS if n in call}
+    b = gates.get("b")
+    if isinstance(b, torch.Tensor):
+        gates["b"] = b.float()
+    g, beta = attn_core.gated_delta_gates(**gates)
+    v = call.get("v")
+    if isinstance(v, torch.Tensor) and v.dim() == 4 and isinstance(beta, torch.Tensor):
+        g, beta = g.reshape(v.shape[:-1]), beta.reshape(v.shape[:-1])
+    call["g"], call["beta"] = g, beta
+    return call
+
+
 def make_adapter(
-    original: Callable, convention: Convention, fallback: Optional[Callable] = None
+    original: Callable,
+    convention: Convention,
+    refuse: Optional[Callable[[str], Any]] = None,
+    layout: Optional[Layout] = None,
 ) -> Callable:
     """``original``'s signature, attn-core's ``convention.attn_core_name`` behind it (call
-    :func:`match` first). A call setting a :attr:`Convention.neutral` parameter goes to
-    ``fallback`` (the original, or a refusal on Iluvatar)."""
+    :func:`match` first). A call attn-core does not serve (a :attr:`Convention.neutral`
+    parameter set, an unknown state layout, vLLM's recurrent rule on more than one token a
+    sequence) runs ``original``, or ``refuse(why)`` where given (the Triton refusal on
+    Iluvatar). ``layout`` answers :func:`engine_patch.state_layout.layout_for` for the
+    function's module."""
     signature = inspect.signature(original)
     target = getattr(attn_core, convention.attn_core_name)
     extra = [n for n, p in signature.parameters.items() if p.kind == p.VAR_KEYWORD]
     is_hf = "query" in convention.params
+    state_layout = _layout_once(layout)
 
     @functools.wraps(original)
     def adapter(*args: Any, **kwargs: Any) -> Any:
+        def unserved(why: str) -> Any:
+            return original(*args, **kwargs) if refuse is None else refuse(why)
+
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        unserved = extra and bound.arguments.pop(extra[0], None)  # **kwargs: no meaning known
-        if unserved or any(not _neutral(bound.arguments.get(n)) for n in convention.neutral):
-            return (fallback or original)(*args, **kwargs)
+        if extra and bound.arguments.pop(extra[0], None):  # **kwargs: no meaning known
+            return unserved(f"the call passed **{extra[0]}")
+        used = [n for n in convention.neutral if not _neutral(bound.arguments.get(n))]
+        if used:
+            return unserved(f"the call set {used}")
         call: dict[str, Any] = {}
         for name, value in bound.arguments.items():
             keyword = convention.params[name]
@@ -274,25 +374,40 @@ def make_adapter(
                 call[keyword] = value
         if convention.gates:
             return _gates_result(target(**call), "b" in signature.parameters)
+        flip = False
+        if _uses_state(convention, bound.arguments):
+            layout_now, why = state_layout()
+            if layout_now is None:
+                return unserved(f"the recurrent state's layout is unknown: {why}")
+            flip = layout_now == KEY_LAST
+        if convention.fused_gates:
+            call = _with_gates(call)
         if convention.decode_step:
             step = _decode_step_call(bound.arguments, call)
             if step is None:
-                return (fallback or original)(*args, **kwargs)
+                return unserved("not a decode batch (one token a sequence, states in place)")
             flat, (batch, tokens) = step
+            pool = flat["state_pool"]
+            if flip:  # attn-core's [.., K, V] view of a [.., V, K] pool: written in place
+                flat["state_pool"] = pool.transpose(-1, -2)
             out = target(**flat)
-            return out.view(batch, tokens, *out.shape[1:]), flat["state_pool"]
+            return out.view(batch, tokens, *out.shape[1:]), pool
         head_first = bool(bound.arguments.get("head_first", False))
         if head_first:  # [B, H, T, ...] -> attn-core's [B, T, H, ...]
             for name in ("q", "k", "v", "g", "beta"):
                 call[name] = _transpose_tokens(call.get(name))
         state = call.get("initial_state")
         if is_hf and isinstance(state, torch.Tensor) and state.dtype != torch.float32:
-            call["initial_state"] = state.float()  # transformers keeps it in the model's dtype
+            state = call["initial_state"] = state.float()  # transformers keeps the model's dtype
+        if flip and isinstance(state, torch.Tensor):
+            call["initial_state"] = state.transpose(-1, -2)
         result = target(**call)
-        if head_first:
-            out, final = result
-            return out.transpose(1, 2), final
-        return result
+        if not (head_first or flip):
+            return result
+        out, final = result
+        if flip and final is not None:  # back in the stack's layout, as its kernel writes it
+            final = final.transpose(-1, -2).contiguous()
+        return (out.transpose(1, 2) if head_first else out), final
 
     adapter.__signature__ = signature  # type: ignore[attr-defined]
     return adapter

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from engine_patch import linear_adapters, settings, triton_guard
+from engine_patch import linear_adapters, settings, state_layout, triton_guard
 from engine_patch.state import LOCK, MARK, STATE
 
 logger = logging.getLogger("engine_patch")
@@ -45,6 +45,10 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     (_VLLM_FLA + ".chunk", "chunk_gated_delta_rule", "chunk_gated_delta_rule"),
     (_VLLM_FLA + ".fused_recurrent", "fused_recurrent_gated_delta_rule",
      "vllm_fused_recurrent_gated_delta_rule"),
+    (_VLLM_FLA, "fused_sigmoid_gating_delta_rule_update",
+     "vllm_fused_sigmoid_gating_delta_rule_update"),
+    (_VLLM_FLA + ".fused_sigmoid_gating", "fused_sigmoid_gating_delta_rule_update",
+     "vllm_fused_sigmoid_gating_delta_rule_update"),
     (_CONV, "causal_conv1d_fn", "causal_conv1d_fn"),
     (_CONV, "causal_conv1d_update", "causal_conv1d_update"),
     ("vllm.model_executor.models.qwen3_next", "fused_gdn_gating", "vllm_fused_gdn_gating"),
@@ -98,12 +102,21 @@ def is_triton(fn: Any) -> bool:
     return False
 
 
-def _refuser(target: str, why: str) -> Callable:
-    def refused(*args: Any, **kwargs: Any) -> Any:
+def _refusal(target: str) -> Callable[[str], Any]:
+    def refuse(why: str) -> Any:
         raise triton_guard.TritonRefusedError(
             f"{target} is a Triton kernel and attn-core cannot take its place ({why}): "
             f"{triton_guard.EXPLANATION}"
         )
+
+    return refuse
+
+
+def _refuser(target: str, why: str) -> Callable:
+    refuse = _refusal(target)
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        return refuse(why)
 
     return refused
 
@@ -132,16 +145,16 @@ def _install_one(module: types.ModuleType, attr: str, convention_name: str) -> N
     why = linear_adapters.match(original, convention)
     iluvatar = STATE.platform is not None and STATE.platform.is_iluvatar
     if why is None:
-        other = (
-            _refuser(target, f"the call set one of {list(convention.neutral)} or passed **kwargs")
-            if triton and iluvatar
-            else None
-        )
+        refuse = _refusal(target) if triton and iluvatar else None
+        home = getattr(original, "__module__", None) or module.__name__
         make: Callable[[], Callable] = lambda: linear_adapters.make_adapter(  # noqa: E731
-            original, convention, other
+            original, convention, refuse, lambda: state_layout.layout_for(home)
         )
         label = f"attn-core {convention.attn_core_name} ({convention_name} convention)"
         serves, reason = SERVED, f"matched the {convention_name} convention"
+        if convention.state is not None:
+            layout, how = state_layout.layout_for(home)
+            reason += f"; states {layout or 'layout unknown until the first call'} ({how})"
     elif triton and iluvatar:
         make = lambda: _refuser(target, why)  # noqa: E731
         label, serves, reason = "refused (Triton on Iluvatar)", REFUSED, why

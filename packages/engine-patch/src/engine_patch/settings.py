@@ -10,6 +10,8 @@
   (:mod:`engine_patch.platform`).
 - ``ENGINE_PATCH_LINEAR_OPS=module:attr=convention,...``: linear-attention functions attn-core
   serves besides :data:`engine_patch.linear_ops.TARGETS`.
+- ``ENGINE_PATCH_LINEAR_STATE_LAYOUT=kv|vk``: the serving stack keeps recurrent states
+  ``[.., K, V]`` or ``[.., V, K]`` (default: read from the stack, :mod:`engine_patch.state_layout`).
 - ``ENGINE_PATCH_HEADS`` / ``ENGINE_PATCH_KV_HEADS`` / ``ENGINE_PATCH_HEAD_SIZE`` /
   ``ENGINE_PATCH_DTYPE`` / ``ENGINE_PATCH_BLOCK_SIZE``: the model shape ``status`` plans for
   (default :data:`attn_core.core.shapes.QWEN36`: 24 / 4 / 256, float16, block 16).
@@ -35,6 +37,8 @@ V1_LIMIT_ENV = "ENGINE_PATCH_V1_MAX_SEQ_LEN"
 PLATFORM_ENV = "ENGINE_PATCH_PLATFORM"
 PLATFORMS = ("iluvatar", "generic")
 LINEAR_OPS_ENV = "ENGINE_PATCH_LINEAR_OPS"
+STATE_LAYOUT_ENV = "ENGINE_PATCH_LINEAR_STATE_LAYOUT"
+STATE_LAYOUTS = ("kv", "vk")
 # Bounds a typo'd or hostile value: a handful of serving stacks, a few ops each.
 LINEAR_OPS_MAX = 64
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -103,6 +107,12 @@ def check_environment(environ: Optional[Mapping[str, str]] = None) -> None:
     platform_override(environ)
     shape_env(environ)
     linear_ops_extra(environ)
+    linear_state_layout(environ)
+
+
+def linear_state_layout(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """``ENGINE_PATCH_LINEAR_STATE_LAYOUT`` (``kv`` or ``vk``) if set, else None (detected)."""
+    return parse_choice(STATE_LAYOUT_ENV, _env(environ).get(STATE_LAYOUT_ENV), STATE_LAYOUTS)
 
 
 def linear_ops_extra(environ: Optional[Mapping[str, str]] = None) -> list[tuple[str, str, str]]:
