@@ -93,6 +93,21 @@ def test_decode_native_matches_torch_at_model_sizes(dtype, batch) -> None:
     torch.testing.assert_close(x["state_pool"], pool_t, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("batch", [1, 64])
+def test_decode_on_a_key_last_pool_matches_torch(batch) -> None:
+    """vLLM's later ``[slots, HV, V, K]`` pool, passed as its transposed view: native (the
+    default backend takes it) and torch agree, and the pool is updated in its own layout."""
+    x = model_step(batch, torch.bfloat16, seed=6)
+    key_last = x["state_pool"].transpose(-1, -2).contiguous()
+    pool_t = x["state_pool"].clone()
+    out_n = gated_delta_decode(**{**x, "state_pool": key_last.transpose(-1, -2)},
+                               use_qk_l2norm_in_kernel=True)  # fmt: skip
+    out_t = gated_delta_decode(**{**x, "state_pool": pool_t}, use_qk_l2norm_in_kernel=True,
+                               backend="torch")  # fmt: skip
+    torch.testing.assert_close(out_n.float(), out_t.float(), atol=OUT_TOL[torch.bfloat16], rtol=0)
+    torch.testing.assert_close(key_last.transpose(-1, -2), pool_t, atol=1e-5, rtol=1e-5)
+
+
 def test_decode_default_backend_is_native_and_graph_capturable() -> None:
     """Warm up (loads and verifies), capture one step, replay it over new inputs: the pool
     advances as the torch path's does, step after step."""

@@ -144,6 +144,35 @@ def test_chained_steps_match_the_sequence() -> None:
     assert pool[[1, 3]].isnan().all(), "slots not named were written"
 
 
+@pytest.mark.parametrize("layout", ["key_last", "padded_slots"])
+def test_strided_pools_are_updated_in_their_own_layout(layout: str) -> None:
+    """A key-last ``[slots, HV, V, K]`` pool seen as ``[slots, HV, K, V]`` (vLLM's later
+    layout), and slots padded apart (a serving cache's pages): the same numbers as a contiguous
+    pool, and the memory between slots, NaN, keeps its bits."""
+    lib = emulated_gated_delta()
+    n, h, hv, dk, dv, slots = 3, 2, 4, 128, 64, 6
+    case = decode_case(h, hv, dk, dv, torch.bfloat16, CPU, seqs=n, slots=slots, seed=11)
+    dense = case["state_pool"]
+    if layout == "key_last":
+        storage = dense.transpose(-1, -2).contiguous()
+        pool = storage.transpose(-1, -2)
+    else:
+        storage = torch.full((slots, hv * dk * dv + 40), float("nan"))
+        storage[:, : hv * dk * dv] = dense.reshape(slots, -1)
+        pool = storage[:, : hv * dk * dv].view(slots, hv, dk, dv)
+    assert not pool.is_contiguous()
+    outs = []
+    for target in (dense, pool):
+        out = torch.full((n, hv, dv), float("nan"), dtype=torch.bfloat16)
+        launch_decode(lib, case["q"], case["k"], case["v"], case["g"], case["beta"], target,
+                      case["state_indices"], out, scale=0.1, l2norm=True, stream=0)  # fmt: skip
+        outs.append(out)
+    assert torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16))
+    assert torch.equal(pool.nan_to_num(5.0), dense.nan_to_num(5.0))
+    if layout == "padded_slots":
+        assert storage[:, hv * dk * dv :].isnan().all(), "the gap between slots was written"
+
+
 def test_padding_slot_is_skipped_with_zero_output() -> None:
     """vLLM pads a captured batch with slot -1: the pool is untouched and the output zeros."""
     lib = emulated_gated_delta()

@@ -236,8 +236,9 @@ def gated_delta_decode(
         out: ``[N, HV, V]`` in v's dtype, or None (allocated).
         backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
             ``"native"``. The native kernel serves K 64 or 128 and V a multiple of 32 with
-            contiguous last dimensions and a contiguous pool; it reads and writes each state
-            element once, in place.
+            contiguous last dimensions, and a pool of any strides (a key-last ``[.., V, K]``
+            pool's transposed view, slots padded apart as a serving cache's pages are); it
+            reads and writes each state element once, in place.
 
     No host sync, no data-dependent shape: capturable in a CUDA graph (the native launch on
     the current stream; torch: ``index_select`` / ``index_copy_`` on the pool).

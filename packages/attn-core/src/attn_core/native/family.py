@@ -92,7 +92,7 @@ GATED_DELTA = Family(
     name="gated_delta",
     source="gated_delta.cu",
     prefix="attn_gdn",
-    abi_version=3,
+    abi_version=4,
     variants={"fma": ()},
     cache_prefix="gdn-",
 )

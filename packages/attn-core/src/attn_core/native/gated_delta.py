@@ -51,7 +51,7 @@ GdnDecodeArgs = abi.c_struct(
         "q_seq_stride q_head_stride k_seq_stride k_head_stride v_seq_stride v_head_stride "
         "out_seq_stride out_head_stride g_seq_stride g_head_stride beta_seq_stride "
         "beta_head_stride "
-        "num_slots",
+        "num_slots state_slot_stride state_head_stride state_k_stride state_v_stride",
     ),
     (
         "int32",
@@ -209,8 +209,11 @@ def decode_supported(
         return f"head_v must be a multiple of {COLUMNS}, got {dv}"
     if any(t.stride(-1) != 1 for t in (q, k, v, out)):
         return "q, k, v and out need a contiguous last dimension"
-    if not state_pool.is_contiguous():
-        return "state_pool must be contiguous"
+    strides = state_pool.stride()
+    if min(strides) < 1:
+        return f"state_pool needs positive strides, got {strides}"
+    if max(dk * strides[2], dv * strides[3]) >= 2**31:
+        return f"state_pool's row and column strides must keep offsets below 2^31, got {strides}"
     if q.shape[0] > 65535:
         return f"at most 65535 sequences a launch, got {q.shape[0]}"
     return None
@@ -258,6 +261,7 @@ def launch_decode(
     n, h, dk = q.shape
     hv, dv = v.shape[1], v.shape[2]
     indices = state_indices.contiguous()  # kept alive (a copy if strided) until the launch
+    pool_strides = state_pool.stride()
     if block_heads is None:
         sms = _sm_count(q.device) if q.is_cuda else 1
         block_heads = heads_per_block(n, h, hv, dv, sms) if q.is_cuda else 1
@@ -265,6 +269,8 @@ def launch_decode(
         **_token_fields("seq", q, k, v, g, beta, out),
         state_pool=state_pool.data_ptr(), state_indices=indices.data_ptr(),
         num_slots=state_pool.shape[0], num_seqs=n, num_heads=h, num_value_heads=hv,
+        state_slot_stride=pool_strides[0], state_head_stride=pool_strides[1],
+        state_k_stride=pool_strides[2], state_v_stride=pool_strides[3],
         head_k=dk, head_v=dv, heads_per_block=block_heads,
         qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
         beta_kind=abi.QUERY_KINDS[beta.dtype], index_kind=INDEX_KINDS[state_indices.dtype],

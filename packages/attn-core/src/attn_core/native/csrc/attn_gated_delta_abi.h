@@ -10,7 +10,7 @@
 
 #include "attn_kernel_info.h"
 
-#define ATTN_GDN_ABI_VERSION 3
+#define ATTN_GDN_ABI_VERSION 4
 
 // The per-token tensors that a decode step and a prefill both begin with, in this order: one
 // list keeps the two structs alike (gated_delta.py's TOKEN_TENSORS is its ctypes mirror).
@@ -30,7 +30,10 @@ extern "C" {
 //   q, k          [num_seqs, num_heads, head_k]           qkv_kind, last dim contiguous
 //   v, out        [num_seqs, num_value_heads, head_v]     qkv_kind, last dim contiguous
 //   g, beta       [num_seqs, num_value_heads]             g_kind / beta_kind
-//   state_pool    [num_slots, num_value_heads, head_k, head_v] fp32, contiguous
+//   state_pool    [num_slots, num_value_heads, head_k, head_v] fp32, any positive strides
+//                 (state_*_stride): key-major contiguous, a key-last pool's transposed view,
+//                 slots padded apart as a serving cache's pages are; head_k * state_k_stride
+//                 and head_v * state_v_stride below 2^31.
 //   state_indices [num_seqs] (index_kind): the slot of each sequence; one outside
 //                 [0, num_slots) leaves the pool untouched and writes zeros to its output.
 // heads_per_block value heads of one key head share a block's key and query loads; it divides
@@ -46,6 +49,7 @@ typedef struct AttnGdnDecodeArgs {
   int64_t g_seq_stride, g_head_stride;
   int64_t beta_seq_stride, beta_head_stride;
   int64_t num_slots;
+  int64_t state_slot_stride, state_head_stride, state_k_stride, state_v_stride;
   int32_t num_seqs, num_heads, num_value_heads, head_k, head_v, heads_per_block;
   int32_t qkv_kind, g_kind, beta_kind, index_kind;
   int32_t l2norm;  // nonzero: q and k l2-normalised over head_k first (eps 1e-6 in the root)

@@ -120,21 +120,23 @@ __global__ void __launch_bounds__(kThreads) decode_step(AttnGdnDecodeArgs a) {
   const float out_scale = a.scale * inv_q;  // o = out_scale * (S_dec^T q + inv_k (q.k) delta)
   const float qk_hat = inv_k * qk;
 
+  // 32-bit row offsets: with 64-bit ones (row as int64_t) ptxas kept 32 addresses live across
+  // the reduction and spilled 8 bytes at K = 128 (sm_90, nvcc 13.0); the host keeps
+  // K * state_k_stride below 2^31.
+  const int row_stride = static_cast<int>(a.state_k_stride);
   for (int j = 0; j < a.heads_per_block; ++j) {
     const int h = head0 + j;
-    const int64_t head_elems = static_cast<int64_t>(K) * a.head_v;
-    float* st = a.state_pool + (valid ? (slot * a.num_value_heads + h) * head_elems : 0) + col;
+    float* st = a.state_pool + col * a.state_v_stride +
+                (valid ? slot * a.state_slot_stride + h * a.state_head_stride : 0);
     const float decay = expf(load_any(a.g, seq * a.g_seq_stride + h * a.g_head_stride, a.g_kind));
     const float beta =
         load_any(a.beta, seq * a.beta_seq_stride + h * a.beta_head_stride, a.beta_kind);
-    // 32-bit row offsets: with 64-bit ones (row as int64_t) ptxas kept 32 addresses live across
-    // the reduction and spilled 8 bytes at K = 128 (sm_90, nvcc 13.0); K * V fits easily.
     float s[kRows];
     float pk = 0.f, pq = 0.f;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int row = r * kRows + i;
-      s[i] = valid ? st[row * a.head_v] * decay : 0.f;
+      s[i] = valid ? st[row * row_stride] * decay : 0.f;
       pk += sk[row] * s[i];
       pq += sq[row] * s[i];
     }
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) decode_step(AttnGdnDecodeArgs a) {
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int row = r * kRows + i;
-      if (valid) st[row * a.head_v] = s[i] + sk[row] * step;
+      if (valid) st[row * row_stride] = s[i] + sk[row] * step;
     }
     if (r == 0) {
       const float o = valid ? out_scale * (sum_q + qk_hat * delta) : 0.f;
