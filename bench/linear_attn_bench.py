@@ -10,7 +10,8 @@ q/k (as the model calls it). Implementations, each where it can run here:
 - ``attn-core torch``: :func:`attn_core.chunk_gated_delta_rule` (prefill) and
   :func:`attn_core.gated_delta_decode` on a state pool of 2 x batch slots (decode);
 - ``attn-core native`` (decode): the same call with ``backend="native"`` (csrc/gated_delta.cu,
-  built through the loader on first use; a row with a note where it cannot run);
+  built through the loader on first use; a row with a note where it cannot run), and again on
+  a key-last ``[.., V, K]`` pool read through its strides (vLLM's later layout);
 - ``transformers``: ``torch_chunk_gated_delta_rule`` / ``torch_recurrent_gated_delta_rule`` from
   ``transformers.models.qwen3_next`` (q/k repeated to the value heads as the model does; the
   varlen case runs as a batch of equal rows, which it is); skipped with a note when transformers
@@ -330,11 +331,20 @@ def _decode_rows(run: Run, batch: int, shape: dict, device: torch.device, impls)
         kw = dict(state_pool=states, state_indices=idx, out=out, backend=backend)
         return lambda: gated_delta_decode(**x, **kw, use_qk_l2norm_in_kernel=True)
 
+    def copy_of_pool(key_last: bool) -> torch.Tensor:
+        """The pool, or a key-last ``[.., V, K]`` copy of it seen as ``[.., K, V]`` (vLLM's
+        later layout: the kernel reads it through its strides)."""
+        return pool.transpose(-1, -2).contiguous().transpose(-1, -2) if key_last else pool.clone()
+
     first = None
-    for impl, backend in (("attn-core torch", "torch"), ("attn-core native", "native")):
+    for impl, backend, key_last in (
+        ("attn-core torch", "torch", False),
+        ("attn-core native", "native", False),
+        ("attn-core native, key-last pool", "native", True),
+    ):
         row = {**base, "impl": impl, "mode": "eager"}
         try:  # one step from the same pool: the native row's max_err is its diff to torch's
-            got = step(backend, pool.clone())().float().clone()
+            got = step(backend, copy_of_pool(key_last))().float().clone()
         except ValueError as exc:  # no native library here: the row says why
             run.add({**row, "note": str(exc)[:120]})
             continue
@@ -343,7 +353,7 @@ def _decode_rows(run: Run, batch: int, shape: dict, device: torch.device, impls)
         else:
             row["max_err"] = float((got - first).abs().max())
             row["note"] = "max_err: diff to attn-core torch"
-        ours = step(backend, pool.clone())
+        ours = step(backend, copy_of_pool(key_last))
         _measure(run, row, ours, device, 0)
         _graph_row(run, {**row, "mode": "graph"}, ours, device)
     group = hv // shape["heads"]
