@@ -49,8 +49,8 @@ def library() -> GatedDeltaLibrary:
 
 def test_the_library_loads_with_no_local_memory() -> None:
     lib = library()
-    for which in ("decode", "recurrent_prefill", "chunked_prefill", "conv_update",
-                  "conv_prefill", "conv_prefill_state"):  # fmt: skip
+    for which in ("decode", "decode_key_last", "recurrent_prefill", "chunked_prefill",
+                  "conv_update", "conv_prefill", "conv_prefill_state"):  # fmt: skip
         for head_k in (64, 128) if "conv" not in which else (128,):
             facts = lib.kernel_info(which, head_k)
             assert facts.local_bytes == 0, (which, head_k, facts)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -35,7 +36,7 @@ COLUMNS = 32  # value columns per block: head_v must be a multiple
 CONV_WIDTH = 4  # the convolution width compiled
 KERNELS = {
     "decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3,
-    "recurrent_prefill": 4, "chunked_prefill": 5,
+    "recurrent_prefill": 4, "chunked_prefill": 5, "decode_key_last": 6,
 }  # fmt: skip
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
@@ -453,8 +454,10 @@ def decode_case(
     seqs: int = 3,
     slots: int = 6,
     seed: int = 0,
+    key_last: bool = False,
 ) -> dict:
-    """A random decode step: inputs, a NaN-poisoned pool (named slots random) and indices."""
+    """A random decode step: inputs, a NaN-poisoned pool (named slots random) and indices;
+    ``key_last``: the pool stored ``[.., V, K]`` and given as its ``[.., K, V]`` view."""
     gen = torch.Generator().manual_seed(seed)
 
     def rand(*shape, scale=1.0):
@@ -468,8 +471,12 @@ def decode_case(
         v=rand(seqs, value_heads, head_v).to(dtype),
         g=-torch.rand(seqs, value_heads, generator=gen).to(device),
         beta=torch.rand(seqs, value_heads, generator=gen).to(device).to(dtype),
-        state_pool=pool.to(device), state_indices=idx.to(device, torch.int32),
+        state_pool=_stored(pool.to(device), key_last), state_indices=idx.to(device, torch.int32),
     )  # fmt: skip
+
+
+def _stored(pool: torch.Tensor, key_last: bool) -> torch.Tensor:
+    return pool.transpose(-1, -2).contiguous().transpose(-1, -2) if key_last else pool
 
 
 def decode_errors(
@@ -595,8 +602,9 @@ def check_library(
     """The family's reference check of ``config`` (:meth:`GatedDeltaLibrary.verify_config`)."""
     _, dtype, head_k, head_v, group = config
     worst_o = worst_s = 0.0
-    for l2norm in (False, True):
-        case = decode_case(2, 2 * group, head_k, head_v, dtype, device, seed=int(l2norm))
+    for l2norm, key_last in itertools.product((False, True), (False, True)):
+        case = decode_case(2, 2 * group, head_k, head_v, dtype, device, seed=int(l2norm),
+                           key_last=key_last)  # fmt: skip
         o, s, same = decode_errors(lib, case, l2norm=l2norm, scale=head_k**-0.5, stream=stream)
         if not same:
             return Verdict(False, "the decode step wrote a state slot it was not given")
