@@ -2,6 +2,7 @@
 float64 reference, idempotence, the Iluvatar refusal, ENGINE_PATCH_LINEAR_OPS, status."""
 
 import sys
+import types
 
 import ep_helpers
 import fake_linear
@@ -245,6 +246,77 @@ def test_iluvatar_refuses_an_unmatched_triton_target(fakes, monkeypatch):
             getattr(fakes[module], attr)()
     untouched = [o for o in STATE.linear_ops.values() if o.triton and o.serves == "untouched"]
     assert untouched == []
+
+
+def _packed_module(name: str):
+    """A later release's module: a Triton decode entry point no target lists, a torch helper
+    and a private kernel wrapper."""
+    source = (
+        "import types\n"
+        "triton = types.ModuleType('triton')\n"
+        "def fused_recurrent_gated_delta_rule_packed_decode(mixed_qkv, a, b):\n"
+        "    raise AssertionError('the Triton kernel ran')\n"
+        "def prepare_lens(cu_seqlens):\n"
+        "    return cu_seqlens[1:] - cu_seqlens[:-1]\n"
+        "def _delta_rule_launch(x):\n"
+        "    return x\n"
+    )
+    module = types.ModuleType(name)
+    exec(compile(source, name, "exec"), vars(module))
+    for fn in (module.fused_recurrent_gated_delta_rule_packed_decode, module.prepare_lens,
+               module._delta_rule_launch):  # fmt: skip
+        fn.__module__ = name
+    return module
+
+
+@pytest.mark.parametrize("platform", ["generic", "iluvatar"])
+def test_unlisted_triton_entry_points_of_the_family_are_refused_on_iluvatar(
+    fakes, monkeypatch, platform
+):
+    monkeypatch.setenv(PLATFORM_ENV, platform)
+    STATE.platform = detect_platform()
+    name = f"{VLLM_FLA}.packed_decode"
+    packed = _packed_module(name)
+    monkeypatch.setitem(sys.modules, name, packed)
+    holder = fakes[HOLDER]
+    monkeypatch.setattr(holder, "packed", packed.fused_recurrent_gated_delta_rule_packed_decode,
+                        raising=False)  # fmt: skip
+    linear_ops.install()
+    target = f"{name}.fused_recurrent_gated_delta_rule_packed_decode"
+    cu = torch.tensor([0, 2, 5])
+    assert torch.equal(packed.prepare_lens(cu), torch.tensor([2, 3]))  # a torch helper: kept
+    assert packed._delta_rule_launch(3) == 3  # private: not an entry point
+    if platform == "generic":
+        assert target not in STATE.linear_ops
+        with pytest.raises(AssertionError, match="the Triton kernel ran"):
+            packed.fused_recurrent_gated_delta_rule_packed_decode(None, None, None)
+        return
+    op = STATE.linear_ops[target]
+    assert op.serves == linear_ops.REFUSED and op.holders == (f"{HOLDER}.packed",)
+    for fn in (packed.fused_recurrent_gated_delta_rule_packed_decode, holder.packed):
+        with pytest.raises(TritonRefusedError, match="packed_decode.*no attn-core convention"):
+            fn(None, None, None)
+
+
+def test_an_unlisted_module_imported_later_is_guarded_on_iluvatar(fakes, monkeypatch, tmp_path):
+    monkeypatch.setenv(PLATFORM_ENV, "iluvatar")
+    STATE.platform = detect_platform()
+    package = tmp_path / "fla" / "ops"
+    package.mkdir(parents=True)
+    (tmp_path / "fla" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "kda.py").write_text(
+        "import types\ntriton = types.ModuleType('triton')\n"
+        "def chunk_kda_delta_rule(q):\n    raise AssertionError('the Triton kernel ran')\n"
+    )
+    for mod in ("fla", "fla.ops", "fla.ops.kda"):
+        monkeypatch.delitem(sys.modules, mod, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    linear_ops.install()
+    import fla.ops.kda
+
+    with pytest.raises(TritonRefusedError, match="chunk_kda_delta_rule"):
+        fla.ops.kda.chunk_kda_delta_rule(None)
 
 
 def test_a_target_imported_later_is_patched(fakes, monkeypatch, tmp_path):

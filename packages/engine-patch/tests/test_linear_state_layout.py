@@ -94,6 +94,7 @@ def test_an_unknown_layout_is_never_guessed(fakes, monkeypatch, platform):
         chunk(q, k, v, g, beta, initial_state=state)
     if platform == "iluvatar":
         assert "layout is unknown" in str(info.value)
+        assert f"{settings.STATE_LAYOUT_ENV}=kv or vk" in str(info.value)
     with pytest.raises(error):
         chunk(q, k, v, g, beta, output_final_state=True)
     # no state in or out: the layout does not matter, the call is served

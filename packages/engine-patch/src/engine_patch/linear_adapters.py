@@ -48,6 +48,7 @@ from typing import Any, Optional
 import torch
 
 import attn_core
+from engine_patch import settings
 from engine_patch.state_layout import KEY_LAST
 
 
@@ -378,7 +379,10 @@ def make_adapter(
         if _uses_state(convention, bound.arguments):
             layout_now, why = state_layout()
             if layout_now is None:
-                return unserved(f"the recurrent state's layout is unknown: {why}")
+                return unserved(
+                    f"the recurrent state's layout is unknown ({why}); "
+                    f"{settings.STATE_LAYOUT_ENV}=kv or vk states it"
+                )
             flip = layout_now == KEY_LAST
         if convention.fused_gates:
             call = _with_gates(call)

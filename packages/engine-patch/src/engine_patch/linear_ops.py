@@ -10,7 +10,8 @@ flash-linear-attention or vLLM's FLA copy would import Triton.
 
 On Iluvatar a Triton kernel hangs the GPU for good, so a Triton-backed target that cannot be
 matched is replaced by a function raising :class:`~engine_patch.triton_guard.TritonRefusedError`
-with the reason: never left untouched.
+with the reason: never left untouched; so is every other Triton entry point of the family in
+:data:`GUARDED_PACKAGES`, listed or not.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import logging
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -63,6 +65,17 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
 )  # fmt: skip
 # Loaded modules under these packages are searched for other names bound to a target function.
 HOLDER_PREFIXES = ("vllm", "fla", "transformers")
+# On Iluvatar every Triton entry point of the family in these packages is refused unless a
+# target serves it, listed or not: a kernel a later release adds (vLLM's packed decode, say)
+# fails naming itself instead of hanging the GPU. "Entry point": a public function defined in
+# the module, named for the family, in a module that uses Triton.
+GUARDED_PACKAGES = (
+    "fla.ops",
+    "vllm.model_executor.layers.fla.ops",
+    "vllm.model_executor.layers.mamba.ops",
+)
+FAMILY_NAME = re.compile(r"delta_rule|causal_conv1d|gdn|gated_delta")
+UNLISTED = "no attn-core convention is listed for it (ENGINE_PATCH_LINEAR_OPS adds one)"
 SERVED, UNMATCHED, REFUSED = "attn-core", "untouched", "refused"
 
 
@@ -170,14 +183,54 @@ def _install_one(module: types.ModuleType, attr: str, convention_name: str) -> N
     STATE.linear_ops[target] = LinearOp(target, convention_name, triton, serves, reason, names)
 
 
+def _on_iluvatar() -> bool:
+    return STATE.platform is not None and STATE.platform.is_iluvatar
+
+
+def guarded(module_name: str) -> bool:
+    return any(module_name == p or module_name.startswith(p + ".") for p in GUARDED_PACKAGES)
+
+
+def _guard_unlisted(module: types.ModuleType) -> None:
+    """On Iluvatar, refuse each Triton entry point of the family in ``module`` that no target
+    serves (and the other loaded names bound to it)."""
+    if not (_on_iluvatar() and guarded(module.__name__)):
+        return
+    from engine_patch.registration import apply_patch
+
+    for attr, value in list(vars(module).items()):
+        target = f"{module.__name__}.{attr}"
+        if (
+            not isinstance(value, types.FunctionType)
+            or value.__module__ != module.__name__
+            or attr.startswith("_")
+            or not FAMILY_NAME.search(attr)
+            or target in STATE.linear_ops
+            or getattr(value, MARK, None) is not None
+            or not is_triton(value)
+        ):
+            continue
+        holders = [(module, attr)] + _holders(value, module, attr)
+        for owner, name in holders:
+            apply_patch(owner, name, _refuser(target, UNLISTED), target=f"{owner.__name__}.{name}",
+                        implementation="refused (Triton on Iluvatar)", reason=UNLISTED)  # fmt: skip
+        names = tuple(f"{o.__name__}.{n}" for o, n in holders[1:])
+        STATE.linear_ops[target] = LinearOp(target, "-", True, REFUSED, UNLISTED, names)
+        logger.error("engine-patch: %s refused on Iluvatar: %s", target, UNLISTED)
+
+
 def install(environ: Optional[Any] = None) -> None:
-    """Replace every target in a loaded module; hook the modules not loaded yet (idempotent)."""
+    """Replace every target in a loaded module, and on Iluvatar refuse the family's unlisted
+    Triton entry points; hook the modules not loaded yet (idempotent)."""
     with LOCK:
         wanted = targets(environ)
         for module_name, attr, convention in wanted:
             module = sys.modules.get(module_name)
             if module is not None:
                 _install_one(module, attr, convention)
+        for name, module in list(sys.modules.items()):
+            if module is not None and guarded(name):
+                _guard_unlisted(module)
         finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
         if finder is None:
             finder = _Finder()
@@ -195,7 +248,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         attrs = [(a, c) for m, a, c in self.wanted if m == fullname]
-        if not attrs or fullname in self._busy:
+        if not (attrs or (_on_iluvatar() and guarded(fullname))) or fullname in self._busy:
             return None
         self._busy.add(fullname)
         try:
@@ -212,6 +265,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             with LOCK:
                 for attr, convention in attrs:
                     _install_one(module, attr, convention)
+                _guard_unlisted(module)
 
         wrapper = _WrappedLoader(loader, exec_module)
         spec.loader = wrapper
