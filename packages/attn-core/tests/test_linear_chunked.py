@@ -15,7 +15,7 @@ from attn_core import (
     fused_recurrent_gated_delta_rule,
     plan_gated_delta,
 )
-from attn_core.linear.plan import DEFAULT_BUDGET_BYTES
+from attn_core.linear.plan import DEFAULT_BUDGET_BYTES, chunk_segments
 from attn_core.reference import reference_gated_delta
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -139,3 +139,22 @@ def test_launches_per_chunk() -> None:
     with _FloatOps() as ops:
         chunk_gated_delta_rule(**case.kwargs(), output_final_state=True, plan=plan)
     assert ops.count / chunks < 4
+
+
+@settings(max_examples=60, deadline=None)
+@given(chunks=st.lists(st.integers(0, 9), min_size=1, max_size=9), slots=st.integers(1, 12))
+def test_chunk_segments_cover_each_sequence_once_in_order(chunks, slots) -> None:
+    """The native chunk-parallel prefill's segments: every sequence from chunk 0 (empty ones
+    at depth 1) to its last chunk, in order, each position once; a segment fits ``slots``
+    unless one chunk position of its sequences alone is wider."""
+    order, segments = chunk_segments(chunks, slots)
+    assert sorted(order) == list(range(len(chunks)))
+    seen = {s: [] for s in range(len(chunks))}
+    for base, width, p0, depth in segments:
+        assert width >= 1 and depth >= 1 and base + width <= len(chunks)
+        assert width * depth <= max(slots, width)
+        for z in range(width):
+            seq = order[base + z]
+            seen[seq] += [p for p in range(p0, p0 + depth) if p < max(chunks[seq], 1)]
+    for seq, positions in seen.items():
+        assert positions == list(range(max(chunks[seq], 1))), (seq, positions)

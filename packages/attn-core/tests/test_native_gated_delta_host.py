@@ -27,6 +27,7 @@ from attn_core.native.gated_delta import (
     conv_errors,
     decode_case,
     decode_errors,
+    launch_chunk_parallel_prefill,
     launch_conv_prefill,
     launch_conv_update,
     launch_decode,
@@ -198,18 +199,45 @@ def test_the_verify_once_check_passes_on_the_host() -> None:
         assert verdict.ok, verdict.detail
 
 
-# ------------------------------------------------------------------------ token-by-token prefill
+# ------------------------------------------------------------------------------------- prefill
+# Three kernels serve a prefill: token by token, the fused 16-token chunks, and the
+# chunk-parallel pair (64-token chunks in segments; a 1-byte workspace forces one chunk slot a
+# segment, so every chunk hands its state to the next through the final-state buffer).
+METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot"]
+
+
+def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
+    if method.startswith("parallel"):
+        bounds = cu_seqlens.tolist()
+        lengths = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        budget = {"workspace_bytes": 1} if method == "parallel-1-slot" else {}
+        launch_chunk_parallel_prefill(lib, lengths=lengths, **kw, **budget)
+    else:
+        launch_recurrent_prefill(lib, cu_seqlens=cu_seqlens, chunked=method == "chunks", **kw)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
 @pytest.mark.parametrize("l2norm", [False, True])
-@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
-def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, chunked) -> None:
-    """Lengths around the 16-token chunk: 0, 1, 15, 16, 17, 33."""
+@pytest.mark.parametrize("method", METHODS[:3])
+def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> None:
+    """Lengths around both chunk sizes: 0, 1, 15, 16, 17, 33, 64, 65, 129."""
     lib = emulated_gated_delta()
-    o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU,
-                          lengths=(3, 0, 17, 1, 16, 15, 33), l2norm=l2norm, chunked=chunked,
-                          stream=0)  # fmt: skip
+    lengths = (3, 0, 17, 1, 16, 15, 33) if method != "parallel" else (3, 0, 17, 1, 64, 65, 129)
+    o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU, lengths=lengths,
+                          l2norm=l2norm, chunked=method == "chunks",
+                          parallel=method == "parallel", stream=0)  # fmt: skip
     assert o <= TOL[dtype] and s <= 1e-5, (o, s)
+
+
+@pytest.mark.parametrize("workspace_bytes", [1, 2 * 1024 * 1024], ids=["1-slot", "4-slots"])
+def test_chunk_parallel_segments_carry_the_state(workspace_bytes) -> None:
+    """Segments of one and of four chunk slots (records of 4 value heads at K = 128, V = 64:
+    0.5 MiB a slot) over sequences of 0 to 3 chunks: the state crosses segment boundaries."""
+    lib = emulated_gated_delta()
+    o, s = prefill_errors(lib, 2, 4, 128, 64, torch.float32, CPU, lengths=(130, 0, 64, 1, 70),
+                          parallel=True, workspace_bytes=workspace_bytes, stream=0)  # fmt: skip
+    assert o <= TOL[torch.float32] and s <= 1e-5, (o, s)
 
 
 def prefill_inputs(lengths, seed=0):
@@ -222,20 +250,20 @@ def prefill_inputs(lengths, seed=0):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
-def test_prefill_in_place_state_without_initial_and_thread_order(chunked) -> None:
+@pytest.mark.parametrize("method", METHODS)
+def test_prefill_in_place_state_without_initial_and_thread_order(method) -> None:
     lib = emulated_gated_delta()
-    lengths = (4, 7)
+    lengths = (4, 70)
     x = prefill_inputs(lengths)
-    cu = torch.tensor([0, 4, 11], dtype=torch.int64)
+    cu = torch.tensor([0, 4, 74], dtype=torch.int64)
 
     def run(initial: bool):
         state = torch.randn(2, 4, 64, 32, generator=torch.Generator().manual_seed(1))
         before = state.clone()
-        out = torch.full((11, 4, 32), float("nan"))
-        launch_recurrent_prefill(lib, **x, cu_seqlens=cu, out=out, scale=0.2, l2norm=True,
-                                 initial_state=state if initial else None, final_state=state,
-                                 chunked=chunked, stream=0)  # fmt: skip
+        out = torch.full((74, 4, 32), float("nan"))
+        launch_prefill(method, lib, **x, cu_seqlens=cu, out=out, scale=0.2, l2norm=True,
+                       initial_state=state if initial else None, final_state=state,
+                       stream=0)  # fmt: skip
         return out, state, before
 
     for initial in (True, False):
@@ -249,17 +277,17 @@ def test_prefill_in_place_state_without_initial_and_thread_order(chunked) -> Non
         assert rel_err(state, want_s) <= 1e-5
 
 
-@pytest.mark.parametrize("chunked", [False, True], ids=["tokens", "chunks"])
-def test_prefill_reads_strided_inputs(chunked) -> None:
+@pytest.mark.parametrize("method", METHODS[:3])
+def test_prefill_reads_strided_inputs(method) -> None:
     lib = emulated_gated_delta()
-    x = prefill_inputs((6,), seed=2)
+    x = prefill_inputs((67,), seed=2)
     wide = {n: torch.cat([t, t], dim=-1) for n, t in x.items() if n in ("q", "k", "v")}
     strided = {n: wide[n][..., : x[n].shape[-1]] for n in wide}
     g_t = x["g"].t().contiguous().t()  # column-major gates
-    out = torch.full((6, 4, 32), float("nan"))
-    cu = torch.tensor([0, 6], dtype=torch.int32)
-    launch_recurrent_prefill(lib, **strided, g=g_t, beta=x["beta"], cu_seqlens=cu, out=out,
-                             scale=0.3, l2norm=False, chunked=chunked, stream=0)  # fmt: skip
+    out = torch.full((67, 4, 32), float("nan"))
+    cu = torch.tensor([0, 67], dtype=torch.int32)
+    launch_prefill(method, lib, **strided, g=g_t, beta=x["beta"], cu_seqlens=cu, out=out,
+                   scale=0.3, l2norm=False, stream=0)  # fmt: skip
     want_o, _ = reference_gated_delta(
         *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.3, cu_seqlens=cu,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""How the chunked gated delta rule cuts a prefill: chunk length and segment size.
+"""How the chunked gated delta rule cuts a prefill: chunk length, segment size, segments.
 
 A *segment* is a batch of 64-token chunk slots processed at once: every intra-chunk product of
 the segment's chunks is one batched op, and only the pass of the state from chunk to chunk is a
@@ -12,6 +12,7 @@ every launch decision from the plan it returns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 CHUNK = 64
@@ -85,3 +86,39 @@ def plan_gated_delta(
     """
     per = chunk_slot_bytes(num_heads, num_value_heads, head_k, head_v, itemsize, chunk)
     return GatedDeltaPlan(chunk, max(1, budget_bytes // per), per, budget_bytes)
+
+
+# The native chunk-parallel prefill's workspace bound: the brief of the family asks for <= 64 MiB
+# of transient device memory at any length. At 32 value heads of 128 x 128 a record set of one
+# chunk slot is 4.5 MiB, so a segment holds 14 chunk slots (896 tokens).
+NATIVE_WORKSPACE_BYTES = 64 << 20
+
+
+# (base, width, p0, depth): see :func:`chunk_segments`
+Segment = tuple[int, int, int, int]
+
+
+def chunk_segments(chunks: Sequence[int], slots: int) -> tuple[list[int], list[Segment]]:
+    """Cut sequences of ``chunks[i]`` chunks into segments of at most ``slots`` chunk slots.
+
+    Returns ``(order, segments)``: ``order`` lists the sequences longest first; a segment
+    ``(base, width, p0, depth)`` covers ``order[base : base + width]`` at chunk positions
+    ``[p0, p0 + depth)``. Segments come in execution order, each sequence's from position 0
+    (empty sequences included, at depth 1: their state still moves from the initial to the
+    final one) to its last chunk; a segment's ``width * depth`` never exceeds ``max(slots,
+    width)``. Longest first keeps a group's active sequences a prefix, as the torch path does.
+    """
+    if slots < 1:
+        raise ValueError(f"slots must be >= 1, got {slots}")
+    order = sorted(range(len(chunks)), key=lambda s: -chunks[s])
+    segments: list[Segment] = []
+    for base in range(0, len(order), slots):
+        group = order[base : base + slots]
+        longest = chunks[group[0]]
+        p0 = 0
+        while p0 == 0 or p0 < longest:
+            width = len(group) if p0 == 0 else sum(1 for s in group if chunks[s] > p0)
+            depth = max(1, min(slots // width, longest - p0))
+            segments.append((base, width, p0, depth))
+            p0 += depth
+    return order, segments

@@ -92,7 +92,7 @@ GATED_DELTA = Family(
     name="gated_delta",
     source="gated_delta.cu",
     prefix="attn_gdn",
-    abi_version=4,
+    abi_version=5,
     variants={"fma": ()},
     cache_prefix="gdn-",
 )

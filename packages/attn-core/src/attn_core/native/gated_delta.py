@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -25,6 +26,7 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.verify_once import Verdict
+from attn_core.linear.plan import NATIVE_WORKSPACE_BYTES, chunk_segments
 from attn_core.native import abi
 from attn_core.native.family import GATED_DELTA
 from attn_core.native.loader import NativeLibrary
@@ -36,8 +38,11 @@ COLUMNS = 32  # value columns per block: head_v must be a multiple
 CONV_WIDTH = 4  # the convolution width compiled
 KERNELS = {
     "decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3,
-    "recurrent_prefill": 4, "chunked_prefill": 5, "decode_key_last": 6,
+    "recurrent_prefill": 4, "chunked_prefill": 5, "decode_key_last": 6, "chunk_prep": 7,
+    "chunk_pass": 8,
 }  # fmt: skip
+CHUNK = 64  # tokens a chunk of the chunk-parallel prefill
+SLICE = 16  # value columns a chunk_pass block
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
@@ -64,7 +69,7 @@ GdnDecodeArgs = abi.c_struct(
 
 GdnPrefillArgs = abi.c_struct(
     "GdnPrefillArgs",
-    ("pointer", f"{TOKEN_TENSORS} initial_state final_state cu_seqlens"),
+    ("pointer", f"{TOKEN_TENSORS} initial_state final_state cu_seqlens workspace seq_order"),
     (
         "int64",
         "q_tok_stride q_head_stride k_tok_stride k_head_stride v_tok_stride v_head_stride "
@@ -136,6 +141,12 @@ class GatedDeltaLibrary(NativeLibrary):
         "attn_gdn_chunked_prefill": (
             ctypes.c_int, [ctypes.POINTER(GdnPrefillArgs), ctypes.c_void_p],
         ),
+        "attn_gdn_chunk_parallel_prefill": (
+            ctypes.c_int,
+            [ctypes.POINTER(GdnPrefillArgs), ctypes.POINTER(ctypes.c_int32), ctypes.c_int,
+             ctypes.c_void_p],
+        ),
+        "attn_gdn_chunk_record_floats": (ctypes.c_int64, [ctypes.c_int, ctypes.c_int]),
         "attn_gdn_conv_update": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_conv_prefill": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_kernel_info": (
@@ -153,6 +164,20 @@ class GatedDeltaLibrary(NativeLibrary):
         fn = self._lib.attn_gdn_chunked_prefill if chunked else self._lib.attn_gdn_recurrent_prefill
         rc = fn(ctypes.byref(args), ctypes.c_void_p(stream))
         self.check(rc, f"native {'chunked' if chunked else 'token-by-token'} prefill launch")
+
+    def chunk_parallel_prefill(
+        self, args: ctypes.Structure, segments: list[tuple[int, int, int, int]], stream: int
+    ) -> None:
+        """Launch the chunk-parallel prefill: two kernels for each of ``segments``."""
+        flat = (ctypes.c_int32 * (4 * len(segments)))(*itertools.chain.from_iterable(segments))
+        rc = self._lib.attn_gdn_chunk_parallel_prefill(
+            ctypes.byref(args), flat, len(segments), ctypes.c_void_p(stream)
+        )
+        self.check(rc, "native chunk-parallel prefill launch")
+
+    def chunk_record_floats(self, head_k: int, head_v: int) -> int:
+        """Floats of the workspace record of one chunk and value head."""
+        return int(self._lib.attn_gdn_chunk_record_floats(head_k, head_v))
 
     def conv_update(self, args: ctypes.Structure, stream: int) -> None:
         rc = self._lib.attn_gdn_conv_update(ctypes.byref(args), ctypes.c_void_p(stream))
@@ -331,6 +356,54 @@ def launch_recurrent_prefill(
         l2norm=int(l2norm), scale=scale,
     )  # fmt: skip
     lib.prefill(args, _stream(q, stream), chunked=chunked)
+
+
+def launch_chunk_parallel_prefill(
+    lib: GatedDeltaLibrary,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    lengths: Sequence[int],
+    out: torch.Tensor,
+    *,
+    scale: float,
+    l2norm: bool,
+    initial_state: Optional[torch.Tensor] = None,
+    final_state: Optional[torch.Tensor] = None,
+    workspace_bytes: int = NATIVE_WORKSPACE_BYTES,
+    stream: Optional[int] = None,
+) -> None:
+    """:func:`launch_recurrent_prefill`'s problem (sequences of ``lengths`` packed in ``q, k
+    [T, H, K]``, ``v, out [T, HV, V]``) in 64-token chunks, two kernels a segment of chunks
+    (:func:`attn_core.linear.plan.chunk_segments`) whose intermediates fit ``workspace_bytes``
+    (at least one chunk slot). ``head_v`` must be a multiple of :data:`SLICE`."""
+    t, h, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    dev = q.device
+    record = lib.chunk_record_floats(dk, dv) * 4
+    slots = max(1, workspace_bytes // (record * hv))
+    order, segments = chunk_segments([-(-n // CHUNK) for n in lengths], slots)
+    widest = max(width * depth for _, width, _, depth in segments)
+    workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
+    if final_state is None:
+        final_state = torch.empty(len(lengths), hv, dk, dv, dtype=torch.float32, device=dev)
+    bounds = [0]
+    for n in lengths:
+        bounds.append(bounds[-1] + n)
+    offsets = torch.tensor(bounds, dtype=torch.int32).to(dev, non_blocking=True)
+    seq_order = torch.tensor(order, dtype=torch.int32).to(dev, non_blocking=True)
+    args = GdnPrefillArgs(
+        **_token_fields("tok", q, k, v, g, beta, out), cu_seqlens=offsets.data_ptr(),
+        initial_state=None if initial_state is None else initial_state.data_ptr(),
+        final_state=final_state.data_ptr(), workspace=workspace.data_ptr(),
+        seq_order=seq_order.data_ptr(), num_seqs=len(lengths), num_heads=h,
+        num_value_heads=hv, head_k=dk, head_v=dv, qkv_kind=abi.QUERY_KINDS[q.dtype],
+        g_kind=abi.QUERY_KINDS[g.dtype], beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=0,
+        l2norm=int(l2norm), scale=scale,
+    )  # fmt: skip
+    lib.chunk_parallel_prefill(args, segments, _stream(q, stream))
 
 
 def conv_supported(weight: torch.Tensor, num_seqs: int, dim: int) -> Optional[str]:
@@ -565,12 +638,15 @@ def prefill_errors(
     lengths: tuple[int, ...] = (1, 0, 70, 5),
     l2norm: bool = True,
     chunked: bool = False,
+    parallel: bool = False,
+    workspace_bytes: int = NATIVE_WORKSPACE_BYTES,
     stream: Optional[int] = None,
     seed: int = 0,
 ) -> tuple[float, float]:
-    """``(output error, final state error)`` of the token-by-token prefill of sequences of
-    ``lengths`` (an empty one included) from random initial states, against
-    :func:`reference_gated_delta`; the output is NaN-poisoned first."""
+    """``(output error, final state error)`` of the prefill of sequences of ``lengths`` (an
+    empty one included) from random initial states, against :func:`reference_gated_delta`;
+    the output and final states are NaN-poisoned first. Token by token, in 16-token chunks
+    (``chunked``) or chunk-parallel (``parallel``, its segments sized by ``workspace_bytes``)."""
     gen = torch.Generator().manual_seed(seed)
     total = sum(lengths)
     q = torch.randn(total, heads, head_k, generator=gen).to(device, dtype)
@@ -586,9 +662,14 @@ def prefill_errors(
     out = torch.full((total, value_heads, head_v), float("nan"), dtype=dtype, device=device)
     final = torch.full_like(init, float("nan"))
     scale = head_k**-0.5
-    launch_recurrent_prefill(lib, q, k, v, g, beta, cu.to(device), out, scale=scale,
-                             l2norm=l2norm, initial_state=init, final_state=final,
-                             chunked=chunked, stream=stream)  # fmt: skip
+    if parallel:
+        launch_chunk_parallel_prefill(lib, q, k, v, g, beta, lengths, out, scale=scale,
+                                      l2norm=l2norm, initial_state=init, final_state=final,
+                                      workspace_bytes=workspace_bytes, stream=stream)  # fmt: skip
+    else:
+        launch_recurrent_prefill(lib, q, k, v, g, beta, cu.to(device), out, scale=scale,
+                                 l2norm=l2norm, initial_state=init, final_state=final,
+                                 chunked=chunked, stream=stream)  # fmt: skip
     want_o, want_s = reference_gated_delta(
         q[None], k[None], v[None], g[None], beta[None], scale=scale, initial_state=init,
         cu_seqlens=cu, use_qk_l2norm=l2norm,

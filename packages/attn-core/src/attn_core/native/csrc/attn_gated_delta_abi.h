@@ -10,7 +10,7 @@
 
 #include "attn_kernel_info.h"
 
-#define ATTN_GDN_ABI_VERSION 4
+#define ATTN_GDN_ABI_VERSION 5
 
 // The per-token tensors that a decode step and a prefill both begin with, in this order: one
 // list keeps the two structs alike (gated_delta.py's TOKEN_TENSORS is its ctypes mirror).
@@ -69,6 +69,8 @@ typedef struct AttnGdnPrefillArgs {
   const float* initial_state;
   float* final_state;
   const void* cu_seqlens;
+  float* workspace;        // chunk-parallel only: the records of one segment's chunks
+  const void* seq_order;   // chunk-parallel only: int32 [num_seqs], the segments' sequences
   int64_t q_tok_stride, q_head_stride;
   int64_t k_tok_stride, k_head_stride;
   int64_t v_tok_stride, v_head_stride;
@@ -121,8 +123,18 @@ int attn_gdn_conv_prefill(const AttnGdnConvArgs* args, void* stream);
 int attn_gdn_recurrent_prefill(const AttnGdnPrefillArgs* args, void* stream);
 // chunk_gated_delta_rule: the same arguments and results, in 16-token chunks (WY/UT form).
 int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream);
+// chunk_gated_delta_rule in 64-token chunks, two kernels a segment (chunk_prep, then
+// chunk_pass). segments: host int32 [num_segments][4] = (base, width, p0, depth): the sequences
+// seq_order[base .. base + width) at chunk positions [p0, p0 + depth), in order, every sequence
+// covered from position 0 to its last chunk. workspace: attn_gdn_chunk_record_floats(head_k,
+// head_v) floats for each of width * depth * num_value_heads records of the largest segment.
+// final_state is required (it carries the state from one segment to the next).
+int attn_gdn_chunk_parallel_prefill(const AttnGdnPrefillArgs* args, const int32_t* segments,
+                                    int num_segments, void* stream);
+int64_t attn_gdn_chunk_record_floats(int head_k, int head_v);
 // which: 0 decode step (head_k 64 or 128), 1 conv update, 2 conv prefill outputs, 3 conv
-// prefill states (head_k ignored), 4 recurrent prefill, 5 chunked prefill (head_k 64 or 128).
+// prefill states (head_k ignored), 4 recurrent prefill, 5 chunked prefill, 7 and 8 the
+// chunk-parallel prefill's chunk_prep and chunk_pass (head_k 64 or 128).
 int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info);
 
 #ifdef __cplusplus

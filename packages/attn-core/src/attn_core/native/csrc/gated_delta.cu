@@ -582,6 +582,466 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
   slice.store(a, s);
 }
 
+// ---------------------------------------------------------------- chunk-parallel prefill
+// chunk_gated_delta_rule split into what does not depend on the state and what does
+// (docs/design/gated-delta-prefill.md). Per chunk of kPar = 64 tokens and value head, with G_t
+// the gates' cumulative sum from the chunk's start, k and q l2-normalised (q also scaled), D
+// the decay exp(G_t - G_s) below and on the diagonal:
+//     A  = strictly_lower(diag(beta) (K K^T o D)),  T = (I + A)^-1
+//     W  = T diag(beta e^G) K,   U = T diag(beta) V,   P = (Q K^T) o D,
+//     Qg = diag(e^G) Q,   Kd = diag(e^(G_last - G)) K
+// chunk_prep computes all of that for every chunk of a segment at once (one block a chunk and
+// value head); chunk_pass then walks each sequence's chunks with the state on chip:
+//     V' = U - W S;   O = Qg S + P V';   S <- e^G_last S + Kd^T V'
+// chunk_pass splits the value dimension finely (kSlice columns a block): the columns are
+// independent once W and U are known, so a single sequence of 32 value heads is 256 blocks
+// without recomputing anything, where the fused 16-token kernel above needed each block to
+// solve its chunk itself. What chunk_prep hands over lives in a workspace of one record per
+// (chunk slot, value head), laid out in the order chunk_pass reads it: kPassTiles tiles of
+// kTile floats ([W; Qg]^T as K rows of 128, P^T, Kd), then U [64, V], then the chunk's
+// e^G_last (padded to 16 bytes).
+constexpr int kPar = 64;            // tokens a chunk
+constexpr int kSlice = 16;          // value columns a chunk_pass block
+constexpr int kTile = 2048;         // floats a staged tile (8 KiB)
+constexpr int kPassThreads = 128;
+constexpr int kPrepThreads = 256;
+
+template <int K>
+struct ChunkRecord {
+  static constexpr int kWqTiles = K / 16;          // [W; Qg]^T: 16 key rows of 128 a tile
+  static constexpr int kPTiles = kPar * kPar / kTile;
+  static constexpr int kKdTiles = kPar * K / kTile;
+  static constexpr int kTiles = kWqTiles + kPTiles + kKdTiles;
+  static constexpr int kKdTokens = kTile / K;      // tokens of Kd a tile
+  static constexpr int kTileFloats = kTiles * kTile;
+  static_assert(kPar * kPar % kTile == 0 && kPar * K % kTile == 0, "whole tiles");
+};
+
+// Floats of one record (tiles, U, the gate) at these head sizes.
+__host__ __device__ constexpr int64_t record_floats(int head_k, int head_v) {
+  return (head_k / 16 + kPar * kPar / kTile + kPar * head_k / kTile) * static_cast<int64_t>(kTile) +
+         static_cast<int64_t>(kPar) * head_v + 4;
+}
+
+// Which chunks a launch covers: sequences seq_order[base .. base + width) at chunk positions
+// [p0, p0 + depth); record (z, p) of value head h is ((z * depth + p - p0) * HV + h).
+struct ChunkSegment {
+  int32_t base, width, p0, depth;
+};
+
+// The sequence of grid slice z and its token range.
+struct SegmentSeq {
+  int seq;
+  int64_t start, end, chunks;
+};
+
+ATTN_DEVICE SegmentSeq segment_seq(const AttnGdnPrefillArgs& a, const ChunkSegment& s, int z) {
+  SegmentSeq q;
+  q.seq = static_cast<const int32_t*>(a.seq_order)[s.base + z];
+  q.start = load_index(a.cu_seqlens, q.seq, a.offset_kind);
+  q.end = load_index(a.cu_seqlens, q.seq + 1, a.offset_kind);
+  q.chunks = (q.end - q.start + kPar - 1) / kPar;
+  return q;
+}
+
+ATTN_DEVICE float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+ATTN_DEVICE void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+// Grid (HV, depth, width), kPrepThreads threads: the record of one chunk and value head.
+// Shared memory is 25 KiB, inside the BI-V100's 32 KiB a block: A and T share one 64 x 64
+// matrix (A is strictly lower and T lower: T is kept where it is, A transposed above the
+// diagonal), and the operand tiles stream through an 8 KiB buffer.
+template <int K>
+__global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a, ChunkSegment s) {
+  using R = ChunkRecord<K>;
+  constexpr int kKt = 16;           // key elements a Gram tile
+  constexpr int kKtRow = kPar + 4;  // its rows padded: stores 4-way, not 32-way, conflicted
+  constexpr int kSt = 16;           // tokens of a W / U operand tile (128 columns)
+  static_assert(kKtRow * kKt * 2 <= kPar * kPar && K <= 128, "the Gram tiles fit the matrix");
+  __shared__ __align__(16) float mat[kPar * kPar];   // Gram tiles; then T below, A^T above
+  __shared__ __align__(16) float opnd[kSt * 128];    // norm partials; then the operand tiles
+  __shared__ float gcum[kPar], inv_k[kPar], inv_q[kPar], beta[kPar], egate[kPar];
+  const int tid = threadIdx.x, h = blockIdx.x, dp = blockIdx.y, z = blockIdx.z;
+  const SegmentSeq sq = segment_seq(a, s, z);
+  const int p = s.p0 + dp;
+  if (p >= sq.chunks) return;
+  const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
+  const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
+  const int kh = h / (a.num_value_heads / a.num_heads);
+  float* rec = a.workspace +
+               ((static_cast<int64_t>(z) * s.depth + dp) * a.num_value_heads + h) *
+                   record_floats(K, a.head_v);
+
+  // 1. gates, betas; the squared norms of k and q in four parts a token
+  float* parts = opnd;  // [kPar][4][2]
+  {
+    const int t = tid / 4, part = tid % 4;
+    float kk = 0.f, qq = 0.f;
+    if (t < n) {
+      const int64_t ka = (tok0 + t) * a.k_tok_stride + kh * a.k_head_stride;
+      const int64_t qa = (tok0 + t) * a.q_tok_stride + kh * a.q_head_stride;
+#pragma unroll 8
+      for (int m = 0; m < K / 4; ++m) {
+        const int j = part + 4 * m;
+        const float kv = load_any(a.k, ka + j, a.qkv_kind), qv = load_any(a.q, qa + j, a.qkv_kind);
+        kk += kv * kv;
+        qq += qv * qv;
+      }
+    }
+    parts[(t * 4 + part) * 2] = kk;
+    parts[(t * 4 + part) * 2 + 1] = qq;
+  }
+  if (tid < kPar) {
+    const int64_t ga = (tok0 + tid) * a.g_tok_stride + h * a.g_head_stride;
+    const int64_t ba = (tok0 + tid) * a.beta_tok_stride + h * a.beta_head_stride;
+    gcum[tid] = tid < n ? load_any(a.g, ga, a.g_kind) : 0.f;
+    beta[tid] = tid < n ? load_any(a.beta, ba, a.beta_kind) : 0.f;
+  }
+  __syncthreads();
+  if (tid < kPar) {
+    float kk = 0.f, qq = 0.f;
+#pragma unroll
+    for (int part = 0; part < 4; ++part) {
+      kk += parts[(tid * 4 + part) * 2];
+      qq += parts[(tid * 4 + part) * 2 + 1];
+    }
+    inv_k[tid] = a.l2norm ? 1.0f / sqrtf(kk + kL2Eps) : 1.0f;
+    inv_q[tid] = (a.l2norm ? 1.0f / sqrtf(qq + kL2Eps) : 1.0f) * a.scale;
+  }
+  if (tid == 0) {
+    float total = 0.f;
+    for (int t = 0; t < kPar; ++t) {
+      total += gcum[t];
+      gcum[t] = total;
+    }
+    rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v] = expf(total);
+  }
+  __syncthreads();
+  if (tid < kPar) egate[tid] = expf(gcum[tid]);
+
+  // 2. raw Gram products K K^T and Q K^T in key tiles of kKt, thread (ti, si) holding tokens
+  // 4 ti .. of the rows and 4 si .. of the columns
+  const int ti = tid / 16, si = tid % 16;
+  float gk[4][4], gq[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) gk[i][j] = gq[i][j] = 0.f;
+  }
+  float* kt = mat;  // [kKt][kKtRow]: key element major
+  float* qt = mat + kKt * kKtRow;
+  for (int k0 = 0; k0 < K; k0 += kKt) {
+    __syncthreads();  // the previous tile is read
+    for (int e = tid; e < kPar * kKt; e += kPrepThreads) {
+      const int t = e / kKt, j = e % kKt;
+      const bool live = t < n;
+      const int64_t ka = (tok0 + t) * a.k_tok_stride + kh * a.k_head_stride + k0 + j;
+      const int64_t qa = (tok0 + t) * a.q_tok_stride + kh * a.q_head_stride + k0 + j;
+      kt[j * kKtRow + t] = live ? load_any(a.k, ka, a.qkv_kind) : 0.f;
+      qt[j * kKtRow + t] = live ? load_any(a.q, qa, a.qkv_kind) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int j = 0; j < kKt; ++j) {
+      const float4 kr = ld4(kt + j * kKtRow + 4 * ti), qr = ld4(qt + j * kKtRow + 4 * ti);
+      const float4 kc = ld4(kt + j * kKtRow + 4 * si);
+      const float krow[4] = {kr.x, kr.y, kr.z, kr.w}, qrow[4] = {qr.x, qr.y, qr.z, qr.w};
+      const float kcol[4] = {kc.x, kc.y, kc.z, kc.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          gk[i][c] = fmaf(krow[i], kcol[c], gk[i][c]);
+          gq[i][c] = fmaf(qrow[i], kcol[c], gq[i][c]);
+        }
+      }
+    }
+  }
+  __syncthreads();  // the Gram tiles are read: `mat` takes A
+  // 3. A^T (mat[u][t] = A[t][u], u < t: above the diagonal); P^T straight to the record
+  float* pt = rec + R::kWqTiles * kTile;  // [s][t]
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const int u = 4 * si + c;
+    float prow[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int t = 4 * ti + i;
+      const float d = u <= t ? expf(gcum[t] - gcum[u]) : 0.f;
+      if (u < t) mat[u * kPar + t] = beta[t] * d * inv_k[t] * inv_k[u] * gk[i][c];
+      prow[i] = d * inv_q[t] * inv_k[u] * gq[i][c];
+    }
+    st4(pt + u * kPar + 4 * ti, float4{prow[0], prow[1], prow[2], prow[3]});
+  }
+  __syncthreads();  // A is whole
+
+  // 4. T = (I + A)^-1 by forward substitution, one column a thread, into mat's lower half:
+  // T[t][j] = [t == j] - sum_{j <= u < t} A[t][u] T[u][j], A[t][u] read from mat[u][t] (u < t,
+  // above the diagonal) and T[u][j] from mat[u][j] (u >= j, on or below it): no element is
+  // written while another thread may read it.
+  if (tid < kPar) {
+    const int j = tid;
+    for (int t = j; t < kPar; ++t) {
+      float x = t == j ? 1.f : 0.f;
+      for (int u = j; u < t; ++u) x -= mat[u * kPar + t] * mat[u * kPar + j];
+      mat[t * kPar + j] = x;
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < kPar * kPar; e += kPrepThreads) {  // T is 0 above the diagonal
+    if (e % kPar > e / kPar) mat[e] = 0.f;
+  }
+  // 5. W = T (beta e^G k_hat) and U = T (beta v): operand tiles of kSt tokens x 128 in opnd,
+  // thread (ti, ci) holding rows 4 ti .. and columns 8 ci ..
+  const int ci = tid % 16;
+  const int passes = 1 + (a.head_v + 127) / 128;  // W's K <= 128 columns, then U's
+  for (int pass = 0; pass < passes; ++pass) {
+    const bool keys = pass == 0;
+    const int c0 = keys ? 0 : (pass - 1) * 128;
+    const int width = keys ? K : min(128, a.head_v - c0);
+    float acc[4][8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[i][c] = 0.f;
+    }
+    for (int s0 = 0; s0 < kPar; s0 += kSt) {
+      __syncthreads();  // T is whole (first tile) / the previous tile is read
+      for (int e = tid; e < kSt * 128; e += kPrepThreads) {
+        const int u = e / 128, j = e % 128, tok = s0 + u;
+        float val = 0.f;
+        if (tok < n && j < width) {
+          if (keys) {
+            const int64_t ka = (tok0 + tok) * a.k_tok_stride + kh * a.k_head_stride + c0 + j;
+            val = load_any(a.k, ka, a.qkv_kind) * beta[tok] * egate[tok] * inv_k[tok];
+          } else {
+            const int64_t va = (tok0 + tok) * a.v_tok_stride + h * a.v_head_stride + c0 + j;
+            val = load_any(a.v, va, a.qkv_kind) * beta[tok];
+          }
+        }
+        opnd[u * 128 + j] = val;
+      }
+      __syncthreads();
+#pragma unroll 4
+      for (int u = 0; u < kSt; ++u) {
+        const float4 lo = ld4(opnd + u * 128 + 8 * ci), hi = ld4(opnd + u * 128 + 8 * ci + 4);
+        const float ov[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float tv = mat[(4 * ti + i) * kPar + s0 + u];
+#pragma unroll
+          for (int c = 0; c < 8; ++c) acc[i][c] = fmaf(tv, ov[c], acc[i][c]);
+        }
+      }
+    }
+    if (keys) {  // W^T: rows 0 .. 63 of [W; Qg]^T (key element major, 128 a row)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int j = c0 + 8 * ci + c;
+        if (j < K) st4(rec + j * 128 + 4 * ti, float4{acc[0][c], acc[1][c], acc[2][c], acc[3][c]});
+      }
+    } else {
+      float* u_rec = rec + R::kTileFloats;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int j = c0 + 8 * ci;
+        if (j < a.head_v) {
+          float* row = u_rec + (4 * ti + i) * a.head_v + j;
+          st4(row, float4{acc[i][0], acc[i][1], acc[i][2], acc[i][3]});
+          st4(row + 4, float4{acc[i][4], acc[i][5], acc[i][6], acc[i][7]});
+        }
+      }
+    }
+  }
+  // 6. Qg^T (rows 64 .. 127 of [W; Qg]^T) and Kd, straight from the inputs
+  const float glast = gcum[kPar - 1];
+  for (int e = tid; e < kPar * K; e += kPrepThreads) {
+    const int t = e % kPar, j = e / kPar;  // consecutive threads: consecutive tokens
+    const int64_t qa = (tok0 + t) * a.q_tok_stride + kh * a.q_head_stride + j;
+    const float qv = t < n ? load_any(a.q, qa, a.qkv_kind) : 0.f;
+    rec[j * 128 + kPar + t] = qv * egate[t] * inv_q[t];
+  }
+  float* kd = rec + (R::kWqTiles + R::kPTiles) * kTile;  // [t][K]
+  for (int e = tid; e < kPar * K; e += kPrepThreads) {
+    const int t = e / K, j = e % K;
+    const int64_t ka = (tok0 + t) * a.k_tok_stride + kh * a.k_head_stride + j;
+    const float kv = t < n ? load_any(a.k, ka, a.qkv_kind) : 0.f;
+    kd[e] = kv * expf(glast - gcum[t]) * inv_k[t];
+  }
+}
+
+// The kTile floats of tile `i` of `rec`, four float4s a thread (kPassThreads threads).
+ATTN_DEVICE void load_tile(const float* rec, int i, float4 (&r)[4]) {
+  const float* base = rec + static_cast<int64_t>(i) * kTile;
+#pragma unroll
+  for (int m = 0; m < 4; ++m) r[m] = ld4(base + 4 * (threadIdx.x + kPassThreads * m));
+}
+
+ATTN_DEVICE void store_tile(float* stage, const float4 (&r)[4]) {
+#pragma unroll
+  for (int m = 0; m < 4; ++m) st4(stage + 4 * (threadIdx.x + kPassThreads * m), r[m]);
+}
+
+// Grid (V / kSlice, HV, width), kPassThreads threads: the block's K x kSlice slice of the
+// state walks the sequence's chunks [p0, p0 + depth), read from the initial state (p0 == 0)
+// or the final state (the previous segment left it there) and written to the final state.
+// Each chunk streams its record's tiles through two shared buffers (the next tile's loads are
+// issued before the current one's products: one barrier a tile).
+template <int K>
+__global__ void __launch_bounds__(kPassThreads) chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
+  using R = ChunkRecord<K>;
+  constexpr int kSRows = K / 32;  // state rows a thread owns (4 column groups x 32 row groups)
+  static_assert(kSRows * 32 == K && kPassThreads == 128, "the state split over the threads");
+  __shared__ __align__(16) float stage[2][kTile];
+  __shared__ __align__(16) float state[K * kSlice];    // [K][kSlice]
+  __shared__ __align__(16) float vnew[kPar * kSlice];  // V' [t][kSlice]
+  __shared__ __align__(16) float qs[kPar * kSlice];    // Qg S [t][kSlice]
+  const int tid = threadIdx.x, h = blockIdx.y, z = blockIdx.z;
+  const int col0 = blockIdx.x * kSlice;
+  const SegmentSeq sq = segment_seq(a, s, z);
+  const int p_end = static_cast<int>(min(static_cast<int64_t>(s.p0 + s.depth), sq.chunks));
+  if (s.p0 > 0 && s.p0 >= p_end) return;  // done: its state is in final_state already
+  const int rg = tid / 4, cg = tid % 4;  // products: rows 4 rg .. of [W; Qg], columns 4 cg ..
+  const int to = tid / 2, half = tid % 2;  // outputs: token `to`, columns 8 half ..
+  const int64_t rec_floats = record_floats(K, a.head_v);
+  const float* rec0 = a.workspace + (static_cast<int64_t>(z) * s.depth * a.num_value_heads + h) *
+                                        rec_floats;
+  const int64_t rec_step = a.num_value_heads * rec_floats;  // from chunk p to p + 1
+
+  // the state slice: rows rg * kSRows .., columns 4 cg ..
+  const float* from = s.p0 == 0 ? a.initial_state : a.final_state;
+  const int64_t st_at = (static_cast<int64_t>(sq.seq) * a.num_value_heads + h) * K * a.head_v +
+                        col0 + 4 * cg;
+  float own[kSRows][4];
+#pragma unroll
+  for (int i = 0; i < kSRows; ++i) {
+    const int row = rg * kSRows + i;
+    const float4 v = from != nullptr ? ld4(from + st_at + row * a.head_v) : float4{0.f, 0.f, 0.f, 0.f};
+    own[i][0] = v.x;
+    own[i][1] = v.y;
+    own[i][2] = v.z;
+    own[i][3] = v.w;
+    st4(state + row * kSlice + 4 * cg, v);
+  }
+  float4 next[4];
+  if (s.p0 < p_end) {
+    load_tile(rec0, 0, next);
+    store_tile(stage[0], next);
+  }
+  __syncthreads();
+  int buf = 0;
+  for (int p = s.p0; p < p_end; ++p) {
+    const float* rec = rec0 + (p - s.p0) * rec_step;
+    const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
+    const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
+    const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
+    float4 u[4];  // U's rows 4 rg .. at this block's columns (W's rows only)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      u[i] = rg < kPar / 4 ? ld4(rec + R::kTileFloats + (4 * rg + i) * a.head_v + col0 + 4 * cg)
+                           : float4{0.f, 0.f, 0.f, 0.f};
+    }
+    float x[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
+    }
+    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int i = 0; i < R::kTiles; ++i) {
+      const bool more = i + 1 < R::kTiles || p + 1 < p_end;
+      if (more) load_tile(i + 1 < R::kTiles ? rec : rec + rec_step, (i + 1) % R::kTiles, next);
+      const float* tile = stage[buf];
+      if (i < R::kWqTiles) {  // [W; Qg] S, key rows 16 i ..
+#pragma unroll 4
+        for (int kk = 0; kk < 16; ++kk) {
+          const float4 av = ld4(tile + kk * 128 + 4 * rg);
+          const float4 sv = ld4(state + (16 * i + kk) * kSlice + 4 * cg);
+          const float ar[4] = {av.x, av.y, av.z, av.w}, sr[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
+          }
+        }
+        if (i == R::kWqTiles - 1) {  // V' = U - W S (rows 0 .. 63), Qg S (rows 64 .. 127)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            if (rg < kPar / 4) {
+              const float ur[4] = {u[r].x, u[r].y, u[r].z, u[r].w};
+              st4(vnew + (4 * rg + r) * kSlice + 4 * cg,
+                  float4{ur[0] - x[r][0], ur[1] - x[r][1], ur[2] - x[r][2], ur[3] - x[r][3]});
+            } else {
+              st4(qs + (4 * rg + r - kPar) * kSlice + 4 * cg,
+                  float4{x[r][0], x[r][1], x[r][2], x[r][3]});
+            }
+          }
+        }
+      } else if (i < R::kWqTiles + R::kPTiles) {  // O = Qg S + P V', P^T rows 32 ph ..
+        const int ph = i - R::kWqTiles;
+        constexpr int kRowsP = kTile / kPar;  // 32
+        if (ph == 0) {
+          const float4 lo = ld4(qs + to * kSlice + 8 * half), hi = ld4(qs + to * kSlice + 8 * half + 4);
+          o[0] = lo.x; o[1] = lo.y; o[2] = lo.z; o[3] = lo.w;
+          o[4] = hi.x; o[5] = hi.y; o[6] = hi.z; o[7] = hi.w;
+        }
+#pragma unroll 4
+        for (int ss = 0; ss < kRowsP; ++ss) {
+          const float pv = tile[ss * kPar + to];
+          const float* vrow = vnew + (kRowsP * ph + ss) * kSlice + 8 * half;
+          const float4 lo = ld4(vrow), hi = ld4(vrow + 4);
+          const float vr[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+          for (int c = 0; c < 8; ++c) o[c] = fmaf(pv, vr[c], o[c]);
+        }
+        if (ph == R::kPTiles - 1 && to < n) {
+          const int64_t at = (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + 8 * half;
+#pragma unroll
+          for (int c = 0; c < 8; ++c) store_any(a.out, at + c, a.qkv_kind, o[c]);
+        }
+      } else {  // S <- e^G_last S + Kd^T V', tokens kKdTokens dq ..
+        const int dq = i - R::kWqTiles - R::kPTiles;
+        if (dq == 0) {
+#pragma unroll
+          for (int r = 0; r < kSRows; ++r) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) own[r][c] *= chunk_decay;
+          }
+        }
+#pragma unroll 4
+        for (int tt = 0; tt < R::kKdTokens; ++tt) {
+          const float4 vv = ld4(vnew + (R::kKdTokens * dq + tt) * kSlice + 4 * cg);
+          const float vr[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+          for (int r = 0; r < kSRows; ++r) {
+            const float kv = tile[tt * K + rg * kSRows + r];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) own[r][c] = fmaf(kv, vr[c], own[r][c]);
+          }
+        }
+        if (dq == R::kKdTiles - 1) {
+#pragma unroll
+          for (int r = 0; r < kSRows; ++r) {
+            st4(state + (rg * kSRows + r) * kSlice + 4 * cg,
+                float4{own[r][0], own[r][1], own[r][2], own[r][3]});
+          }
+        }
+      }
+      if (more) store_tile(stage[buf ^ 1], next);
+      __syncthreads();
+      buf ^= 1;
+    }
+  }
+  if (a.final_state != nullptr) {
+#pragma unroll
+    for (int r = 0; r < kSRows; ++r) {
+      st4(a.final_state + st_at + (rg * kSRows + r) * a.head_v,
+          float4{own[r][0], own[r][1], own[r][2], own[r][3]});
+    }
+  }
+}
+
 // The state slot of sequence `seq` (its own index without `indices`) and whether it is one.
 ATTN_DEVICE int64_t conv_slot(const AttnGdnConvArgs& a, int seq, bool& valid) {
   const int64_t slot = a.indices != nullptr ? load_index(a.indices, seq, a.index_kind) : seq;
@@ -772,6 +1232,16 @@ inline PrefillKernel chunked_for(int head_k) {
   return head_k == 64 ? chunked_prefill<64> : head_k == 128 ? chunked_prefill<128> : nullptr;
 }
 
+typedef void (*ChunkKernel)(AttnGdnPrefillArgs, ChunkSegment);
+
+inline ChunkKernel chunk_prep_for(int head_k) {
+  return head_k == 64 ? chunk_prep<64> : head_k == 128 ? chunk_prep<128> : nullptr;
+}
+
+inline ChunkKernel chunk_pass_for(int head_k) {
+  return head_k == 64 ? chunk_pass<64> : head_k == 128 ? chunk_pass<128> : nullptr;
+}
+
 inline bool kind_ok(int kind) { return kind == kFloat32 || kind == kFloat16 || kind == kBFloat16; }
 inline bool index_ok(int kind) { return kind == 0 || kind == 1; }
 
@@ -833,6 +1303,38 @@ int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream) {
   return launch_prefill(chunked_for(args->head_k), *args, static_cast<cudaStream_t>(stream));
 }
 
+int64_t attn_gdn_chunk_record_floats(int head_k, int head_v) {
+  return attn::gdn::record_floats(head_k, head_v);
+}
+
+int attn_gdn_chunk_parallel_prefill(const AttnGdnPrefillArgs* args, const int32_t* segments,
+                                    int num_segments, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnPrefillArgs& a = *args;
+  const ChunkKernel prep = chunk_prep_for(a.head_k), pass = chunk_pass_for(a.head_k);
+  if (prep == nullptr || !prefill_ok(a) || a.head_v % kSlice != 0 || a.workspace == nullptr ||
+      a.seq_order == nullptr || a.final_state == nullptr || segments == nullptr ||
+      num_segments < 1) {
+    return cudaErrorInvalidValue;
+  }
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  for (int i = 0; i < num_segments; ++i) {
+    const ChunkSegment seg = {segments[4 * i], segments[4 * i + 1], segments[4 * i + 2],
+                              segments[4 * i + 3]};
+    if (seg.base < 0 || seg.width < 1 || seg.base + seg.width > a.num_seqs || seg.p0 < 0 ||
+        seg.depth < 1 || seg.depth > kMaxGrid || seg.width > kMaxGrid) {
+      return cudaErrorInvalidValue;
+    }
+    prep<<<dim3(a.num_value_heads, seg.depth, seg.width), kPrepThreads, 0, st>>>(a, seg);
+    int rc = static_cast<int>(cudaGetLastError());
+    if (rc != 0) return rc;
+    pass<<<dim3(a.head_v / kSlice, a.num_value_heads, seg.width), kPassThreads, 0, st>>>(a, seg);
+    rc = static_cast<int>(cudaGetLastError());
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
 int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream) {
   using namespace attn::gdn;
   const AttnGdnConvArgs& a = *args;
@@ -876,7 +1378,10 @@ int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info) {
   if (which == 3) kernel = reinterpret_cast<const void*>(conv_prefill_state<kWidth>);
   if (which == 4) kernel = reinterpret_cast<const void*>(prefill_for(head_k));
   if (which == 5) kernel = reinterpret_cast<const void*>(chunked_for(head_k));
-  return attn::read_kernel_info(kernel, kThreads, info);
+  if (which == 7) kernel = reinterpret_cast<const void*>(chunk_prep_for(head_k));
+  if (which == 8) kernel = reinterpret_cast<const void*>(chunk_pass_for(head_k));
+  const int threads = which == 7 ? kPrepThreads : kThreads;
+  return attn::read_kernel_info(kernel, threads, info);
 }
 
 }  // extern "C"
