@@ -22,6 +22,7 @@ from attn_core import (
     gated_delta_decode,
     plan_gated_delta,
 )
+from attn_core.linear.plan import NATIVE_WORKSPACE_BYTES
 from attn_core.reference import reference_causal_conv1d, reference_gated_delta
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
@@ -99,13 +100,15 @@ def test_prefill_transient_memory_stays_in_the_plan_budget() -> None:
 def test_native_prefill_allocates_only_its_outputs(entry) -> None:
     """The native prefill keeps its state on chip: nothing beyond the output and the final
     states (the token-by-token entry once allocated the torch path's outputs as well: 258 MiB
-    at 32K on the H100)."""
+    at 32K on the H100), but for the chunk-parallel kernels' workspace, bounded by the
+    family's 64 MiB."""
     q, k, v, g, beta = model_inputs(4096, seed=4)
     entry(q, k, v, g=g, beta=beta, use_qk_l2norm_in_kernel=True, backend="native")  # verified
     transient = transient_bytes(lambda: entry(
         q, k, v, g=g, beta=beta, output_final_state=True, use_qk_l2norm_in_kernel=True,
         backend="native"))  # fmt: skip
-    assert transient <= 64 << 10, transient  # the offsets and scalars, not a tensor of T tokens
+    bound = NATIVE_WORKSPACE_BYTES if entry is chunk_gated_delta_rule else 64 << 10
+    assert transient <= bound, transient  # offsets, scalars, a workspace: no tensor of T tokens
 
 
 def test_decode_in_a_cuda_graph() -> None:

@@ -29,7 +29,9 @@ from attn_core.native.gated_delta import (
     GatedDeltaLibrary,
     check_library,
     decode_case,
+    launch_chunk_parallel_prefill,
     launch_decode,
+    launch_recurrent_prefill,
 )
 from attn_core.native.loader import load_library
 
@@ -50,7 +52,8 @@ def library() -> GatedDeltaLibrary:
 def test_the_library_loads_with_no_local_memory() -> None:
     lib = library()
     for which in ("decode", "decode_key_last", "recurrent_prefill", "chunked_prefill",
-                  "conv_update", "conv_prefill", "conv_prefill_state"):  # fmt: skip
+                  "chunk_prep", "chunk_pass", "conv_update", "conv_prefill",
+                  "conv_prefill_state"):  # fmt: skip
         for head_k in (64, 128) if "conv" not in which else (128,):
             facts = lib.kernel_info(which, head_k)
             assert facts.local_bytes == 0, (which, head_k, facts)
@@ -208,6 +211,47 @@ def test_native_prefills_match_torch_at_model_sizes(dtype) -> None:
     torch.testing.assert_close(s_n, s_t, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(s_nc, s_c, atol=1e-3, rtol=1e-3)
     assert torch.equal(o_d, o_nc) and torch.equal(s_d, s_nc)
+
+
+@pytest.mark.parametrize("workspace_bytes", [64 << 20, 1], ids=["64MiB", "1-slot"])
+def test_chunk_parallel_matches_the_fused_kernel_at_model_sizes(workspace_bytes) -> None:
+    """Varlen (0 to 3000 tokens), initial states, bf16: the chunk-parallel pair against the
+    fused 16-token kernel (both native, each checked against the reference elsewhere), with
+    the default workspace and with one chunk slot a segment."""
+    h, hv, dk, dv = MODEL
+    gen = torch.Generator(device=DEV).manual_seed(8)
+    lens = [1, 0, 63, 64, 65, 700, 3000]
+    total = sum(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen, device=DEV)
+
+    x = dict(
+        q=randn(total, h, dk).bfloat16(), k=randn(total, h, dk).bfloat16(),
+        v=randn(total, hv, dv).bfloat16(),
+        g=-torch.rand(total, hv, generator=gen, device=DEV) * 0.3,
+        beta=torch.rand(total, hv, generator=gen, device=DEV).bfloat16(),
+    )  # fmt: skip
+    init = randn(len(lens), hv, dk, dv) * 0.1
+    lib = library()
+    outs, states = [], []
+    for parallel in (False, True):
+        out = torch.full((total, hv, dv), float("nan"), dtype=torch.bfloat16, device=DEV)
+        final = torch.full_like(init, float("nan"))
+        if parallel:
+            launch_chunk_parallel_prefill(lib, **x, lengths=lens, out=out, scale=dk**-0.5,
+                                          l2norm=True, initial_state=init, final_state=final,
+                                          workspace_bytes=workspace_bytes)  # fmt: skip
+        else:
+            launch_recurrent_prefill(lib, **x, cu_seqlens=cu.to(DEV), out=out, scale=dk**-0.5,
+                                     l2norm=True, initial_state=init, final_state=final,
+                                     chunked=True)  # fmt: skip
+        outs.append(out)
+        states.append(final)
+    torch.testing.assert_close(outs[1].float(), outs[0].float(), atol=OUT_TOL[torch.bfloat16],
+                               rtol=0)  # fmt: skip
+    torch.testing.assert_close(states[1], states[0], atol=1e-4, rtol=1e-4)
 
 
 def test_native_chunked_prefill_at_32k_matches_torch() -> None:

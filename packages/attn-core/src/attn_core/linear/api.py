@@ -37,7 +37,7 @@ from attn_core.linear.inputs import (
     check_slots,
     gated_delta_inputs,
 )
-from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
+from attn_core.linear.plan import GatedDeltaPlan, native_prefill_kernel, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
 from attn_core.linear.slots import (
     check_pad_slot_id,
@@ -53,6 +53,7 @@ from attn_core.native.gated_delta import (
     conv_shape,
     conv_supported,
     decode_supported,
+    launch_chunk_parallel_prefill,
     launch_conv_prefill,
     launch_conv_update,
     launch_decode,
@@ -93,9 +94,10 @@ def chunk_gated_delta_rule(
         use_qk_l2norm_in_kernel: l2-normalise q and k over K first (``eps = 1e-6``).
         plan: segment sizes (default :func:`plan_gated_delta` for these shapes, 512 MiB).
         backend: None (native where ready, :mod:`attn_core.linear.backend`), ``"torch"`` or
-            ``"native"``: one launch for every sequence in 16-token chunks, each block keeping
-            its slice of the state on chip (K 64 or 128, V a multiple of 32; ``plan`` sizes
-            the torch path only).
+            ``"native"`` (K 64 or 128, V a multiple of 32; ``plan`` sizes the torch path only):
+            few sequences take the chunk-parallel kernels (64-token chunks, a 64 MiB
+            workspace), many the fused 16-token kernel
+            (:func:`attn_core.linear.plan.native_prefill_kernel`).
 
     Returns:
         ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``.
@@ -192,8 +194,15 @@ def _native_prefill(
     hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     final = torch.empty(len(x.lengths), hv, dk, dv, device=v.device) if want_final else None
-    bounds = torch.tensor([*x.starts, x.starts[-1] + x.lengths[-1]], device=v.device)
     init = None if x.initial_state is None else x.initial_state.contiguous()
+    sms = torch.cuda.get_device_properties(v.device).multi_processor_count
+    if chunked and native_prefill_kernel(len(x.lengths), hv, dv, sms) == "chunk_parallel":
+        launch_chunk_parallel_prefill(
+            lib, x.q, x.k, x.v, x.g, x.beta, x.lengths, out, scale=x.scale, l2norm=x.l2norm,
+            initial_state=init, final_state=final,
+        )  # fmt: skip
+        return out.view(v.shape), final
+    bounds = torch.tensor([*x.starts, x.starts[-1] + x.lengths[-1]], device=v.device)
     launch_recurrent_prefill(
         lib, x.q, x.k, x.v, x.g, x.beta, bounds, out, scale=x.scale, l2norm=x.l2norm,
         initial_state=init, final_state=final, chunked=chunked,

@@ -122,3 +122,23 @@ def chunk_segments(chunks: Sequence[int], slots: int) -> tuple[list[int], list[S
             segments.append((base, width, p0, depth))
             p0 += depth
     return order, segments
+
+
+# Value columns a block of the fused 16-token kernel owns (csrc/gated_delta.cu kCols).
+FUSED_COLUMNS = 32
+
+
+def native_prefill_kernel(num_seqs: int, num_value_heads: int, head_v: int, sm_count: int) -> str:
+    """Which native kernel serves a chunked prefill: ``"chunk_parallel"`` or ``"fused"``.
+
+    The fused 16-token kernel is one block per (32 value columns, value head, sequence), each
+    walking its whole sequence: with few sequences it leaves most SMs idle, with many it fills
+    the device without the chunk-parallel pair's workspace round trip. Measured on an H100
+    (132 SMs, 16 / 32 heads of 128, bf16): one sequence of 32K, 128K tokens took 21.1, 87.3 ms
+    fused and 15.1, 60.0 ms chunk-parallel; eight of 16K took 44.3 fused and 54.5 chunk-parallel
+    (docs/benchmarks.md#gated-deltanet). So the fused kernel serves once its grid is two
+    blocks an SM or more (three sequences and up at the model's shape); between one and eight
+    sequences only the ends are measured.
+    """
+    fused_blocks = (head_v // FUSED_COLUMNS) * num_value_heads * num_seqs
+    return "fused" if fused_blocks >= 2 * sm_count else "chunk_parallel"

@@ -2,7 +2,8 @@
 
 ``csrc/gated_delta.cu`` (ABI ``csrc/attn_gated_delta_abi.h``) is one library
 (:data:`attn_core.native.family.GATED_DELTA`, variant ``fma``): the recurrent decode step on a
-state pool, the chunked and the token-by-token prefill (head_k 64 or 128, head_v a multiple of
+state pool, the chunked (fused 16-token, or chunk-parallel 64-token) and the token-by-token
+prefill (head_k 64 or 128, head_v a multiple of
 32) and the width-4 causal convolution, decode and varlen prefill. The launch functions trust
 their inputs: ``attn_core.linear.api`` has validated shapes, dtypes, devices and layouts
 (:func:`decode_supported`, :func:`prefill_supported`, :func:`conv_supported` say which layouts
@@ -43,6 +44,7 @@ KERNELS = {
 }  # fmt: skip
 CHUNK = 64  # tokens a chunk of the chunk-parallel prefill
 SLICE = 16  # value columns a chunk_pass block
+INDEX_RESERVE = 64 << 10  # workspace bytes kept for the offsets and sequence order
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
@@ -383,7 +385,11 @@ def launch_chunk_parallel_prefill(
     hv, dv = v.shape[1], v.shape[2]
     dev = q.device
     record = lib.chunk_record_floats(dk, dv) * 4
-    slots = max(1, workspace_bytes // (record * hv))
+    # Everything this call allocates counts against workspace_bytes: the index tensors (two
+    # allocations of at most 512 B each here) and, unless the caller keeps it, the state carried
+    # from segment to segment.
+    carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
+    slots = max(1, (workspace_bytes - carry - INDEX_RESERVE) // (record * hv))
     order, segments = chunk_segments([-(-n // CHUNK) for n in lengths], slots)
     widest = max(width * depth for _, width, _, depth in segments)
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
@@ -500,10 +506,10 @@ def launch_conv_prefill(
 # ------------------------------------------------------------------ check against the reference
 # One check per (device, library, dtype, head_k, head_v, GQA group): a decode step of 3
 # sequences in a pool of 6 slots (indices permuted, NaN in every slot not named), with and
-# without l2 normalisation, the token-by-token and the chunked prefill of 4 sequences (1, 0, 70
-# and 5 tokens) from random initial states, then the convolutions (update of 2 tokens, a varlen
-# prefill of 4 sequences of 0, 1, 2 and 37 tokens, half with a prior window), against the
-# float64 reference.
+# without l2 normalisation, the token-by-token, the fused chunked and the chunk-parallel prefill
+# of 4 sequences (1, 0, 70 and 5 tokens) from random initial states, then the convolutions
+# (update of 2 tokens, a varlen prefill of 4 sequences of 0, 1, 2 and 37 tokens, half with a
+# prior window), against the float64 reference.
 # Errors are relative to max(1, the reference's largest magnitude): outputs are stored in the
 # input dtype (a few of its ulps), states in fp32.
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
@@ -691,9 +697,9 @@ def check_library(
             return Verdict(False, "the decode step wrote a state slot it was not given")
         worst_o, worst_s = max(worst_o, o), max(worst_s, s)
     worst_c = conv_errors(lib, dtype, device, stream=stream)
-    for chunked in (False, True):
+    for chunked, parallel in ((False, False), (True, False), (False, True)):
         p_o, p_s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device,
-                                  chunked=chunked, stream=stream)  # fmt: skip
+                                  chunked=chunked, parallel=parallel, stream=stream)  # fmt: skip
         worst_o, worst_s = max(worst_o, p_o), max(worst_s, p_s)
     tol = TOLERANCE[dtype]
     ok = worst_o <= tol and worst_c <= tol and worst_s <= STATE_TOLERANCE

@@ -647,6 +647,26 @@ ATTN_DEVICE SegmentSeq segment_seq(const AttnGdnPrefillArgs& a, const ChunkSegme
 ATTN_DEVICE float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 ATTN_DEVICE void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
+// N elements p[at[m]] (0.0 where at[m] < 0), every load issued before any value is used: the
+// dtype is switched on once, outside the loads. Loaded one at a time into shared memory, each
+// load waited for its store: chunk_prep's tiles took ~150 us a block (H100, 32K prefill).
+template <int Kind, int N>
+ATTN_DEVICE void gather(const void* p, const int64_t (&at)[N], float (&out)[N]) {
+#pragma unroll
+  for (int m = 0; m < N; ++m) out[m] = at[m] >= 0 ? load_elem<Kind>(p, at[m]) : 0.f;
+}
+
+template <int N>
+ATTN_DEVICE void gather_any(const void* p, const int64_t (&at)[N], int kind, float (&out)[N]) {
+  if (kind == kFloat32) {
+    gather<kFloat32>(p, at, out);
+  } else if (kind == kFloat16) {
+    gather<kFloat16>(p, at, out);
+  } else {
+    gather<kBFloat16>(p, at, out);
+  }
+}
+
 // Grid (HV, depth, width), kPrepThreads threads: the record of one chunk and value head.
 // Shared memory is 25 KiB, inside the BI-V100's 32 KiB a block: A and T share one 64 x 64
 // matrix (A is strictly lower and T lower: T is kept where it is, A transposed above the
@@ -732,13 +752,22 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   float* qt = mat + kKt * kKtRow;
   for (int k0 = 0; k0 < K; k0 += kKt) {
     __syncthreads();  // the previous tile is read
-    for (int e = tid; e < kPar * kKt; e += kPrepThreads) {
-      const int t = e / kKt, j = e % kKt;
-      const bool live = t < n;
-      const int64_t ka = (tok0 + t) * a.k_tok_stride + kh * a.k_head_stride + k0 + j;
-      const int64_t qa = (tok0 + t) * a.q_tok_stride + kh * a.q_head_stride + k0 + j;
-      kt[j * kKtRow + t] = live ? load_any(a.k, ka, a.qkv_kind) : 0.f;
-      qt[j * kKtRow + t] = live ? load_any(a.q, qa, a.qkv_kind) : 0.f;
+    constexpr int kPer = kPar * kKt / kPrepThreads;
+    int64_t ka[kPer], qa[kPer];
+    float kv[kPer], qv[kPer];
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const int e = tid + kPrepThreads * m, t = e / kKt, j = e % kKt;
+      ka[m] = t < n ? (tok0 + t) * a.k_tok_stride + kh * a.k_head_stride + k0 + j : -1;
+      qa[m] = t < n ? (tok0 + t) * a.q_tok_stride + kh * a.q_head_stride + k0 + j : -1;
+    }
+    gather_any(a.k, ka, a.qkv_kind, kv);
+    gather_any(a.q, qa, a.qkv_kind, qv);
+#pragma unroll
+    for (int m = 0; m < kPer; ++m) {
+      const int e = tid + kPrepThreads * m, t = e / kKt, j = e % kKt;
+      kt[j * kKtRow + t] = kv[m];
+      qt[j * kKtRow + t] = qv[m];
     }
     __syncthreads();
 #pragma unroll 4
@@ -779,12 +808,21 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   // T[t][j] = [t == j] - sum_{j <= u < t} A[t][u] T[u][j], A[t][u] read from mat[u][t] (u < t,
   // above the diagonal) and T[u][j] from mat[u][j] (u >= j, on or below it): no element is
   // written while another thread may read it.
+  // Four partial sums a row: one sum's chain of dependent loads and FMAs was ~35 cycles a term,
+  // ~70K cycles for column 0 while the other warps waited (H100, 32K prefill).
   if (tid < kPar) {
     const int j = tid;
     for (int t = j; t < kPar; ++t) {
-      float x = t == j ? 1.f : 0.f;
-      for (int u = j; u < t; ++u) x -= mat[u * kPar + t] * mat[u * kPar + j];
-      mat[t * kPar + j] = x;
+      float x0 = t == j ? 1.f : 0.f, x1 = 0.f, x2 = 0.f, x3 = 0.f;
+      int u = j;
+      for (; u + 4 <= t; u += 4) {
+        x0 -= mat[u * kPar + t] * mat[u * kPar + j];
+        x1 -= mat[(u + 1) * kPar + t] * mat[(u + 1) * kPar + j];
+        x2 -= mat[(u + 2) * kPar + t] * mat[(u + 2) * kPar + j];
+        x3 -= mat[(u + 3) * kPar + t] * mat[(u + 3) * kPar + j];
+      }
+      for (; u < t; ++u) x0 -= mat[u * kPar + t] * mat[u * kPar + j];
+      mat[t * kPar + j] = (x0 + x1) + (x2 + x3);
     }
   }
   __syncthreads();
@@ -807,19 +845,22 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
     }
     for (int s0 = 0; s0 < kPar; s0 += kSt) {
       __syncthreads();  // T is whole (first tile) / the previous tile is read
-      for (int e = tid; e < kSt * 128; e += kPrepThreads) {
-        const int u = e / 128, j = e % 128, tok = s0 + u;
-        float val = 0.f;
-        if (tok < n && j < width) {
-          if (keys) {
-            const int64_t ka = (tok0 + tok) * a.k_tok_stride + kh * a.k_head_stride + c0 + j;
-            val = load_any(a.k, ka, a.qkv_kind) * beta[tok] * egate[tok] * inv_k[tok];
-          } else {
-            const int64_t va = (tok0 + tok) * a.v_tok_stride + h * a.v_head_stride + c0 + j;
-            val = load_any(a.v, va, a.qkv_kind) * beta[tok];
-          }
-        }
-        opnd[u * 128 + j] = val;
+      constexpr int kPer = kSt * 128 / kPrepThreads;
+      int64_t at[kPer];
+      float val[kPer];
+#pragma unroll
+      for (int m = 0; m < kPer; ++m) {
+        const int e = tid + kPrepThreads * m, u = e / 128, j = e % 128, tok = s0 + u;
+        const int64_t row = keys ? (tok0 + tok) * a.k_tok_stride + kh * a.k_head_stride
+                                 : (tok0 + tok) * a.v_tok_stride + h * a.v_head_stride;
+        at[m] = tok < n && j < width ? row + c0 + j : -1;
+      }
+      gather_any(keys ? a.k : a.v, at, a.qkv_kind, val);
+#pragma unroll
+      for (int m = 0; m < kPer; ++m) {
+        const int e = tid + kPrepThreads * m, u = e / 128, tok = s0 + u;
+        const float coef = keys ? beta[tok] * egate[tok] * inv_k[tok] : beta[tok];
+        opnd[e] = val[m] * coef;
       }
       __syncthreads();
 #pragma unroll 4
@@ -855,18 +896,29 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   }
   // 6. Qg^T (rows 64 .. 127 of [W; Qg]^T) and Kd, straight from the inputs
   const float glast = gcum[kPar - 1];
-  for (int e = tid; e < kPar * K; e += kPrepThreads) {
-    const int t = e % kPar, j = e / kPar;  // consecutive threads: consecutive tokens
-    const int64_t qa = (tok0 + t) * a.q_tok_stride + kh * a.q_head_stride + j;
-    const float qv = t < n ? load_any(a.q, qa, a.qkv_kind) : 0.f;
-    rec[j * 128 + kPar + t] = qv * egate[t] * inv_q[t];
-  }
   float* kd = rec + (R::kWqTiles + R::kPTiles) * kTile;  // [t][K]
-  for (int e = tid; e < kPar * K; e += kPrepThreads) {
-    const int t = e / K, j = e % K;
-    const int64_t ka = (tok0 + t) * a.k_tok_stride + kh * a.k_head_stride + j;
-    const float kv = t < n ? load_any(a.k, ka, a.qkv_kind) : 0.f;
-    kd[e] = kv * expf(glast - gcum[t]) * inv_k[t];
+  constexpr int kBatch = 8;
+  static_assert(kPar * K % (kPrepThreads * kBatch) == 0, "whole batches");
+  for (int e0 = 0; e0 < kPar * K; e0 += kPrepThreads * kBatch) {
+    int64_t qa[kBatch], ka[kBatch];
+    float qv[kBatch], kv[kBatch];
+#pragma unroll
+    for (int m = 0; m < kBatch; ++m) {
+      const int e = e0 + tid + kPrepThreads * m;
+      const int tq = e % kPar, jq = e / kPar;  // Qg^T: consecutive threads, consecutive tokens
+      const int tk = e / K, jk = e % K;        // Kd: consecutive threads, consecutive elements
+      qa[m] = tq < n ? (tok0 + tq) * a.q_tok_stride + kh * a.q_head_stride + jq : -1;
+      ka[m] = tk < n ? (tok0 + tk) * a.k_tok_stride + kh * a.k_head_stride + jk : -1;
+    }
+    gather_any(a.q, qa, a.qkv_kind, qv);
+    gather_any(a.k, ka, a.qkv_kind, kv);
+#pragma unroll
+    for (int m = 0; m < kBatch; ++m) {
+      const int e = e0 + tid + kPrepThreads * m;
+      const int tq = e % kPar, jq = e / kPar, tk = e / K;
+      rec[jq * 128 + kPar + tq] = qv[m] * egate[tq] * inv_q[tq];
+      kd[e] = kv[m] * expf(glast - gcum[tk]) * inv_k[tk];
+    }
   }
 }
 
@@ -887,8 +939,10 @@ ATTN_DEVICE void store_tile(float* stage, const float4 (&r)[4]) {
 // or the final state (the previous segment left it there) and written to the final state.
 // Each chunk streams its record's tiles through two shared buffers (the next tile's loads are
 // issued before the current one's products: one barrier a tile).
+// One block an SM at least: the default register target (128, nvcc 13 sm_90) spilled 8 bytes
+// at K = 128; it takes 156 registers, 3 blocks an SM.
 template <int K>
-__global__ void __launch_bounds__(kPassThreads) chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
+__global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
   using R = ChunkRecord<K>;
   constexpr int kSRows = K / 32;  // state rows a thread owns (4 column groups x 32 row groups)
   static_assert(kSRows * 32 == K && kPassThreads == 128, "the state split over the threads");
@@ -1013,11 +1067,18 @@ __global__ void __launch_bounds__(kPassThreads) chunk_pass(AttnGdnPrefillArgs a,
         for (int tt = 0; tt < R::kKdTokens; ++tt) {
           const float4 vv = ld4(vnew + (R::kKdTokens * dq + tt) * kSlice + 4 * cg);
           const float vr[4] = {vv.x, vv.y, vv.z, vv.w};
+          float kv[kSRows];
+          if constexpr (kSRows == 4) {
+            const float4 k4 = ld4(tile + tt * K + rg * kSRows);
+            kv[0] = k4.x, kv[1] = k4.y, kv[2] = k4.z, kv[3] = k4.w;
+          } else {
+#pragma unroll
+            for (int r = 0; r < kSRows; ++r) kv[r] = tile[tt * K + rg * kSRows + r];
+          }
 #pragma unroll
           for (int r = 0; r < kSRows; ++r) {
-            const float kv = tile[tt * K + rg * kSRows + r];
 #pragma unroll
-            for (int c = 0; c < 4; ++c) own[r][c] = fmaf(kv, vr[c], own[r][c]);
+            for (int c = 0; c < 4; ++c) own[r][c] = fmaf(kv[r], vr[c], own[r][c]);
           }
         }
         if (dq == R::kKdTiles - 1) {
