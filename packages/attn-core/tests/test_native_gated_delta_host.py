@@ -22,6 +22,7 @@ import pytest
 import torch
 from host_emulation_helpers import emulated_gated_delta, set_reverse_order
 
+from attn_core.linear.plan import chunk_record_bytes
 from attn_core.native.gated_delta import (
     check_library,
     conv_errors,
@@ -362,3 +363,10 @@ def test_conv_prefill_skips_a_padding_slot() -> None:
         assert rel_err(states[s], window) <= 1e-6
     assert torch.equal(states[1], before[1]), "the unnamed slot was written"
     assert torch.isfinite(out[:, 4:10]).all()
+
+
+@pytest.mark.parametrize("head_k,head_v", [(64, 32), (128, 128), (128, 96)])
+def test_record_size_is_the_one_the_plan_prices(head_k, head_v) -> None:
+    assert emulated_gated_delta().chunk_record_floats(head_k, head_v) * 4 == chunk_record_bytes(
+        head_k, head_v
+    )

@@ -4,10 +4,13 @@
   chunks; its recurrent form for decode.
 - ``torch``: attn-core's torch path (:mod:`attn_core.linear`): 64-token chunks batched into
   segments (:func:`attn_core.linear.plan.plan_gated_delta`), one state pass a chunk.
-- ``native``: attn-core's kernels (``native/csrc/gated_delta.cu``): chunked prefill in 16-token
-  chunks on CUDA cores, grid ``(V / 32, HV, N)`` x 128 threads, each block walking its whole
-  sequence with its state slice in registers; decode step grid ``(V / 32, HV / heads_per_block,
-  N)``; the width-4 convolution's kernels beside each.
+- ``native``: attn-core's kernels (``native/csrc/gated_delta.cu``), the chunked prefill's kernel
+  chosen as the library chooses it (:func:`attn_core.linear.plan.native_prefill_kernel`): the
+  fused kernel (16-token chunks on CUDA cores, grid ``(V / 32, HV, N)`` x 128 threads, each
+  block walking its whole sequence with its state slice in registers) or the chunk-parallel
+  pair (``chunk_prep`` over every 64-token chunk of a segment, then ``chunk_pass`` walking the
+  segment's chunks with ``V / 16`` blocks a value head); decode step grid ``(V / 32,
+  HV / heads_per_block, N)``; the width-4 convolution's kernels beside each.
 
 A chunk pass is sequential: a block cannot start chunk ``i + 1`` before chunk ``i``'s state, so
 the native prefill is ``waves x chunks x per-chunk latency``, not its FLOPs over the device.
@@ -30,7 +33,14 @@ from typing import Any, Optional
 
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.linear.plan import CHUNK as TORCH_CHUNK
-from attn_core.linear.plan import plan_gated_delta
+from attn_core.linear.plan import NATIVE_CHUNK as PAR_CHUNK
+from attn_core.linear.plan import (
+    NATIVE_WORKSPACE_BYTES,
+    chunk_record_bytes,
+    chunk_segments,
+    native_prefill_kernel,
+    plan_gated_delta,
+)
 
 FP32 = 4
 PATHS = ("fallback", "torch", "native")
@@ -71,6 +81,13 @@ NATIVE_FMA_EFFICIENCY_PER_WARP = 0.0275
 NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
+# the chunk-parallel pair
+PAR_SLICE = 16
+PAR_PREP_EFFICIENCY = 0.141
+PAR_PASS_THREADS = 128
+PAR_PASS_REGISTERS = 156
+PAR_PASS_SMEM = 32768
+PAR_PASS_EFFICIENCY_PER_WARP = 0.032
 
 PROVENANCE = {
     "FALLBACK_LAUNCHES_PER_CHUNK": "measured: ~19 aten launches per 64-token chunk, dispatch "
@@ -100,6 +117,17 @@ PROVENANCE = {
     "(docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "NATIVE_PREFILL_REGISTERS": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 "
     "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
+    "PAR_PREP_EFFICIENCY": "measured: fitted to chunk_prep on an H100 (torch.profiler, 32K "
+    "tokens, bf16, docs/benchmarks.md#gated-deltanet): 7.42 ms for 16384 (chunk, value head) "
+    "records of 4.28 MFLOP is 0.141 of the fp32 rate",
+    "PAR_PASS_REGISTERS": "measured: ptxas for chunk_pass<128>, nvcc 13 sm_90, one block an SM "
+    "minimum (no spill)",
+    "PAR_PASS_SMEM": "source: chunk_pass's static arrays (two 8 KiB tiles, the 8 KiB state "
+    "slice, V' and Qg S) at K = 128",
+    "PAR_PASS_EFFICIENCY_PER_WARP": "measured: fitted to chunk_pass on an H100 (32K tokens): "
+    "7.27 ms is 14.2 us a 64-token chunk with two blocks (8 warps) an SM, 3.2 % of an SM's "
+    "fp32 rate a warp; it then prices 128K at 59.6 ms (measured 60.0) and 8 x 16K at 52.7 "
+    "(measured 54.5)",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's eight barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
     "layer, bf16, docs/benchmarks.md#gated-deltanet): 22.7 ms at 32K is 11.1 us a 16-token "
@@ -220,8 +248,67 @@ def native_occupancy(spec: DeviceSpec, registers: int, smem: int) -> int:
 
 
 def native_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
-    """The chunked kernel: every block walks ``tokens`` in 16-token chunks; blocks beyond one
-    wave wait for a whole earlier block to finish its sequence."""
+    """``num_seqs`` sequences of ``tokens`` on the kernel the library picks for them."""
+    kernel = native_prefill_kernel(num_seqs, s.num_value_heads, s.head_v, spec.sm_count)
+    if kernel == "chunk_parallel":
+        return chunk_parallel_prefill(spec, s, tokens, num_seqs)
+    return fused_prefill(spec, s, tokens, num_seqs)
+
+
+def chunk_parallel_prefill(
+    spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1
+) -> LinearCost:
+    """The chunk-parallel pair over the library's segments: per segment ``chunk_prep`` at a
+    fitted share of the fp32 rate over its records, then ``chunk_pass``, which walks the
+    segment's chunk positions one after another (its blocks beyond one wave wait for a whole
+    earlier wave), the final state carried in the caller's buffer."""
+    c, hv, dk, dv = PAR_CHUNK, s.num_value_heads, s.head_k, s.head_v
+    record = chunk_record_bytes(dk, dv)
+    slots = max(1, (NATIVE_WORKSPACE_BYTES - (64 << 10)) // (record * hv))
+    chunks = math.ceil(tokens / c)
+    _, segments = chunk_segments([chunks] * num_seqs, slots)
+    prep_flops = 2.0 * (2 * c * c * dk + c * c * (dk + dv)) + c**3 / 3
+    pass_flops = 2.0 * (2 * c * dk * PAR_SLICE + c * c * PAR_SLICE + dk * c * PAR_SLICE)
+    per_sm = min(
+        occupancy_limits(spec, PAR_PASS_THREADS, PAR_PASS_REGISTERS, PAR_PASS_SMEM).values()
+    )
+    if per_sm == 0:
+        raise ValueError(
+            f"chunk_pass needs {PAR_PASS_SMEM} bytes of shared memory, the profile "
+            f"{spec.name} allows {spec.shared_mem_per_block}"
+        )
+    sm_rate = spec.fp32_flops / spec.sm_count
+    prep_s = pass_s = 0.0
+    latency = 0.0
+    waves = 0
+    for _, width, _, depth in segments:
+        records = width * depth * hv
+        prep_s += max(
+            records * prep_flops / (spec.fp32_flops * PAR_PREP_EFFICIENCY),
+            2 * records * record / spec.hbm_bandwidth,
+        )
+        blocks = (dv // PAR_SLICE) * hv * width
+        resident = min(per_sm, math.ceil(blocks / spec.sm_count))
+        seg_waves = math.ceil(blocks / (spec.sm_count * per_sm))
+        warps = resident * math.ceil(PAR_PASS_THREADS / spec.warp_size)
+        eff = min(NATIVE_FMA_EFFICIENCY_MAX, PAR_PASS_EFFICIENCY_PER_WARP * warps)
+        latency = resident * pass_flops / (sm_rate * eff)
+        pass_s += seg_waves * depth * latency
+        waves = max(waves, seg_waves)
+    conv_bytes = 2 * tokens * num_seqs * s.conv_dim * s.itemsize
+    launches = 2 * len(segments) + NATIVE_CONV_LAUNCHES_PREFILL
+    seconds = prep_s + pass_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
+    records_all = chunks * num_seqs * hv
+    nbytes = 2 * records_all * record + num_seqs * (tokens * s.token_bytes + 2 * s.state_bytes)
+    flops = records_all * (prep_flops + (dv // PAR_SLICE) * pass_flops)
+    return LinearCost(
+        "native", seconds, launches, nbytes + conv_bytes, flops, chunks, latency, waves, per_sm
+    )
+
+
+def fused_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
+    """The fused chunked kernel: every block walks ``tokens`` in 16-token chunks; blocks beyond
+    one wave wait for a whole earlier block to finish its sequence."""
     blocks = (s.head_v // NATIVE_COLUMNS) * s.num_value_heads * num_seqs
     per_sm = native_occupancy(spec, NATIVE_PREFILL_REGISTERS, NATIVE_PREFILL_SMEM)
     if per_sm == 0:

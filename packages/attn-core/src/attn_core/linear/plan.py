@@ -88,6 +88,22 @@ def plan_gated_delta(
     return GatedDeltaPlan(chunk, max(1, budget_bytes // per), per, budget_bytes)
 
 
+# The native chunk-parallel prefill's chunk (csrc/gated_delta.cu kPar) and the floats of one
+# staged tile of its records (kTile).
+NATIVE_CHUNK = 64
+NATIVE_TILE = 2048
+
+
+def chunk_record_bytes(head_k: int, head_v: int) -> int:
+    """Workspace bytes of one (chunk, value head) record of the native chunk-parallel prefill:
+    ``[W; e^G q]^T`` (K x 128), ``P^T`` (64 x 64) and the decayed keys (64 x K) in whole tiles,
+    then ``U`` (64 x V) and the chunk's gate (padded to 16 bytes), fp32. The library's
+    ``attn_gdn_chunk_record_floats`` is the layout's owner; tests hold the two equal."""
+    c, tile = NATIVE_CHUNK, NATIVE_TILE
+    tiles = head_k // 16 + c * c // tile + c * head_k // tile
+    return FP32 * (tiles * tile + c * head_v + 4)
+
+
 # The native chunk-parallel prefill's workspace bound: the brief of the family asks for <= 64 MiB
 # of transient device memory at any length. At 32 value heads of 128 x 128 a record set of one
 # chunk slot is 4.5 MiB, so a segment holds 14 chunk slots (896 tokens).
@@ -132,13 +148,14 @@ def native_prefill_kernel(num_seqs: int, num_value_heads: int, head_v: int, sm_c
     """Which native kernel serves a chunked prefill: ``"chunk_parallel"`` or ``"fused"``.
 
     The fused 16-token kernel is one block per (32 value columns, value head, sequence), each
-    walking its whole sequence: with few sequences it leaves most SMs idle, with many it fills
-    the device without the chunk-parallel pair's workspace round trip. Measured on an H100
-    (132 SMs, 16 / 32 heads of 128, bf16): one sequence of 32K, 128K tokens took 21.1, 87.3 ms
-    fused and 15.1, 60.0 ms chunk-parallel; eight of 16K took 44.3 fused and 54.5 chunk-parallel
-    (docs/benchmarks.md#gated-deltanet). So the fused kernel serves once its grid is two
-    blocks an SM or more (three sequences and up at the model's shape); between one and eight
-    sequences only the ends are measured.
+    walking its whole sequence: with fewer blocks than SMs it leaves SMs idle, with more it
+    fills the device without the chunk-parallel pair's workspace round trip. Measured on an
+    H100 (132 SMs, 16 / 32 heads of 128, bf16; docs/benchmarks.md#gated-deltanet): one
+    sequence of 32K / 128K tokens took 21.1 / 87.3 ms fused and 15.1 / 60.0 ms chunk-parallel;
+    two of 16K took 14.1 fused (chunk-parallel priced at 15.2 by attn_sim, not measured);
+    eight of 16K took 44.3 fused and 54.5 chunk-parallel. So the fused kernel serves once its
+    grid has a block for every SM: from two sequences at the model's shape on an H100, always
+    on the 16-SM BI-V100.
     """
     fused_blocks = (head_v // FUSED_COLUMNS) * num_value_heads * num_seqs
-    return "fused" if fused_blocks >= 2 * sm_count else "chunk_parallel"
+    return "fused" if fused_blocks >= sm_count else "chunk_parallel"
