@@ -19,9 +19,13 @@ q/k (as the model calls it). Implementations, each where it can run here:
 - ``fla triton``: ``fla.ops.gated_delta_rule`` where importable (never on BI-V100);
 - ``attn-core native chunked`` / ``attn-core native recurrent`` (prefill):
   :func:`attn_core.chunk_gated_delta_rule` / :func:`attn_core.fused_recurrent_gated_delta_rule`
-  with ``backend="native"``: one block per (32 value columns, value head, sequence) walking its
-  sequence in 16-token chunks / token by token with its state slice on chip. The ``attn-core
-  torch`` rows pass ``backend="torch"`` (the default is native where verified).
+  with ``backend="native"``: the chunked call runs the kernel the library picks
+  (:func:`attn_core.linear.plan.native_prefill_kernel`), the recurrent one a block per (32 value
+  columns, value head, sequence) walking its sequence token by token with its state slice on
+  chip. ``attn-core native fused`` / ``attn-core native chunk-parallel`` launch each chunked
+  kernel directly, whatever the choice: the fused 16-token kernel, and the chunk-parallel pair
+  (64-token chunks, a 64 MiB workspace). The ``attn-core torch`` rows pass ``backend="torch"``
+  (the default is native where verified).
 
 Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
 CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
@@ -71,6 +75,12 @@ from attn_core import (  # noqa: E402
     fused_recurrent_gated_delta_rule,
     gated_delta_decode,
 )
+from attn_core.linear.backend import native_library  # noqa: E402
+from attn_core.native.gated_delta import (  # noqa: E402
+    LinearShape,
+    launch_chunk_parallel_prefill,
+    launch_recurrent_prefill,
+)
 from attn_core.reference import reference_gated_delta  # noqa: E402
 
 SHAPE = {"heads": 16, "value_heads": 32, "head_k": 128, "head_v": 128}
@@ -98,6 +108,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     impls["attn-core native chunked"] = (native_chunked, None, "")
     native_recurrent = functools.partial(fused_recurrent_gated_delta_rule, backend="native")
     impls["attn-core native recurrent"] = (native_recurrent, None, "")
+    impls["attn-core native fused"] = (functools.partial(_native_kernel, False), None, "")
+    impls["attn-core native chunk-parallel"] = (functools.partial(_native_kernel, True), None, "")
     for name, (_, _, note) in impls.items():
         if note:
             say(f"{name}: {note}")
@@ -204,6 +216,38 @@ def _baselines() -> dict[str, tuple[Optional[Callable], Optional[Callable], str]
     except Exception as exc:
         found["fla triton"] = (None, None, f"not importable: {type(exc).__name__}: {exc}"[:160])
     return found
+
+
+def _native_kernel(
+    parallel: bool,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    cu_seqlens: Optional[torch.Tensor] = None,
+    output_final_state: bool = True,
+    use_qk_l2norm_in_kernel: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One of the native chunked kernels launched directly on ``[1, T, ...]`` inputs:
+    ``(o, final states)``."""
+    t, h, dk = q.shape[1:]
+    hv, dv = v.shape[2:]
+    shape = LinearShape(h, hv, dk, dv, q.dtype)
+    lib = native_library("native", "the bench's native kernels", q.device, shape, None)
+    assert lib is not None  # backend="native" raises instead
+    bounds = [0, t] if cu_seqlens is None else cu_seqlens.tolist()
+    lengths = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+    out = torch.empty(t, hv, dv, dtype=v.dtype, device=v.device)
+    final = torch.empty(len(lengths), hv, dk, dv, device=v.device)
+    x = {"q": q[0], "k": k[0], "v": v[0], "g": g[0], "beta": beta[0]}
+    common = {"scale": dk**-0.5, "l2norm": use_qk_l2norm_in_kernel, "final_state": final}
+    if parallel:
+        launch_chunk_parallel_prefill(lib, **x, lengths=lengths, out=out, **common)
+    else:
+        offsets = torch.tensor(bounds, dtype=torch.int32, device=q.device)
+        launch_recurrent_prefill(lib, **x, cu_seqlens=offsets, out=out, chunked=True, **common)
+    return out[None], final
 
 
 # --- inputs -------------------------------------------------------------------------------------
