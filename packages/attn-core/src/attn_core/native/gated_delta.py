@@ -346,18 +346,33 @@ def launch_recurrent_prefill(
     their device; ``initial_state`` / ``final_state`` ``[N, HV, K, V]`` fp32 contiguous or
     None (the same tensor: advanced in place)."""
     offsets = cu_seqlens.contiguous()  # alive until the launch
-    t, h, dk = q.shape
-    hv, dv = v.shape[1], v.shape[2]
-    args = GdnPrefillArgs(
+    args = _prefill_args(q, k, v, g, beta, out, offsets, initial_state, final_state, scale, l2norm)
+    lib.prefill(args, _stream(q, stream), chunked=chunked)
+
+
+def _prefill_args(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    out: torch.Tensor,
+    offsets: torch.Tensor,
+    initial_state: Optional[torch.Tensor],
+    final_state: Optional[torch.Tensor],
+    scale: float,
+    l2norm: bool,
+) -> ctypes.Structure:
+    """The prefill struct of these tensors (``offsets [N + 1]`` contiguous on their device)."""
+    return GdnPrefillArgs(
         **_token_fields("tok", q, k, v, g, beta, out), cu_seqlens=offsets.data_ptr(),
         initial_state=None if initial_state is None else initial_state.data_ptr(),
         final_state=None if final_state is None else final_state.data_ptr(),
-        num_seqs=offsets.shape[0] - 1, num_heads=h, num_value_heads=hv, head_k=dk, head_v=dv,
-        qkv_kind=abi.QUERY_KINDS[q.dtype], g_kind=abi.QUERY_KINDS[g.dtype],
-        beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=INDEX_KINDS[offsets.dtype],
-        l2norm=int(l2norm), scale=scale,
+        num_seqs=offsets.shape[0] - 1, num_heads=q.shape[1], num_value_heads=v.shape[1],
+        head_k=q.shape[2], head_v=v.shape[2], qkv_kind=abi.QUERY_KINDS[q.dtype],
+        g_kind=abi.QUERY_KINDS[g.dtype], beta_kind=abi.QUERY_KINDS[beta.dtype],
+        offset_kind=INDEX_KINDS[offsets.dtype], l2norm=int(l2norm), scale=scale,
     )  # fmt: skip
-    lib.prefill(args, _stream(q, stream), chunked=chunked)
 
 
 def launch_chunk_parallel_prefill(
@@ -381,8 +396,7 @@ def launch_chunk_parallel_prefill(
     [T, H, K]``, ``v, out [T, HV, V]``) in 64-token chunks, two kernels a segment of chunks
     (:func:`attn_core.linear.plan.chunk_segments`) whose intermediates fit ``workspace_bytes``
     (at least one chunk slot). ``head_v`` must be a multiple of :data:`SLICE`."""
-    t, h, dk = q.shape
-    hv, dv = v.shape[1], v.shape[2]
+    dk, hv, dv = q.shape[2], v.shape[1], v.shape[2]
     dev = q.device
     record = lib.chunk_record_floats(dk, dv) * 4
     # Everything this call allocates counts against workspace_bytes: the index tensors (two
@@ -400,15 +414,8 @@ def launch_chunk_parallel_prefill(
         bounds.append(bounds[-1] + n)
     offsets = torch.tensor(bounds, dtype=torch.int32).to(dev, non_blocking=True)
     seq_order = torch.tensor(order, dtype=torch.int32).to(dev, non_blocking=True)
-    args = GdnPrefillArgs(
-        **_token_fields("tok", q, k, v, g, beta, out), cu_seqlens=offsets.data_ptr(),
-        initial_state=None if initial_state is None else initial_state.data_ptr(),
-        final_state=final_state.data_ptr(), workspace=workspace.data_ptr(),
-        seq_order=seq_order.data_ptr(), num_seqs=len(lengths), num_heads=h,
-        num_value_heads=hv, head_k=dk, head_v=dv, qkv_kind=abi.QUERY_KINDS[q.dtype],
-        g_kind=abi.QUERY_KINDS[g.dtype], beta_kind=abi.QUERY_KINDS[beta.dtype], offset_kind=0,
-        l2norm=int(l2norm), scale=scale,
-    )  # fmt: skip
+    args = _prefill_args(q, k, v, g, beta, out, offsets, initial_state, final_state, scale, l2norm)
+    args.workspace, args.seq_order = workspace.data_ptr(), seq_order.data_ptr()
     lib.chunk_parallel_prefill(args, segments, _stream(q, stream))
 
 
