@@ -155,3 +155,19 @@ def test_vllm_sigmoid_gating_decode_matches_the_reference(fakes, monkeypatch, ke
     with pytest.raises(OriginalCalled):  # per-key gates (KDA) are not this rule
         fn(a_log, a, b, dt_bias, q, k, v, initial_state=stack_pool, cu_seqlens=cu,
            ssm_state_indices=slots, is_kda=True)  # fmt: skip
+
+
+def test_sigmoid_gating_off_a_decode_batch_runs_the_original_without_the_gates(fakes, monkeypatch):
+    """Three tokens of one sequence are not a decode batch: the original kernel runs and
+    attn-core computes no gates for a call it then does not serve."""
+    linear_ops.install()
+    q, k, v, _, _, pool, slots, _ = fake_linear.decode_batch(dk=8, dv=6)
+    gates = []
+    monkeypatch.setattr(attn_core, "gated_delta_gates", lambda **kw: gates.append(kw))
+    a_log, dt_bias = torch.zeros(4), torch.zeros(4)
+    a, b = torch.zeros(3, 4), torch.zeros(3, 4)
+    fn = fakes[VLLM_FLA].fused_sigmoid_gating_delta_rule_update
+    with pytest.raises(OriginalCalled):
+        fn(a_log, a, b, dt_bias, q, k, v, initial_state=pool, cu_seqlens=torch.tensor([0, 3]),
+           ssm_state_indices=slots[:1])  # fmt: skip
+    assert gates == []

@@ -73,7 +73,8 @@ class Convention:
     # The attn-core keyword that carries a recurrent state in the foreign function's layout
     # (``initial_state``, whose final state comes back the same way, or ``state_pool``).
     state: Optional[str] = None
-    # The call passes the gates' inputs (A_log, a, b, dt_bias), not g and beta.
+    # The call passes the gates' inputs (A_log, a, b, dt_bias), not g and beta (a decode step
+    # only: they are computed once the call is known to be served).
     fused_gates: bool = False
 
 
@@ -254,13 +255,16 @@ def match(fn: Any, convention: Convention) -> Optional[str]:
     return None
 
 
-def _decode_step_call(bound: dict[str, Any], call: dict[str, Any]) -> Optional[tuple]:
+def _decode_step_call(
+    bound: dict[str, Any], call: dict[str, Any], gates_pending: bool = False
+) -> Optional[tuple]:
     """``call`` reshaped for :func:`attn_core.gated_delta_decode` and the ``[B, T]`` to give
     the output back, when vLLM's recurrent call is a decode batch; None otherwise.
 
     A decode batch: the final states written in place at ``ssm_state_indices`` (one slot a
     sequence), and one token a sequence, read from the shapes alone (no host sync: ``cu_seqlens``
     of ``N + 1`` offsets over ``T = N`` tokens, as vLLM's decode metadata is, or ``T = 1``).
+    ``gates_pending``: ``g`` and ``beta`` come later, from the gate inputs (:func:`_with_gates`).
     """
     q, indices, cu = call.get("q"), call.get("state_indices"), bound.get("cu_seqlens")
     if not (bound.get("inplace_final_state") and isinstance(q, torch.Tensor) and q.dim() == 4):
@@ -271,10 +275,11 @@ def _decode_step_call(bound: dict[str, Any], call: dict[str, Any]) -> Optional[t
         return None
     batch, tokens = q.shape[0], q.shape[1]
     one_each = (batch == 1 and cu.shape[0] - 1 == tokens) if cu is not None else tokens == 1
-    if not one_each or call.get("g") is None or call.get("beta") is None:
+    gates = gates_pending or (call.get("g") is not None and call.get("beta") is not None)
+    if not one_each or not gates:
         return None
     flat = dict(call)
-    for name in ("q", "k", "v", "g", "beta"):
+    for name in ("q", "k", "v") if gates_pending else ("q", "k", "v", "g", "beta"):
         value = call[name]
         flat[name] = value.reshape(batch * tokens, *value.shape[2:])
     return flat, (batch, tokens)
@@ -324,15 +329,16 @@ def _uses_state(convention: Convention, bound: dict[str, Any]) -> bool:
 
 
 def _with_gates(call: dict[str, Any]) -> dict[str, Any]:
-    """``call`` with ``g`` and ``beta`` from the gate inputs, in v's ``[B, T, HV]`` (beta in
-    fp32: the fused kernel never rounds it to the model's dtype)."""
+    """``call`` with ``g`` and ``beta`` from the gate inputs, in v's shape less its last axis
+    (``[B, T, HV]``, or ``[N, HV]`` for a flattened decode batch; beta in fp32: the fused kernel
+    never rounds it to the model's dtype)."""
     gates = {n: call.pop(n) for n in _GATE_KEYS if n in call}
     b = gates.get("b")
     if isinstance(b, torch.Tensor):
         gates["b"] = b.float()
     g, beta = attn_core.gated_delta_gates(**gates)
     v = call.get("v")
-    if isinstance(v, torch.Tensor) and v.dim() == 4 and isinstance(beta, torch.Tensor):
+    if isinstance(v, torch.Tensor) and v.dim() >= 3 and isinstance(beta, torch.Tensor):
         g, beta = g.reshape(v.shape[:-1]), beta.reshape(v.shape[:-1])
     call["g"], call["beta"] = g, beta
     return call
@@ -384,13 +390,13 @@ def make_adapter(
                     f"{settings.STATE_LAYOUT_ENV}=kv or vk states it"
                 )
             flip = layout_now == KEY_LAST
-        if convention.fused_gates:
-            call = _with_gates(call)
-        if convention.decode_step:
-            step = _decode_step_call(bound.arguments, call)
+        if convention.decode_step:  # the gates only once the call is known to be served
+            step = _decode_step_call(bound.arguments, call, convention.fused_gates)
             if step is None:
                 return unserved("not a decode batch (one token a sequence, states in place)")
             flat, (batch, tokens) = step
+            if convention.fused_gates:
+                flat = _with_gates(flat)
             pool = flat["state_pool"]
             if flip:  # attn-core's [.., K, V] view of a [.., V, K] pool: written in place
                 flat["state_pool"] = pool.transpose(-1, -2)
