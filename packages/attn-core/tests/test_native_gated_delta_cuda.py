@@ -27,6 +27,7 @@ from attn_core.core.settings import current_overrides
 from attn_core.native.gated_delta import (
     VARIANT,
     GatedDeltaLibrary,
+    check_chunk_parallel,
     check_library,
     decode_case,
     launch_chunk_parallel_prefill,
@@ -62,10 +63,12 @@ def test_the_library_loads_with_no_local_memory() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("head_k,head_v,group", [(128, 128, 2), (64, 64, 1), (128, 96, 3)])
-def test_the_reference_check_passes(dtype, head_k, head_v, group) -> None:
+def test_the_reference_checks_pass(dtype, head_k, head_v, group) -> None:
+    """The family's check and the chunk-parallel pair's own."""
     lib = library()
-    verdict = check_library(lib, DEV, (lib.path.name, dtype, head_k, head_v, group))
-    assert verdict.ok, verdict.detail
+    for check in (check_library, check_chunk_parallel):
+        verdict = check(lib, DEV, (lib.path.name, dtype, head_k, head_v, group))
+        assert verdict.ok, (check.__name__, verdict.detail)
 
 
 def model_step(batch: int, dtype: torch.dtype, seed: int = 0) -> dict:

@@ -24,6 +24,7 @@ from host_emulation_helpers import emulated_gated_delta, set_reverse_order
 
 from attn_core.linear.plan import chunk_record_bytes
 from attn_core.native.gated_delta import (
+    check_chunk_parallel,
     check_library,
     conv_errors,
     decode_case,
@@ -193,11 +194,14 @@ def test_padding_slot_is_skipped_with_zero_output() -> None:
     assert before[untouched].nan_to_num(3.0).equal(case["state_pool"][untouched].nan_to_num(3.0))
 
 
-def test_the_verify_once_check_passes_on_the_host() -> None:
+def test_the_verify_once_checks_pass_on_the_host() -> None:
+    """The family's check and the chunk-parallel pair's own."""
     lib = emulated_gated_delta()
     for dtype in DTYPES:
-        verdict = check_library(lib, CPU, (lib.path.name, dtype, 128, 128, 2), stream=0)
-        assert verdict.ok, verdict.detail
+        config = (lib.path.name, dtype, 128, 128, 2)
+        for check in (check_library, check_chunk_parallel):
+            verdict = check(lib, CPU, config, stream=0)
+            assert verdict.ok, (check.__name__, verdict.detail)
 
 
 # ------------------------------------------------------------------------------------- prefill

@@ -14,6 +14,7 @@ from typing import Optional
 
 import torch
 
+from attn_core.core import verify_once
 from attn_core.core.checks import (
     ArgumentTypeError,
     check_out,
@@ -195,8 +196,7 @@ def _native_prefill(
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     final = torch.empty(len(x.lengths), hv, dk, dv, device=v.device) if want_final else None
     init = None if x.initial_state is None else x.initial_state.contiguous()
-    sms = torch.cuda.get_device_properties(v.device).multi_processor_count
-    if chunked and native_prefill_kernel(len(x.lengths), hv, dv, sms) == "chunk_parallel":
+    if chunked and _chunk_parallel_serves(lib, x, v):
         launch_chunk_parallel_prefill(
             lib, x.q, x.k, x.v, x.g, x.beta, x.lengths, out, scale=x.scale, l2norm=x.l2norm,
             initial_state=init, final_state=final,
@@ -208,6 +208,18 @@ def _native_prefill(
         initial_state=init, final_state=final, chunked=chunked,
     )  # fmt: skip
     return out.view(v.shape), final
+
+
+def _chunk_parallel_serves(lib: GatedDeltaLibrary, x: GatedDeltaInputs, v: torch.Tensor) -> bool:
+    """Whether the chunk-parallel pair serves this chunked prefill: the plan picks it for this
+    device and it passed its own check here (else the fused kernel, verified with the family)."""
+    sms = torch.cuda.get_device_properties(v.device).multi_processor_count
+    hv, dv = x.num_value_heads, x.v.shape[2]
+    if native_prefill_kernel(len(x.lengths), hv, dv, sms) != "chunk_parallel":
+        return False
+    key = LinearShape(x.num_heads, hv, x.q.shape[2], dv, v.dtype)
+    kind = GatedDeltaLibrary.PARALLEL_VERIFY_KIND
+    return verify_once.verdict(kind, v.device, lib.verify_config(key), lib).ok
 
 
 def _start_states(
