@@ -20,7 +20,7 @@ q/k (as the model calls it). Implementations, each where it can run here:
 - ``attn-core native chunked`` / ``attn-core native recurrent`` (prefill):
   :func:`attn_core.chunk_gated_delta_rule` / :func:`attn_core.fused_recurrent_gated_delta_rule`
   with ``backend="native"``: the chunked call runs the kernel the library picks
-  (:func:`attn_core.linear.plan.native_prefill_kernel`), the recurrent one a block per (32 value
+  (:func:`attn_core.native.split.native_prefill_kernel`), the recurrent one a block per (32 value
   columns, value head, sequence) walking its sequence token by token with its state slice on
   chip. ``attn-core native fused`` / ``attn-core native chunk-parallel`` launch each chunked
   kernel directly, whatever the choice: the fused 16-token kernel, and the chunk-parallel pair

@@ -15,7 +15,8 @@ from attn_core import (
     fused_recurrent_gated_delta_rule,
     plan_gated_delta,
 )
-from attn_core.linear.plan import DEFAULT_BUDGET_BYTES, chunk_segments
+from attn_core.linear.plan import DEFAULT_BUDGET_BYTES
+from attn_core.native.split import chunk_segments
 from attn_core.reference import reference_gated_delta
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -22,7 +22,7 @@ from attn_core import (
     gated_delta_decode,
     plan_gated_delta,
 )
-from attn_core.linear.plan import NATIVE_WORKSPACE_BYTES
+from attn_core.native.split import NATIVE_WORKSPACE_BYTES
 from attn_core.reference import reference_causal_conv1d, reference_gated_delta
 
 pytestmark = [pytest.mark.cuda, requires_cuda]

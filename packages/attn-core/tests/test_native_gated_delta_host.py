@@ -22,7 +22,6 @@ import pytest
 import torch
 from host_emulation_helpers import emulated_gated_delta, set_reverse_order
 
-from attn_core.linear.plan import chunk_record_bytes
 from attn_core.native.gated_delta import (
     check_chunk_parallel,
     check_library,
@@ -36,6 +35,7 @@ from attn_core.native.gated_delta import (
     launch_recurrent_prefill,
     prefill_errors,
 )
+from attn_core.native.split import chunk_record_bytes
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

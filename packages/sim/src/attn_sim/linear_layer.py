@@ -5,7 +5,7 @@
 - ``torch``: attn-core's torch path (:mod:`attn_core.linear`): 64-token chunks batched into
   segments (:func:`attn_core.linear.plan.plan_gated_delta`), one state pass a chunk.
 - ``native``: attn-core's kernels (``native/csrc/gated_delta.cu``), the chunked prefill's kernel
-  chosen as the library chooses it (:func:`attn_core.linear.plan.native_prefill_kernel`): the
+  chosen as the library chooses it (:func:`attn_core.native.split.native_prefill_kernel`): the
   fused kernel (16-token chunks on CUDA cores, grid ``(V / 32, HV, N)`` x 128 threads, each
   block walking its whole sequence with its state slice in registers) or the chunk-parallel
   pair (``chunk_prep`` over every 64-token chunk of a segment, then ``chunk_pass`` walking the
@@ -33,13 +33,13 @@ from typing import Any, Optional
 
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.linear.plan import CHUNK as TORCH_CHUNK
-from attn_core.linear.plan import NATIVE_CHUNK as PAR_CHUNK
-from attn_core.linear.plan import (
+from attn_core.linear.plan import plan_gated_delta
+from attn_core.native.split import NATIVE_CHUNK as PAR_CHUNK
+from attn_core.native.split import (
     NATIVE_WORKSPACE_BYTES,
     chunk_record_bytes,
     chunk_segments,
     native_prefill_kernel,
-    plan_gated_delta,
 )
 
 FP32 = 4

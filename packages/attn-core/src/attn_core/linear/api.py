@@ -38,7 +38,7 @@ from attn_core.linear.inputs import (
     check_slots,
     gated_delta_inputs,
 )
-from attn_core.linear.plan import GatedDeltaPlan, native_prefill_kernel, plan_gated_delta
+from attn_core.linear.plan import GatedDeltaPlan, plan_gated_delta
 from attn_core.linear.recurrent import recurrent_step, run_recurrent
 from attn_core.linear.slots import (
     check_pad_slot_id,
@@ -61,6 +61,7 @@ from attn_core.native.gated_delta import (
     launch_recurrent_prefill,
     prefill_supported,
 )
+from attn_core.native.split import native_prefill_kernel
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -98,7 +99,7 @@ def chunk_gated_delta_rule(
             ``"native"`` (K 64 or 128, V a multiple of 32; ``plan`` sizes the torch path only):
             few sequences take the chunk-parallel kernels (64-token chunks, a 64 MiB
             workspace), many the fused 16-token kernel
-            (:func:`attn_core.linear.plan.native_prefill_kernel`).
+            (:func:`attn_core.native.split.native_prefill_kernel`).
 
     Returns:
         ``(o [B, T, HV, V] in v's dtype, final_state [N, HV, K, V] fp32 or None)``.

@@ -1,4 +1,4 @@
-"""How the chunked gated delta rule cuts a prefill: chunk length, segment size, segments.
+"""How the chunked gated delta rule cuts a prefill: chunk length and segment size.
 
 A *segment* is a batch of 64-token chunk slots processed at once: every intra-chunk product of
 the segment's chunks is one batched op, and only the pass of the state from chunk to chunk is a
@@ -12,7 +12,6 @@ every launch decision from the plan it returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 CHUNK = 64
@@ -86,76 +85,3 @@ def plan_gated_delta(
     """
     per = chunk_slot_bytes(num_heads, num_value_heads, head_k, head_v, itemsize, chunk)
     return GatedDeltaPlan(chunk, max(1, budget_bytes // per), per, budget_bytes)
-
-
-# The native chunk-parallel prefill's chunk (csrc/gated_delta.cu kPar) and the floats of one
-# staged tile of its records (kTile).
-NATIVE_CHUNK = 64
-NATIVE_TILE = 2048
-
-
-def chunk_record_bytes(head_k: int, head_v: int) -> int:
-    """Workspace bytes of one (chunk, value head) record of the native chunk-parallel prefill:
-    ``[W; e^G q]^T`` (K x 128), ``P^T`` (64 x 64) and the decayed keys (64 x K) in whole tiles,
-    then ``U`` (64 x V) and the chunk's gate (padded to 16 bytes), fp32. The library's
-    ``attn_gdn_chunk_record_floats`` is the layout's owner; tests hold the two equal."""
-    c, tile = NATIVE_CHUNK, NATIVE_TILE
-    tiles = head_k // 16 + c * c // tile + c * head_k // tile
-    return FP32 * (tiles * tile + c * head_v + 4)
-
-
-# The native chunk-parallel prefill's workspace bound: the brief of the family asks for <= 64 MiB
-# of transient device memory at any length. At 32 value heads of 128 x 128 a record set of one
-# chunk slot is 4.5 MiB, so a segment holds 14 chunk slots (896 tokens).
-NATIVE_WORKSPACE_BYTES = 64 << 20
-
-
-# (base, width, p0, depth): see :func:`chunk_segments`
-Segment = tuple[int, int, int, int]
-
-
-def chunk_segments(chunks: Sequence[int], slots: int) -> tuple[list[int], list[Segment]]:
-    """Cut sequences of ``chunks[i]`` chunks into segments of at most ``slots`` chunk slots.
-
-    Returns ``(order, segments)``: ``order`` lists the sequences longest first; a segment
-    ``(base, width, p0, depth)`` covers ``order[base : base + width]`` at chunk positions
-    ``[p0, p0 + depth)``. Segments come in execution order, each sequence's from position 0
-    (empty sequences included, at depth 1: their state still moves from the initial to the
-    final one) to its last chunk; a segment's ``width * depth`` never exceeds ``max(slots,
-    width)``. Longest first keeps a group's active sequences a prefix, as the torch path does.
-    """
-    if slots < 1:
-        raise ValueError(f"slots must be >= 1, got {slots}")
-    order = sorted(range(len(chunks)), key=lambda s: -chunks[s])
-    segments: list[Segment] = []
-    for base in range(0, len(order), slots):
-        group = order[base : base + slots]
-        longest = chunks[group[0]]
-        p0 = 0
-        while p0 == 0 or p0 < longest:
-            width = len(group) if p0 == 0 else sum(1 for s in group if chunks[s] > p0)
-            depth = max(1, min(slots // width, longest - p0))
-            segments.append((base, width, p0, depth))
-            p0 += depth
-    return order, segments
-
-
-# Value columns a block of the fused 16-token kernel owns (csrc/gated_delta.cu kCols).
-FUSED_COLUMNS = 32
-
-
-def native_prefill_kernel(num_seqs: int, num_value_heads: int, head_v: int, sm_count: int) -> str:
-    """Which native kernel serves a chunked prefill: ``"chunk_parallel"`` or ``"fused"``.
-
-    The fused 16-token kernel is one block per (32 value columns, value head, sequence), each
-    walking its whole sequence: with fewer blocks than SMs it leaves SMs idle, with more it
-    fills the device without the chunk-parallel pair's workspace round trip. Measured on an
-    H100 (132 SMs, 16 / 32 heads of 128, bf16; docs/benchmarks.md#gated-deltanet): one
-    sequence of 32K / 128K tokens took 21.1 / 87.3 ms fused and 15.1 / 60.0 ms chunk-parallel;
-    two of 16K took 14.1 fused (chunk-parallel priced at 15.2 by attn_sim, not measured);
-    eight of 16K took 44.3 fused and 54.5 chunk-parallel. So the fused kernel serves once its
-    grid has a block for every SM: from two sequences at the model's shape on an H100, always
-    on the 16-SM BI-V100.
-    """
-    fused_blocks = (head_v // FUSED_COLUMNS) * num_value_heads * num_seqs
-    return "fused" if fused_blocks >= sm_count else "chunk_parallel"

@@ -27,10 +27,10 @@ import torch
 
 from attn_core.core import verify_once
 from attn_core.core.verify_once import Verdict
-from attn_core.linear.plan import NATIVE_WORKSPACE_BYTES, chunk_segments
 from attn_core.native import abi
 from attn_core.native.family import GATED_DELTA
 from attn_core.native.loader import NativeLibrary
+from attn_core.native.split import NATIVE_WORKSPACE_BYTES, chunk_segments
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 
 VARIANT = "fma"
@@ -395,7 +395,7 @@ def launch_chunk_parallel_prefill(
 ) -> None:
     """:func:`launch_recurrent_prefill`'s problem (sequences of ``lengths`` packed in ``q, k
     [T, H, K]``, ``v, out [T, HV, V]``) in 64-token chunks, two kernels a segment of chunks
-    (:func:`attn_core.linear.plan.chunk_segments`) whose intermediates fit ``workspace_bytes``
+    (:func:`attn_core.native.split.chunk_segments`) whose intermediates fit ``workspace_bytes``
     (at least one chunk slot). ``head_v`` must be a multiple of :data:`SLICE`."""
     dk, hv, dv = q.shape[2], v.shape[1], v.shape[2]
     dev = q.device
