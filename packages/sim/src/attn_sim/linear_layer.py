@@ -39,6 +39,7 @@ from attn_core.native.split import (
     NATIVE_WORKSPACE_BYTES,
     chunk_record_bytes,
     chunk_segments,
+    chunk_slots,
     native_prefill_kernel,
 )
 
@@ -264,7 +265,7 @@ def chunk_parallel_prefill(
     earlier wave), the final state carried in the caller's buffer."""
     c, hv, dk, dv = PAR_CHUNK, s.num_value_heads, s.head_k, s.head_v
     record = chunk_record_bytes(dk, dv)
-    slots = max(1, (NATIVE_WORKSPACE_BYTES - (64 << 10)) // (record * hv))
+    slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES)
     chunks = math.ceil(tokens / c)
     _, segments = chunk_segments([chunks] * num_seqs, slots)
     prep_flops = 2.0 * (2 * c * c * dk + c * c * (dk + dv)) + c**3 / 3

@@ -30,7 +30,7 @@ from attn_core.core.verify_once import Verdict
 from attn_core.native import abi
 from attn_core.native.family import GATED_DELTA
 from attn_core.native.loader import NativeLibrary
-from attn_core.native.split import NATIVE_WORKSPACE_BYTES, chunk_segments
+from attn_core.native.split import NATIVE_WORKSPACE_BYTES, chunk_segments, chunk_slots
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 
 VARIANT = "fma"
@@ -44,7 +44,6 @@ KERNELS = {
 }  # fmt: skip
 CHUNK = 64  # tokens a chunk of the chunk-parallel prefill
 SLICE = 16  # value columns a chunk_pass block
-INDEX_RESERVE = 64 << 10  # workspace bytes kept for the offsets and sequence order
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
@@ -400,11 +399,10 @@ def launch_chunk_parallel_prefill(
     dk, hv, dv = q.shape[2], v.shape[1], v.shape[2]
     dev = q.device
     record = lib.chunk_record_floats(dk, dv) * 4
-    # Everything this call allocates counts against workspace_bytes: the index tensors (two
-    # allocations of at most 512 B each here) and, unless the caller keeps it, the state carried
-    # from segment to segment.
+    # Everything this call allocates counts against workspace_bytes: the index tensors and,
+    # unless the caller keeps it, the state carried from segment to segment.
     carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
-    slots = max(1, (workspace_bytes - carry - INDEX_RESERVE) // (record * hv))
+    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry)
     order, segments = chunk_segments([-(-n // CHUNK) for n in lengths], slots)
     widest = max(width * depth for _, width, _, depth in segments)
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)

@@ -450,6 +450,18 @@ def chunk_record_bytes(head_k: int, head_v: int) -> int:
 # of transient device memory at any length. At 32 value heads of 128 x 128 a record set of one
 # chunk slot is 4.5 MiB, so a segment holds 14 chunk slots (896 tokens).
 NATIVE_WORKSPACE_BYTES = 64 << 20
+# Bytes of a call's budget kept for its offsets and sequence order (two small allocations).
+INDEX_RESERVE = 64 << 10
+
+
+def chunk_slots(
+    num_value_heads: int, head_k: int, head_v: int, workspace_bytes: int, carry_bytes: int = 0
+) -> int:
+    """Chunk slots a segment holds when a call may allocate ``workspace_bytes`` in all, of which
+    ``carry_bytes`` go to the state carried between segments (0 when the caller keeps the final
+    state) and :data:`INDEX_RESERVE` to the index tensors: at least one."""
+    per_slot = chunk_record_bytes(head_k, head_v) * num_value_heads
+    return max(1, (workspace_bytes - carry_bytes - INDEX_RESERVE) // per_slot)
 
 
 # (base, width, p0, depth): see :func:`chunk_segments`

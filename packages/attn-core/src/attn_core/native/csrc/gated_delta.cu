@@ -21,7 +21,9 @@
 // Prefill, chunked (chunk_gated_delta_rule, 16-token chunks in the WY/UT form) and token by
 // token (fused_recurrent_gated_delta_rule): the same mapping, one block per (V slice, value
 // head, sequence) walking its sequence with the state in registers, read from the initial state
-// once and written to the final state once (no transient device memory).
+// once and written to the final state once (no transient device memory). chunk_gated_delta_rule
+// also has a chunk-parallel form (chunk_prep, chunk_pass: 64-token chunks through a workspace),
+// which serves where the fused kernel's grid would leave SMs idle (attn_core/native/split.py).
 //
 // Convolution, width W = 4 (the model's; other widths take the torch path): one thread per
 // (sequence, channel) for the update, sliding its W - 1 inputs in registers over the new tokens;
@@ -597,8 +599,8 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
 // independent once W and U are known, so a single sequence of 32 value heads is 256 blocks
 // without recomputing anything, where the fused 16-token kernel above needed each block to
 // solve its chunk itself. What chunk_prep hands over lives in a workspace of one record per
-// (chunk slot, value head), laid out in the order chunk_pass reads it: kPassTiles tiles of
-// kTile floats ([W; Qg]^T as K rows of 128, P^T, Kd), then U [64, V], then the chunk's
+// (chunk slot, value head), laid out in the order chunk_pass reads it: ChunkRecord::kTiles tiles
+// of kTile floats ([W; Qg]^T as K rows of 128, P^T, Kd), then U [64, V], then the chunk's
 // e^G_last (padded to 16 bytes).
 constexpr int kPar = 64;            // tokens a chunk
 constexpr int kSlice = 16;          // value columns a chunk_pass block
@@ -648,8 +650,9 @@ ATTN_DEVICE float4 ld4(const float* p) { return *reinterpret_cast<const float4*>
 ATTN_DEVICE void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
 // N elements p[at[m]] (0.0 where at[m] < 0), every load issued before any value is used: the
-// dtype is switched on once, outside the loads. Loaded one at a time into shared memory, each
-// load waited for its store: chunk_prep's tiles took ~150 us a block (H100, 32K prefill).
+// dtype is switched on once, outside the loads. With each element loaded and stored to shared
+// memory in turn, chunk_prep took 9.23 ms of a 32K prefill; with its loads gathered (and its
+// solve in four partial sums) 7.42 (H100, docs/benchmarks.md#gated-deltanet).
 template <int Kind, int N>
 ATTN_DEVICE void gather(const void* p, const int64_t (&at)[N], float (&out)[N]) {
 #pragma unroll
