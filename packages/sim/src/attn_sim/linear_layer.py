@@ -34,14 +34,15 @@ from typing import Any, Optional
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.linear.plan import CHUNK as TORCH_CHUNK
 from attn_core.linear.plan import plan_gated_delta
-from attn_core.native.split import NATIVE_CHUNK as PAR_CHUNK
 from attn_core.native.split import (
+    CHUNK_PASS_COLUMNS,
     NATIVE_WORKSPACE_BYTES,
     chunk_record_bytes,
     chunk_segments,
     chunk_slots,
     native_prefill_kernel,
 )
+from attn_core.native.split import NATIVE_CHUNK as PAR_CHUNK
 
 FP32 = 4
 PATHS = ("fallback", "torch", "native")
@@ -83,7 +84,6 @@ NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
 # the chunk-parallel pair
-PAR_SLICE = 16
 PAR_PREP_EFFICIENCY = 0.141
 PAR_PASS_THREADS = 128
 PAR_PASS_REGISTERS = 156
@@ -269,7 +269,9 @@ def chunk_parallel_prefill(
     chunks = math.ceil(tokens / c)
     _, segments = chunk_segments([chunks] * num_seqs, slots)
     prep_flops = 2.0 * (2 * c * c * dk + c * c * (dk + dv)) + c**3 / 3
-    pass_flops = 2.0 * (2 * c * dk * PAR_SLICE + c * c * PAR_SLICE + dk * c * PAR_SLICE)
+    pass_flops = 2.0 * (
+        2 * c * dk * CHUNK_PASS_COLUMNS + c * c * CHUNK_PASS_COLUMNS + dk * c * CHUNK_PASS_COLUMNS
+    )
     per_sm = min(
         occupancy_limits(spec, PAR_PASS_THREADS, PAR_PASS_REGISTERS, PAR_PASS_SMEM).values()
     )
@@ -288,7 +290,7 @@ def chunk_parallel_prefill(
             records * prep_flops / (spec.fp32_flops * PAR_PREP_EFFICIENCY),
             2 * records * record / spec.hbm_bandwidth,
         )
-        blocks = (dv // PAR_SLICE) * hv * width
+        blocks = (dv // CHUNK_PASS_COLUMNS) * hv * width
         resident = min(per_sm, math.ceil(blocks / spec.sm_count))
         seg_waves = math.ceil(blocks / (spec.sm_count * per_sm))
         warps = resident * math.ceil(PAR_PASS_THREADS / spec.warp_size)
@@ -301,7 +303,7 @@ def chunk_parallel_prefill(
     seconds = prep_s + pass_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
     records_all = chunks * num_seqs * hv
     nbytes = 2 * records_all * record + num_seqs * (tokens * s.token_bytes + 2 * s.state_bytes)
-    flops = records_all * (prep_flops + (dv // PAR_SLICE) * pass_flops)
+    flops = records_all * (prep_flops + (dv // CHUNK_PASS_COLUMNS) * pass_flops)
     return LinearCost(
         "native", seconds, launches, nbytes + conv_bytes, flops, chunks, latency, waves, per_sm
     )

@@ -30,7 +30,14 @@ from attn_core.core.verify_once import Verdict
 from attn_core.native import abi
 from attn_core.native.family import GATED_DELTA
 from attn_core.native.loader import NativeLibrary
-from attn_core.native.split import NATIVE_WORKSPACE_BYTES, chunk_segments, chunk_slots
+from attn_core.native.split import (
+    NATIVE_CHUNK,
+    NATIVE_WORKSPACE_BYTES,
+    Segment,
+    chunk_record_bytes,
+    chunk_segments,
+    chunk_slots,
+)
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 
 VARIANT = "fma"
@@ -42,8 +49,6 @@ KERNELS = {
     "recurrent_prefill": 4, "chunked_prefill": 5, "decode_key_last": 6, "chunk_prep": 7,
     "chunk_pass": 8,
 }  # fmt: skip
-CHUNK = 64  # tokens a chunk of the chunk-parallel prefill
-SLICE = 16  # value columns a chunk_pass block
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
 
@@ -168,7 +173,7 @@ class GatedDeltaLibrary(NativeLibrary):
         self.check(rc, f"native {'chunked' if chunked else 'token-by-token'} prefill launch")
 
     def chunk_parallel_prefill(
-        self, args: ctypes.Structure, segments: list[tuple[int, int, int, int]], stream: int
+        self, args: ctypes.Structure, segments: Sequence[Segment], stream: int
     ) -> None:
         """Launch the chunk-parallel prefill: two kernels for each of ``segments``."""
         flat = (ctypes.c_int32 * (4 * len(segments)))(*itertools.chain.from_iterable(segments))
@@ -395,15 +400,16 @@ def launch_chunk_parallel_prefill(
     """:func:`launch_recurrent_prefill`'s problem (sequences of ``lengths`` packed in ``q, k
     [T, H, K]``, ``v, out [T, HV, V]``) in 64-token chunks, two kernels a segment of chunks
     (:func:`attn_core.native.split.chunk_segments`) whose intermediates fit ``workspace_bytes``
-    (at least one chunk slot). ``head_v`` must be a multiple of :data:`SLICE`."""
+    (at least one chunk slot). ``head_v`` must be a multiple of
+    :data:`~attn_core.native.split.CHUNK_PASS_COLUMNS`."""
     dk, hv, dv = q.shape[2], v.shape[1], v.shape[2]
     dev = q.device
-    record = lib.chunk_record_floats(dk, dv) * 4
+    record = chunk_record_bytes(dk, dv)  # the library's own size (a host test holds them equal)
     # Everything this call allocates counts against workspace_bytes: the index tensors and,
     # unless the caller keeps it, the state carried from segment to segment.
     carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
     slots = chunk_slots(hv, dk, dv, workspace_bytes, carry)
-    order, segments = chunk_segments([-(-n // CHUNK) for n in lengths], slots)
+    order, segments = chunk_segments([-(-n // NATIVE_CHUNK) for n in lengths], slots)
     widest = max(width * depth for _, width, _, depth in segments)
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
     if final_state is None:

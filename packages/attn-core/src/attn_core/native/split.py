@@ -434,6 +434,8 @@ def prefill_launch(
 # staged tile of its records (kTile).
 NATIVE_CHUNK = 64
 NATIVE_TILE = 2048
+# Value columns a chunk_pass block owns (csrc/gated_delta.cu kSlice).
+CHUNK_PASS_COLUMNS = 16
 
 
 def chunk_record_bytes(head_k: int, head_v: int) -> int:
