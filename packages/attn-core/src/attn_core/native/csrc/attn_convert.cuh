@@ -1,6 +1,8 @@
 // Element decoding and encoding from raw bits, identical under nvcc and CoreX clang.
 #pragma once
 
+#include <type_traits>
+
 #include "attn_platform.cuh"
 
 namespace attn {
@@ -117,6 +119,20 @@ ATTN_DEVICE void store_elem(void* base, int64_t index, float value) {
     static_cast<__half*>(base)[index] = __float2half_rn(value);
   } else {
     static_cast<unsigned short*>(base)[index] = float_to_bf16_bits(value);
+  }
+}
+
+// f(std::integral_constant<int, KIND>{}) for a runtime element kind (kFloat32, kFloat16, anything
+// else bf16): the one branch on the kind sits outside the code f compiles per kind, so a batch of
+// loads inside f is issued together rather than each behind its own branch.
+template <class F>
+ATTN_DEVICE void with_element_kind(int kind, F&& f) {
+  if (kind == kFloat32) {
+    f(std::integral_constant<int, kFloat32>{});
+  } else if (kind == kFloat16) {
+    f(std::integral_constant<int, kFloat16>{});
+  } else {
+    f(std::integral_constant<int, kBFloat16>{});
   }
 }
 

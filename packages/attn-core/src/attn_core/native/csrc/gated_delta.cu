@@ -52,19 +52,13 @@ constexpr int kConvTokens = 16;   // prefill outputs per thread
 constexpr int kMaxGrid = 65535;   // gridDim.y and .z
 
 ATTN_DEVICE float load_any(const void* p, int64_t i, int kind) {
-  if (kind == kFloat32) return load_elem<kFloat32>(p, i);
-  if (kind == kFloat16) return load_elem<kFloat16>(p, i);
-  return load_elem<kBFloat16>(p, i);
+  float x = 0.f;
+  with_element_kind(kind, [&](auto k) { x = load_elem<decltype(k)::value>(p, i); });
+  return x;
 }
 
 ATTN_DEVICE void store_any(void* p, int64_t i, int kind, float value) {
-  if (kind == kFloat32) {
-    store_elem<kFloat32>(p, i, value);
-  } else if (kind == kFloat16) {
-    store_elem<kFloat16>(p, i, value);
-  } else {
-    store_elem<kBFloat16>(p, i, value);
-  }
+  with_element_kind(kind, [&](auto k) { store_elem<decltype(k)::value>(p, i, value); });
 }
 
 ATTN_DEVICE int64_t load_index(const void* p, int64_t i, int kind) {
@@ -209,14 +203,15 @@ ATTN_DEVICE TokenInputs load_token(const AttnGdnPrefillArgs& a, int64_t t, int k
 
 // The block (slice, value head, sequence) of a prefill kernel: thread (r, c) holds rows
 // r * kRows .. r * kRows + kRows - 1 of value column `col` of the sequence's K x V state for
-// value head h, whose tokens are [start, end).
+// value head h, whose tokens are [start, end); constructed, it has put the initial state's rows
+// (zeros without one) in `s`.
 template <int K>
 struct PrefillSlice {
   static constexpr int kRows = K / kRowGroups;
   int c, r, h, kh, col;
   int64_t start, end, state_at;
 
-  ATTN_DEVICE explicit PrefillSlice(const AttnGdnPrefillArgs& a) {
+  ATTN_DEVICE PrefillSlice(const AttnGdnPrefillArgs& a, float (&s)[kRows]) {
     const int tid = threadIdx.x, seq = blockIdx.z;
     c = tid % kCols;
     r = tid / kCols;
@@ -226,10 +221,6 @@ struct PrefillSlice {
     start = load_index(a.cu_seqlens, seq, a.offset_kind);
     end = load_index(a.cu_seqlens, seq + 1, a.offset_kind);
     state_at = (static_cast<int64_t>(seq) * a.num_value_heads + h) * K * a.head_v + col;
-  }
-
-  // The initial state's rows (zeros without one).
-  ATTN_DEVICE void load(const AttnGdnPrefillArgs& a, float (&s)[kRows]) const {
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       const int64_t at = state_at + (r * kRows + i) * a.head_v;
@@ -257,11 +248,10 @@ __global__ void __launch_bounds__(kThreads) recurrent_prefill(AttnGdnPrefillArgs
   __shared__ float norms[2][kRowGroups][3];
   __shared__ float red[2][2][kRowGroups][kCols];
   const int tid = threadIdx.x;
-  const PrefillSlice<K> slice(a);
+  float s[kRows];
+  const PrefillSlice<K> slice(a, s);
   const int c = slice.c, r = slice.r, h = slice.h, kh = slice.kh, col = slice.col;
   const int64_t start = slice.start, end = slice.end;
-  float s[kRows];
-  slice.load(a, s);
   // Tokens t + 1 and t + 2 are in flight while token t runs: a load issued during token t is
   // first used two tokens later, so its latency hides behind two tokens' barriers and sums
   // (with one token ahead the update waited on it each token; neither is measured on a GPU yet).
@@ -373,13 +363,7 @@ ATTN_DEVICE void load_lane(const void* p, int64_t base, int lp, bool live, float
 template <int N>
 ATTN_DEVICE void load_lane_any(const void* p, int64_t base, int lp, bool live, int kind,
                                float (&out)[N]) {
-  if (kind == kFloat32) {
-    load_lane<kFloat32>(p, base, lp, live, out);
-  } else if (kind == kFloat16) {
-    load_lane<kFloat16>(p, base, lp, live, out);
-  } else {
-    load_lane<kBFloat16>(p, base, lp, live, out);
-  }
+  with_element_kind(kind, [&](auto k) { load_lane<decltype(k)::value>(p, base, lp, live, out); });
 }
 
 template <int K>
@@ -403,11 +387,10 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
   __shared__ float npart[kChunk][kNormLanes][2];
   __shared__ float gcum[kChunk], graw[kChunk], gbeta[kChunk];
   const int tid = threadIdx.x;
-  const PrefillSlice<K> slice(a);
+  float s[kRows];
+  const PrefillSlice<K> slice(a, s);
   const int c = slice.c, r = slice.r, h = slice.h, kh = slice.kh, col = slice.col;
   const int64_t start = slice.start, end = slice.end;
-  float s[kRows];
-  slice.load(a, s);
   const int lt = tid / kNormLanes, lp = tid % kNormLanes;  // the token and lane this thread loads
   for (int64_t c0 = start; c0 < end; c0 += kChunk) {
     const int n = static_cast<int>(min(static_cast<int64_t>(kChunk), end - c0));
@@ -661,13 +644,7 @@ ATTN_DEVICE void gather(const void* p, const int64_t (&at)[N], float (&out)[N]) 
 
 template <int N>
 ATTN_DEVICE void gather_any(const void* p, const int64_t (&at)[N], int kind, float (&out)[N]) {
-  if (kind == kFloat32) {
-    gather<kFloat32>(p, at, out);
-  } else if (kind == kFloat16) {
-    gather<kFloat16>(p, at, out);
-  } else {
-    gather<kBFloat16>(p, at, out);
-  }
+  with_element_kind(kind, [&](auto k) { gather<decltype(k)::value>(p, at, out); });
 }
 
 // Grid (HV, depth, width), kPrepThreads threads: the record of one chunk and value head.
