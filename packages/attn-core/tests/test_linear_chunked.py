@@ -4,6 +4,7 @@ agreement with the token-by-token path."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,14 @@ from attn_core import (
     plan_gated_delta,
 )
 from attn_core.linear.plan import DEFAULT_BUDGET_BYTES
-from attn_core.native.split import chunk_segments
+from attn_core.native.split import (
+    ALLOCATOR_SLACK,
+    INDEX_RESERVE,
+    NATIVE_WORKSPACE_BYTES,
+    chunk_record_bytes,
+    chunk_segments,
+    chunk_slots,
+)
 from attn_core.reference import reference_gated_delta
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -159,3 +167,15 @@ def test_chunk_segments_cover_each_sequence_once_in_order(chunks, slots) -> None
             seen[seq] += [p for p in range(p0, p0 + depth) if p < max(chunks[seq], 1)]
     for seq, positions in seen.items():
         assert positions == list(range(max(chunks[seq], 1))), (seq, positions)
+
+
+@pytest.mark.parametrize("carry", [0, 32 * 128 * 128 * 4])
+def test_chunk_slots_leave_room_for_the_indices_and_the_allocator(carry) -> None:
+    """At the model's shape the workspace, the index tensors, a cached block handed out whole
+    (less than 1 MiB over) and the carried state fit 64 MiB; one slot more would not."""
+    per_slot = chunk_record_bytes(128, 128) * 32
+    slots = chunk_slots(32, 128, 128, NATIVE_WORKSPACE_BYTES, carry)
+    held = slots * per_slot + INDEX_RESERVE + ALLOCATOR_SLACK + carry
+    assert held <= NATIVE_WORKSPACE_BYTES < held + per_slot
+    assert slots == 13
+    assert chunk_slots(32, 128, 128, 1, carry) == 1  # at least one, whatever the budget
