@@ -5,7 +5,7 @@
                     report alone (e.g. `nox -s sim -- --full`)
     nox -s tests    everything that runs on this machine: the above, the HIL runner against a
                     Docker engine, engine-patch inside the real vLLM 0.6.3, attn-core on torch 2.1
-    nox -s lint     ruff check + ruff format --check; mypy on attn-core
+    nox -s lint     ruff check + ruff format --check; mypy on attn-core and engine-patch
     nox -s clang    upstream clang (CUDA mode) builds every native kernel with no warning and no
                     local memory, NVIDIA and -D__ILUVATAR__ (needs clang++-16; no CUDA toolkit),
                     and one library of each kernel family from a regular (non-editable) install
@@ -166,12 +166,13 @@ def compat(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (check + format) over the repository; mypy over attn-core."""
+    """ruff (check + format) over the repository; mypy over attn-core and engine-patch."""
     session.install("ruff", "mypy")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.install(*TORCH)
     session.run("mypy", f"{ATTN_CORE}/src/attn_core", "--ignore-missing-imports")
+    session.run("mypy", f"{ENGINE_PATCH}/src/engine_patch", "--ignore-missing-imports")
 
 
 @nox.session

@@ -58,7 +58,7 @@ def call(
             return False  # the fork's kernels take no fp8 scales
         if not isinstance(kv_heads, torch.Tensor):
             kv_heads = head_mapping(num_heads, key_cache.shape[1], device)
-        args = head + (kv_heads,) + tail
+        args: tuple = head + (kv_heads,) + tail
     else:
         args = head + (key_cache.shape[1],) + tail + (k_scale, v_scale)
     try:

@@ -10,7 +10,8 @@ reads ``out``.
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 
@@ -285,7 +286,7 @@ def vendor_reshape_and_cache(
     attn_core.write_to_paged_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype)
 
 
-REPLACEMENTS = {
+REPLACEMENTS: dict[tuple[str, str], Callable[..., Any]] = {
     ("paged_attention_v1", "upstream"): upstream_paged_attention_v1,
     ("paged_attention_v2", "upstream"): upstream_paged_attention_v2,
     ("reshape_and_cache", "upstream"): upstream_reshape_and_cache,

@@ -100,9 +100,9 @@ def detect_platform(
     else:
         raise ValueError(f"override must be one of {', '.join(PLATFORMS)}, got {override!r}")
     if forced:
-        reasons = (f"{PLATFORM_ENV}={forced}",) if forced == "iluvatar" else ()
-        return Platform(forced == "iluvatar", reasons, name, build)
-    reasons = []
+        why = (f"{PLATFORM_ENV}={forced}",) if forced == "iluvatar" else ()
+        return Platform(forced == "iluvatar", why, name, build)
+    reasons: list[str] = []
     if iluvatar_name(name):  # attn-core's one Iluvatar rule, on the name and the build
         reasons.append(f"device name {name!r}")
     root = COREX_ROOT if corex_root is None else corex_root

@@ -110,6 +110,10 @@ if PretrainedConfig is not None:
         """The language model's fields: attention shape, layer pattern, experts, linear attn."""
 
         model_type = TEXT_MODEL_TYPE
+        # set from TEXT_DEFAULTS below; declared for the type checker
+        num_hidden_layers: int
+        full_attention_interval: int
+        layer_types: list
 
         def __init__(self, **kwargs: Any) -> None:
             for name, default in TEXT_DEFAULTS.items():

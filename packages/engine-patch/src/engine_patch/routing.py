@@ -58,7 +58,8 @@ class DecodeRoute:
 
 @lru_cache(maxsize=16)
 def _spec_for(device_type: str, index: Optional[int]) -> DeviceSpec:
-    return detect_device_spec(torch.device(device_type, index))
+    device = torch.device(device_type) if index is None else torch.device(device_type, index)
+    return detect_device_spec(device)
 
 
 def v1_limit(block_size: int, head_size: int, elem: int, spec: DeviceSpec) -> tuple[int, str]:

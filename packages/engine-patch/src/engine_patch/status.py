@@ -288,7 +288,7 @@ def render(report: dict[str, Any]) -> str:
         f"heads, head {shape['head_size']}, {shape['dtype']}, block {shape['block_size']}, "
         f"{shape['num_seqs']} sequence(s):"
     )
-    cols = ("context", "route", "backend", "tier", "partitions", "partition_size",
+    cols: tuple[str, ...] = ("context", "route", "backend", "tier", "partitions", "partition_size",
             "workspace_bytes", "reason", "backend_reason")  # fmt: skip
     parts.append(tabulate([[r[c] for c in cols] for r in report["decode_plans"]], headers=cols))
     parts.append("prefill plans (forward_prefix goes through attn-core's paged_prefix_prefill):")
