@@ -9,9 +9,10 @@
 #
 # What `start` does (each step is skipped when already done):
 #   1. apt-get installs Debian's docker.io and debootstrap (needs root and the network).
-#   2. starts dockerd as root on its own socket ($HIL_DOCKER_SOCK), vfs storage driver, no
-#      iptables, no bridge, its own data-root / exec-root / pidfile, so it never touches a
-#      system docker; waits until it answers. dockerd starts its own containerd (socket and pid
+#   2. starts dockerd as root on its own socket ($HIL_DOCKER_SOCK), no iptables, no bridge, its
+#      own data-root / exec-root / pidfile, so it never touches a system docker; waits until it
+#      answers. Storage driver: overlay2 where the kernel mounts overlayfs on the data root's
+#      filesystem (a probe mount says), else vfs; $HIL_DOCKER_STORAGE_DRIVER overrides. dockerd starts its own containerd (socket and pid
 #      file under the exec-root /run/hil-docker/containerd).
 #   3. debootstraps a minbase bookworm root filesystem with python3 (+ venv, pip, setuptools),
 #      caches it as a tarball outside the repo ($HIL_CACHE) and `docker import`s it as
@@ -21,11 +22,13 @@
 #      the HIL runner copies into the image's build context (HIL_WHEELS).
 # `stop` ends only the dockerd whose pid file ($HIL_DOCKER_PID) names a dockerd on our socket,
 # then the containerd and shims it ran (found by their pid file / our containerd socket), never
-# a system docker. The data root (vfs: every image layer and container is a full copy; about
-# 5 GB after `nox -s tests`; .ci/run has the tests remove their images) stays for the next
-# start, which reuses its cached torch layer;
-# `clean` removes it.
-# Env: HIL_DOCKER_SOCK, HIL_DOCKER_ROOT, HIL_DOCKER_EXEC_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
+# a system docker. The data root stays for the next start, which reuses its cached torch layer;
+# `clean` removes it. Under vfs every image layer and every container is a full copy of the
+# root filesystem: `nox -s tests` took the data root from 1.4 to 14.0 GB at its peak (sampled
+# every 3 s), which a one-shot CI machine with less free disk did not survive; under overlay2 a
+# layer holds only what its step changed.
+# `driver` prints the storage driver `start` would pick, and why.
+# Env: HIL_DOCKER_SOCK, HIL_DOCKER_STORAGE_DRIVER, HIL_DOCKER_ROOT, HIL_DOCKER_EXEC_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
 #      HIL_TORCH_WHEEL, DEBIAN_MIRROR.
 set -euo pipefail
 
@@ -93,6 +96,35 @@ stop_engine() {
     rm -f "$PIDFILE"
 }
 
+# 0 when overlayfs mounts with upper and work directories on the data root's filesystem and a
+# write through it lands in the upper directory: what dockerd's overlay2 driver needs
+overlay_works() {
+    local d ok=1
+    mkdir -p "$ROOT"
+    d="$(mktemp -d "$ROOT/.overlay-probe.XXXXXX")" || return 1
+    mkdir -p "$d/lower" "$d/upper" "$d/work" "$d/merged"
+    echo lower >"$d/lower/f"
+    if mount -t overlay overlay \
+        -o "lowerdir=$d/lower,upperdir=$d/upper,workdir=$d/work" "$d/merged" 2>/dev/null; then
+        if echo upper >"$d/merged/f" 2>/dev/null && [ "$(cat "$d/upper/f" 2>/dev/null)" = upper ]
+        then ok=0; fi
+        umount "$d/merged" 2>/dev/null || umount -l "$d/merged" 2>/dev/null || true
+    fi
+    rm -rf "$d"
+    return "$ok"
+}
+
+# the storage driver for a new dockerd, and why, as "driver: reason"
+pick_driver() {
+    if [ -n "${HIL_DOCKER_STORAGE_DRIVER:-}" ]; then
+        echo "$HIL_DOCKER_STORAGE_DRIVER: HIL_DOCKER_STORAGE_DRIVER"
+    elif overlay_works; then
+        echo "overlay2: overlayfs mounts on $ROOT"
+    else
+        echo "vfs: overlayfs does not mount on $ROOT (every layer will be a full copy)"
+    fi
+}
+
 safe_rm() {  # refuse to delete / or an empty path, and unmount leftovers first
     local dir="$1"
     case "$dir" in "" | "/" | "/var" | "/var/lib" | "/var/cache" | "/run")
@@ -123,6 +155,10 @@ clean)
     if [ "${2:-}" = "--cache" ]; then safe_rm "$CACHE"; fi
     exit 0
     ;;
+driver)
+    pick_driver
+    exit 0
+    ;;
 status)
     if pid="$(pid_of "$PIDFILE" "$HOST")"; then say "dockerd running (pid $pid) on $HOST"
     else say "dockerd not running"; fi
@@ -130,7 +166,7 @@ status)
     exit 0
     ;;
 *)
-    say "unknown command '$1'; expected start, stop, clean [--cache] or status"
+    say "unknown command '$1'; expected start, stop, clean [--cache], driver or status"
     exit 2
     ;;
 esac
@@ -147,13 +183,23 @@ fi
 
 # 2. the engine
 if dk info >/dev/null 2>&1; then
-    say "dockerd already answering on $HOST"
+    say "dockerd already answering on $HOST ($(dk info --format '{{.Driver}}') storage driver)"
 else
     mkdir -p "$ROOT" "$EXEC_ROOT"
-    say "starting dockerd on $HOST (vfs, no iptables, no bridge; log $LOG)"
+    choice="$(pick_driver)"
+    driver="${choice%%:*}"
+    # a data root left by the other driver: its layers are invisible to this one, dead weight
+    for other in vfs overlay2; do
+        if [ "$other" != "$driver" ] && [ -d "$ROOT/$other" ]; then
+            say "removing the $other layers a previous engine left in $ROOT"
+            safe_rm "$ROOT/$other"
+            safe_rm "$ROOT/image/$other"
+        fi
+    done
+    say "starting dockerd on $HOST (storage driver ${choice}; no iptables, no bridge; log $LOG)"
     setsid dockerd \
         --host "$HOST" \
-        --storage-driver vfs \
+        --storage-driver "$driver" \
         --iptables=false --ip6tables=false --bridge=none \
         --data-root "$ROOT" \
         --exec-root "$EXEC_ROOT" \
@@ -184,7 +230,7 @@ else
             --include=python3,python3-venv,python3-pip,python3-setuptools,python3-wheel \
             bookworm "$ROOTFS" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 ||
             { tail -n 30 "$CACHE/debootstrap.log" >&2; exit 1; }
-        # apt caches are dead weight in every vfs layer copy
+        # apt caches are dead weight in the base layer (in every layer copy, under vfs)
         rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/*
         tar -C "$ROOTFS" -cf "$TARBALL.part" .
         mv "$TARBALL.part" "$TARBALL"

@@ -3,8 +3,8 @@
 Engine: ``$DOCKER_HOST``, else the CI engine's socket (``.ci/docker-engine.sh``). Without one
 the docker tests skip with the reason, and fail under ``CI=true``: CI must not go green by
 skipping them. Fault-injection targets use a light image (the base plus pytest wheels, no
-torch, no packages) because under the vfs storage driver every container is a full copy of
-its image; the real suites use the full image once.
+torch, no packages): it builds in seconds, and where the engine falls back to the vfs storage
+driver every container is a full copy of its image; the real suites use the full image once.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def wheels_where_the_engine_script_left_none(monkeypatch, tmp_path_factory):
 
 
 # --- HIL_TEST_REMOVE_IMAGES=1 (set by .ci/run): leave the engine's disk as the run found it.
-# Under the CI engine's vfs driver every image layer is a full copy: the suite image built by
-# these tests takes ~4.4 GB (six layers of ~0.95 GB), which a one-shot CI machine needs for the
+# The suite image holds torch (~0.7 GB under overlay2; ~4.4 GB under the vfs fallback, where
+# each of its six layers is a full copy), and a one-shot CI machine needs that disk for the
 # later sessions (the torch 2.1 install alone unpacks to 4.7 GB). Elsewhere the images stay, so
 # the next run reuses them. Runs once, in the process that is not an xdist worker, after every
 # worker has finished.

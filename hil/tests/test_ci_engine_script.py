@@ -119,6 +119,39 @@ def test_clean_stops_and_deletes_the_data_root(tmp_path):
             ours.kill()
 
 
+def stand_in_mount(tmp_path, body: str) -> dict:
+    """PATH with `mount` and `umount` replaced: the driver probe's mount does what body says."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, text in (("mount", body), ("umount", "exit 0")):
+        (bin_ / name).write_text(f"#!/bin/bash\n{text}\n")
+        (bin_ / name).chmod(0o755)
+    return {"PATH": f"{bin_}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+
+@needs_root
+def test_driver_is_vfs_where_overlayfs_does_not_mount(tmp_path):
+    proc = script(tmp_path, "driver", **stand_in_mount(tmp_path, "exit 32"))
+    assert proc.returncode == 0 and proc.stdout.startswith("vfs: overlayfs does not mount"), proc
+    # the probe cleans up after itself: nothing of it stays in the data root
+    assert list((tmp_path / "root").iterdir()) == []
+
+
+@needs_root
+def test_driver_is_vfs_where_a_write_through_the_overlay_misses_the_upper_directory(tmp_path):
+    # "mounted", but the merged directory is a plain directory: writes never reach upper/
+    proc = script(tmp_path, "driver", **stand_in_mount(tmp_path, "exit 0"))
+    assert proc.returncode == 0 and proc.stdout.startswith("vfs:"), proc
+
+
+@needs_root
+def test_driver_override_wins_without_probing(tmp_path):
+    env = stand_in_mount(tmp_path, f"touch {tmp_path / 'probed'}; exit 32")
+    proc = script(tmp_path, "driver", HIL_DOCKER_STORAGE_DRIVER="overlay2", **env)
+    assert proc.stdout == "overlay2: HIL_DOCKER_STORAGE_DRIVER\n", proc
+    assert not (tmp_path / "probed").exists()
+
+
 @needs_root
 def test_clean_refuses_slash(tmp_path):
     proc = script(tmp_path, "clean", HIL_DOCKER_ROOT="/")
@@ -128,7 +161,8 @@ def test_clean_refuses_slash(tmp_path):
 @needs_root
 def test_unknown_command(tmp_path):
     proc = script(tmp_path, "bogus")
-    assert proc.returncode == 2 and "expected start, stop, clean [--cache] or status" in proc.stderr
+    expected = "expected start, stop, clean [--cache], driver or status"
+    assert proc.returncode == 2 and expected in proc.stderr
 
 
 def ci_run(tmp_path, nox_rc: int = 0, **env_extra) -> tuple:
