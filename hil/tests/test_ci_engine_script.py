@@ -119,6 +119,20 @@ def test_clean_stops_and_deletes_the_data_root(tmp_path):
             ours.kill()
 
 
+@needs_root
+def test_clean_deletes_a_data_root_bind_mounted_onto_itself(tmp_path):
+    """As dockerd leaves it: unless the root itself is unmounted, rm fails with EBUSY."""
+    root = tmp_path / "root"
+    (root / "overlay2").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
+    try:
+        proc = script(tmp_path, "clean")
+        assert proc.returncode == 0, proc.stderr
+        assert not root.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+
+
 def stand_in_mount(tmp_path, body: str) -> dict:
     """PATH with `mount` and `umount` replaced: the driver probe's mount does what body says."""
     bin_ = tmp_path / "bin"
