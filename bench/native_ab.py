@@ -36,6 +36,7 @@ from typing import Any, Optional
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import positive_int  # noqa: E402
 from _timing import copy_bandwidth, device_info, graph_ms, print_table, write_results  # noqa: E402
 from native_decode_bench import (  # noqa: E402
     ROWS,
@@ -55,17 +56,6 @@ BODIES = (CUDA_CORE, MMA)  # the partition bodies --body may force
 def any_group_shapes(text: str) -> tuple:
     """``--shapes``: native_decode_bench.py's syntax, rows of any GQA group."""
     return parse_shapes(text, group=None)
-
-
-def positive_int(text: str) -> int:
-    """``--rounds``: a whole number of at least 1 (medians of no rounds are undefined)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def parse_builds(items: list[str]) -> list[tuple[str, Path]]:

@@ -6,7 +6,6 @@ compiled on a machine without a GPU); otherwise the library is built on first us
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Optional
@@ -19,12 +18,7 @@ from attn_core.core.settings import current_overrides
 from attn_core.native import abi
 from attn_core.native import split as ps
 from attn_core.native.loader import load_library
-from attn_core.native.prefill import (
-    PrefillLibrary,
-    device_launch,
-    launch_prefill,
-    poison_past_context,
-)
+from attn_core.native.prefill import PrefillLibrary, poison_past_context, run_case
 from attn_core.reference import PrefillCase, make_prefill_case, reference_prefix_prefill
 
 MMAS = ("wmma", "fma")
@@ -141,36 +135,8 @@ def run_native(
     (default: the device's rule). ``out`` and the partials start as NaN: the kernel must write
     every output and the merge read only what the splits wrote."""
     lib = lib or prefill_library(mma)
-    query = case.query
-    num_tokens, num_heads, head_size = query.shape
-    context_lens = case.context_lens.to(torch.int32).contiguous()
-    if config is None:
-        launch = device_launch(
-            lib, query.device, query_dtype=query.dtype, kv_cache_dtype=case.kv_cache_dtype,
-            num_seqs=context_lens.shape[0], num_tokens=num_tokens, num_heads=num_heads,
-            num_kv_heads=case.key_cache.shape[1], head_size=head_size,
-            max_query_len=case.max_query_len, max_context_len=int(context_lens.max()),
-            num_splits=num_splits,
-        )  # fmt: skip
-    else:
-        launch = forced_launch(lib, case, config, num_splits)
-    part_out = part_lse = None
-    if launch.num_splits > 1:
-        o_shape, l_shape = abi.partials_shapes(num_tokens, num_heads, launch.num_splits, head_size)
-        part_out = torch.full(o_shape, math.nan, dtype=torch.float32, device=query.device)
-        part_lse = torch.full(l_shape, math.nan, dtype=torch.float32, device=query.device)
-    out = torch.full_like(query, math.nan)
-    window = case.sliding_window if case.sliding_window and case.sliding_window > 0 else 0
-    alibi = case.alibi_slopes.contiguous() if case.alibi_slopes is not None else None
-    launch_prefill(
-        lib, launch, query, case.key, case.value, case.key_cache, case.value_cache,
-        case.block_tables, case.query_start_loc.to(torch.int32).contiguous(), context_lens, out,
-        max_query_len=case.max_query_len, scale=head_size**-0.5 if scale is None else scale,
-        alibi_slopes=alibi, sliding_window=window, kv_cache_dtype=case.kv_cache_dtype,
-        k_scale=case.k_scale, v_scale=case.v_scale, part_out=part_out, part_lse=part_lse,
-        stream=stream,
-    )  # fmt: skip
-    return out
+    launch = None if config is None else forced_launch(lib, case, config, num_splits)
+    return run_case(lib, case, num_splits, launch=launch, scale=scale, stream=stream)
 
 
 def reference(case: PrefillCase, scale: Optional[float] = None) -> torch.Tensor:

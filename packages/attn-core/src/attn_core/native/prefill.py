@@ -330,10 +330,13 @@ def run_case(
     splits: Optional[int] = None,
     *,
     launch: Optional[ps.PrefillLaunch] = None,
+    scale: Optional[float] = None,
     stream: Optional[int] = None,
 ) -> torch.Tensor:
-    """``case`` through ``lib``, outputs NaN-poisoned first: with ``launch``, else the
-    device's own launch (:func:`device_launch`, ``splits`` forcing its split)."""
+    """``case`` through ``lib`` on ``stream`` (default: the current one): with ``launch``, else
+    the device's own launch (:func:`device_launch`, ``splits`` forcing its split); ``scale``
+    defaults to ``head_size ** -0.5``. ``out`` and the partials start as NaN: the kernel must
+    write every output and the merge read only what the splits wrote."""
     query = case.query
     num_tokens, num_heads, head_size = query.shape
     context_lens = case.context_lens.to(torch.int32).contiguous()
@@ -348,15 +351,17 @@ def run_case(
     part_out = part_lse = None
     if launch.num_splits > 1:
         o_shape, l_shape = abi.partials_shapes(num_tokens, num_heads, launch.num_splits, head_size)
-        part_out = torch.empty(o_shape, dtype=torch.float32, device=query.device)
-        part_lse = torch.empty(l_shape, dtype=torch.float32, device=query.device)
+        part_out = torch.full(o_shape, math.nan, dtype=torch.float32, device=query.device)
+        part_lse = torch.full(l_shape, math.nan, dtype=torch.float32, device=query.device)
     out = torch.full_like(query, math.nan)
     window = case.sliding_window if case.sliding_window and case.sliding_window > 0 else 0
+    alibi = case.alibi_slopes.contiguous() if case.alibi_slopes is not None else None
     launch_prefill(
         lib, launch, query, case.key, case.value, case.key_cache, case.value_cache,
         case.block_tables, case.query_start_loc.to(torch.int32).contiguous(), context_lens, out,
-        max_query_len=case.max_query_len, scale=head_size**-0.5, alibi_slopes=case.alibi_slopes,
-        sliding_window=window, kv_cache_dtype=case.kv_cache_dtype, k_scale=case.k_scale,
-        v_scale=case.v_scale, part_out=part_out, part_lse=part_lse, stream=stream,
+        max_query_len=case.max_query_len, scale=head_size**-0.5 if scale is None else scale,
+        alibi_slopes=alibi, sliding_window=window, kv_cache_dtype=case.kv_cache_dtype,
+        k_scale=case.k_scale, v_scale=case.v_scale, part_out=part_out, part_lse=part_lse,
+        stream=stream,
     )  # fmt: skip
     return out
