@@ -107,9 +107,9 @@ class ArgReader:
 def _call_native_v1(out: torch.Tensor, a: dict[str, Any]) -> bool:
     """Run the platform's V1 into ``out``; False when it cannot (then attn-core runs)."""
     native = STATE.natives["paged_attention_v1"]
-    if native.fn is None:
-        return False
     fn = native.fn
+    if fn is None:
+        return False
     query, key_cache, value_cache = a["query"], a["key_cache"], a["value_cache"]
     num_kv_heads = key_cache.shape[1]
     block_size = value_cache.shape[3]
