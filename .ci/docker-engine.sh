@@ -12,8 +12,9 @@
 #   2. starts dockerd as root on its own socket ($HIL_DOCKER_SOCK), no iptables, no bridge, its
 #      own data-root / exec-root / pidfile, so it never touches a system docker; waits until it
 #      answers. Storage driver: overlay2 where the kernel mounts overlayfs on the data root's
-#      filesystem (a probe mount says), else vfs; $HIL_DOCKER_STORAGE_DRIVER overrides. dockerd starts its own containerd (socket and pid
-#      file under the exec-root /run/hil-docker/containerd).
+#      filesystem (a probe mount says) and dockerd accepts it, else vfs;
+#      $HIL_DOCKER_STORAGE_DRIVER overrides (and is not retried as vfs). dockerd starts its own
+#      containerd (socket and pid file under the exec-root /run/hil-docker/containerd).
 #   3. debootstraps a minbase bookworm root filesystem with python3 (+ venv, pip, setuptools),
 #      caches it as a tarball outside the repo ($HIL_CACHE) and `docker import`s it as
 #      $HIL_BASE_IMAGE. Containers run with network none, so nothing else comes from outside.
@@ -28,8 +29,9 @@
 # every 3 s), which a one-shot CI machine with less free disk did not survive; under overlay2 a
 # layer holds only what its step changed.
 # `driver` prints the storage driver `start` would pick, and why.
-# Env: HIL_DOCKER_SOCK, HIL_DOCKER_STORAGE_DRIVER, HIL_DOCKER_ROOT, HIL_DOCKER_EXEC_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE,
-#      HIL_TORCH_WHEEL, DEBIAN_MIRROR.
+# Env: HIL_DOCKER_SOCK, HIL_DOCKER_STORAGE_DRIVER, HIL_DOCKER_LOG, HIL_DOCKER_ROOT,
+#      HIL_DOCKER_EXEC_ROOT, HIL_DOCKER_PID, HIL_CACHE, HIL_BASE_IMAGE, HIL_TORCH_WHEEL,
+#      DEBIAN_MIRROR.
 set -euo pipefail
 
 SOCK="${HIL_DOCKER_SOCK:-/run/hil-docker.sock}"
@@ -43,7 +45,7 @@ EXEC_ROOT="${HIL_DOCKER_EXEC_ROOT:-/run/hil-docker}"
 PIDFILE="${HIL_DOCKER_PID:-/run/hil-docker.pid}"
 CONTAINERD_PIDFILE="$EXEC_ROOT/containerd/containerd.pid"
 CONTAINERD_SOCK="$EXEC_ROOT/containerd/containerd.sock"
-LOG="/var/log/hil-dockerd.log"
+LOG="${HIL_DOCKER_LOG:-/var/log/hil-dockerd.log}"
 
 say() { echo "[docker-engine] $*" >&2; }
 dk() { docker -H "$HOST" "$@"; }
@@ -184,12 +186,9 @@ else
 fi
 
 # 2. the engine
-if dk info >/dev/null 2>&1; then
-    say "dockerd already answering on $HOST ($(dk info --format '{{.Driver}}') storage driver)"
-else
-    mkdir -p "$ROOT" "$EXEC_ROOT"
-    choice="$(pick_driver)"
-    driver="${choice%%:*}"
+# Start dockerd on storage driver $1 ($2: what to say about the choice); 0 once it answers.
+start_dockerd() {
+    local driver="$1" other pid
     # a data root left by the other driver: its layers are invisible to this one, dead weight
     for other in vfs overlay2; do
         if [ "$other" != "$driver" ] && [ -d "$ROOT/$other" ]; then
@@ -198,7 +197,7 @@ else
             safe_rm "$ROOT/image/$other"
         fi
     done
-    say "starting dockerd on $HOST (storage driver ${choice}; no iptables, no bridge; log $LOG)"
+    say "starting dockerd on $HOST (storage driver $2; no iptables, no bridge; log $LOG)"
     setsid dockerd \
         --host "$HOST" \
         --storage-driver "$driver" \
@@ -207,14 +206,38 @@ else
         --exec-root "$EXEC_ROOT" \
         --pidfile "$PIDFILE" \
         >>"$LOG" 2>&1 </dev/null &
+    pid=$!
     for _ in $(seq 1 60); do
-        dk info >/dev/null 2>&1 && break
+        dk info >/dev/null 2>&1 && return 0
+        alive "$pid" || return 1  # a dockerd that refuses its storage driver exits at once
         sleep 1
     done
-    if ! dk info >/dev/null 2>&1; then
-        say "dockerd did not answer within 60 s; last log lines:"
-        tail -n 30 "$LOG" >&2
-        exit 1
+    dk info >/dev/null 2>&1 && return 0
+    end_pid "$pid" 30  # it never answered: not left running beside the next try
+    return 1
+}
+
+if dk info >/dev/null 2>&1; then
+    say "dockerd already answering on $HOST ($(dk info --format '{{.Driver}}') storage driver)"
+else
+    mkdir -p "$ROOT" "$EXEC_ROOT"
+    choice="$(pick_driver)"
+    driver="${choice%%:*}"
+    if ! start_dockerd "$driver" "$choice"; then
+        say "dockerd did not come up on $driver; last log lines:"
+        tail -n 15 "$LOG" >&2
+        # the probe mounts overlayfs, but dockerd's overlay2 also checks the backing filesystem
+        # (d_type, nesting): then vfs, slower and larger, is still an engine
+        if [ "$driver" = overlay2 ] && [ -z "${HIL_DOCKER_STORAGE_DRIVER:-}" ]; then
+            stop_engine
+            start_dockerd vfs "vfs: dockerd refused overlay2 on $ROOT" || {
+                say "dockerd did not come up on vfs either; last log lines:"
+                tail -n 30 "$LOG" >&2
+                exit 1
+            }
+        else
+            exit 1
+        fi
     fi
     say "dockerd is up (pid $(cat "$PIDFILE")); stop it with: bash .ci/docker-engine.sh stop"
 fi

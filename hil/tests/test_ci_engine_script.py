@@ -166,6 +166,94 @@ def test_driver_override_wins_without_probing(tmp_path):
     assert not (tmp_path / "probed").exists()
 
 
+# an overlay "mount" that works as far as the probe can tell: the merged directory becomes the
+# upper one, so a write through it lands there
+OVERLAY_MOUNT = """
+upper=$(echo "$*" | sed -E 's/.*upperdir=([^,]*),.*/\\1/')
+target="${@: -1}"
+rm -rf "$target" && ln -s "$upper" "$target"
+"""
+
+# dockerd as the script starts it: refuses a driver matching the pattern $REFUSE (exits, as
+# dockerd does when its graph driver fails), otherwise answers (through the stand-in docker)
+FAKE_DOCKERD = """
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --host) host=$2; shift ;;
+    --storage-driver) driver=$2; shift ;;
+    --pidfile) pidfile=$2; shift ;;
+    esac
+    shift
+done
+echo "dockerd $driver" >>"$STATE/calls"
+if [[ "$driver" =~ ^($REFUSE)$ ]]; then
+    echo "error initializing graphdriver: $driver" >&2
+    exit 1
+fi
+echo $$ >"$pidfile"
+echo "$driver" >"$STATE/up"
+exec -a "dockerd --host $host" sleep 300
+"""
+
+FAKE_DOCKER = """
+[ -f "$STATE/up" ] || exit 1
+case "$*" in *"info --format"*) cat "$STATE/up" ;; esac
+exit 0
+"""
+
+
+def start_with_stand_ins(tmp_path, refuse: str, driver: str = "") -> tuple:
+    """`start` with dockerd, docker, debootstrap and mount stood in, wheels already collected,
+    ``driver`` as HIL_DOCKER_STORAGE_DRIVER: (the completed process, the dockerd starts made)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    env = stand_in_mount(tmp_path, OVERLAY_MOUNT)
+    for name, body in (("dockerd", FAKE_DOCKERD), ("docker", FAKE_DOCKER), ("debootstrap", "")):
+        (tmp_path / "bin" / name).write_text(f"#!/bin/bash\n{body}\n")
+        (tmp_path / "bin" / name).chmod(0o755)
+    wheels = tmp_path / "cache" / "wheels"
+    wheels.mkdir(parents=True)
+    (wheels / ".complete").write_text("torch-x.whl pytest pytest-timeout tabulate hypothesis\n")
+    proc = script(
+        tmp_path, "start", STATE=str(state), REFUSE=refuse, HIL_TORCH_WHEEL="/nowhere/torch-x.whl",
+        HIL_DOCKER_LOG=str(tmp_path / "dockerd.log"), HIL_DOCKER_STORAGE_DRIVER=driver, **env,
+    )  # fmt: skip
+    try:
+        calls = (state / "calls").read_text().splitlines()
+    finally:
+        script(tmp_path, "stop", **env)
+    return proc, calls
+
+
+@needs_root
+def test_start_falls_back_to_vfs_when_dockerd_refuses_overlay2(tmp_path):
+    proc, calls = start_with_stand_ins(tmp_path, refuse="overlay2")
+    assert proc.returncode == 0, proc.stderr
+    assert calls == ["dockerd overlay2", "dockerd vfs"], calls
+    assert "storage driver vfs: dockerd refused overlay2" in proc.stderr
+    assert "error initializing graphdriver: overlay2" in proc.stderr  # the log's reason, shown
+
+
+@needs_root
+def test_start_keeps_overlay2_when_dockerd_accepts_it(tmp_path):
+    proc, calls = start_with_stand_ins(tmp_path, refuse="")
+    assert proc.returncode == 0, proc.stderr
+    assert calls == ["dockerd overlay2"], calls
+
+
+@needs_root
+def test_start_fails_when_dockerd_refuses_both_drivers(tmp_path):
+    proc, calls = start_with_stand_ins(tmp_path, refuse="overlay2|vfs")
+    assert proc.returncode == 1 and calls == ["dockerd overlay2", "dockerd vfs"], calls
+    assert "did not come up on vfs either" in proc.stderr
+
+
+@needs_root
+def test_an_overridden_driver_that_fails_is_not_retried(tmp_path):
+    proc, calls = start_with_stand_ins(tmp_path, refuse="overlay2", driver="overlay2")
+    assert proc.returncode == 1 and calls == ["dockerd overlay2"], calls
+
+
 @needs_root
 def test_clean_refuses_slash(tmp_path):
     proc = script(tmp_path, "clean", HIL_DOCKER_ROOT="/")
