@@ -133,8 +133,8 @@ safe_rm() {  # refuse to delete / or an empty path, and unmount leftovers first
         say "refusing to delete '$dir'"; return 1 ;;
     esac
     [ -e "$dir" ] || { say "$dir already absent"; return 0; }
-    # the directory itself too: dockerd bind-mounts its data root onto itself (to set its mount
-    # propagation), and a dockerd that did not shut down cleanly leaves that mount behind
+    # the directory itself too: dockerd bind-mounts its data root onto itself and leaves that
+    # mount behind when it stops (seen here after a clean stop; rm then fails with EBUSY)
     awk -v d="$dir" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/self/mounts | sort -r |
         while read -r m; do umount -l "$m" 2>/dev/null || true; done
     say "deleting $dir ($(du -sh "$dir" 2>/dev/null | cut -f1))"

@@ -118,11 +118,11 @@ def wheels_where_the_engine_script_left_none(monkeypatch, tmp_path_factory):
 
 
 # --- HIL_TEST_REMOVE_IMAGES=1 (set by .ci/run): leave the engine's disk as the run found it.
-# The suite image holds torch (~0.7 GB under overlay2; ~4.4 GB under the vfs fallback, where
-# each of its six layers is a full copy), and a one-shot CI machine needs that disk for the
-# later sessions (the torch 2.1 install alone unpacks to 4.7 GB). Elsewhere the images stay, so
-# the next run reuses them. Runs once, in the process that is not an xdist worker, after every
-# worker has finished.
+# The suite image holds torch (the docker tests peak at +2.9 GB of disk under overlay2; the
+# image alone is ~4.4 GB under the vfs fallback, each of its six layers a full copy), and a
+# one-shot CI machine needs that disk for the later sessions (the torch 2.1 install alone
+# unpacks to 4.7 GB). Elsewhere the images stay, so the next run reuses them. Runs once, in the
+# process that is not an xdist worker, after every worker has finished.
 
 _IMAGES_BEFORE = pytest.StashKey[set]()
 
