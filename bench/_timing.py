@@ -14,7 +14,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 
@@ -134,12 +134,43 @@ def transient_peak_bytes(fn: Callable[[], object], device: torch.device) -> Opti
     return torch.cuda.max_memory_allocated(device) - base
 
 
-def kernel_launches(fn: Callable[[], object], device: torch.device) -> Optional[int]:
-    """Device kernels (and memcpy/memset) one call of ``fn`` issues, via torch.profiler.
+class KernelProfile(NamedTuple):
+    """One profiled call: ``launches`` device kernels (and memcpy/memset; on the CPU the
+    top-level aten ops instead) and ``device_ms``, each kernel's device time by
+    :func:`short_kernel_name`, summed over its launches (empty on the CPU)."""
 
-    On the CPU returns the number of aten ops instead (no device kernels exist there);
-    None if the profiler is unavailable.
-    """
+    launches: int
+    device_ms: dict[str, float]
+
+    def top(self, n: int = 3) -> str:
+        """The ``n`` kernels that took the most device time, as ``"name ms, ..."`` ("" if none)."""
+        ranked = sorted(self.device_ms.items(), key=lambda kv: -kv[1])[:n]
+        return ", ".join(f"{name} {ms:.3g}" for name, ms in ranked)
+
+
+def short_kernel_name(name: str) -> str:
+    """A profiler's kernel name without its return type, namespaces and parameters:
+    ``"void attn::gdn::chunk_pass<128>(AttnGdnPrefillArgs, ...)"`` -> ``"chunk_pass<128>"``
+    (template arguments stay: they tell cuBLAS's and CUTLASS's kernels apart). Names that are
+    not C++ signatures (Triton's, "Memcpy DtoD (Device -> Device)") keep all but the
+    parenthesised tail."""
+    text = name.replace("(anonymous namespace)", "").strip()
+    if text.startswith("void "):
+        text = text[len("void ") :]
+    depth, end, last_scope = 0, len(text), 0
+    for i, ch in enumerate(text):
+        depth += (ch == "<") - (ch == ">")
+        if depth == 0 and ch == "(":
+            end = i
+            break
+        if depth == 0 and text.startswith("::", i):
+            last_scope = i + 2
+    return text[last_scope:end].strip() or name
+
+
+def kernel_profile(fn: Callable[[], object], device: torch.device) -> Optional[KernelProfile]:
+    """Profile one call of ``fn`` (after one warm call) with torch.profiler; None if the
+    profiler is unavailable."""
     try:
         from torch.profiler import ProfilerActivity, profile
     except ImportError:  # pragma: no cover - very old torch
@@ -153,14 +184,29 @@ def kernel_launches(fn: Callable[[], object], device: torch.device) -> Optional[
         fn()
         synchronize(device)
     events = prof.events()
-    if device.type == "cuda":
-        kinds = []
-        for e in events:
-            dev_type = getattr(e, "device_type", None)
-            if dev_type is not None and "CUDA" in str(dev_type):
-                kinds.append(e.name)
-        return len(kinds)
-    return sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is None)
+    if device.type != "cuda":
+        launches = sum(1 for e in events if e.name.startswith("aten::") and e.cpu_parent is None)
+        return KernelProfile(launches, {})
+    kernels = [e for e in events if "CUDA" in str(getattr(e, "device_type", ""))]
+    times: dict[str, float] = {}
+    for e in kernels:
+        # device_time_total on current torch, cuda_time_total on torch 2.1 (microseconds)
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = getattr(e, "cuda_time_total", 0.0)
+        key = short_kernel_name(e.name)
+        times[key] = times.get(key, 0.0) + us / 1e3
+    return KernelProfile(len(kernels), times)
+
+
+def kernel_launches(fn: Callable[[], object], device: torch.device) -> Optional[int]:
+    """Device kernels (and memcpy/memset) one call of ``fn`` issues, via torch.profiler.
+
+    On the CPU returns the number of aten ops instead (no device kernels exist there);
+    None if the profiler is unavailable.
+    """
+    profiled = kernel_profile(fn, device)
+    return None if profiled is None else profiled.launches
 
 
 def device_info(device: torch.device) -> dict[str, Any]:

@@ -30,12 +30,13 @@ q/k (as the model calls it). Implementations, each where it can run here:
 Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
 CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
 allocated above the inputs, outputs and final states excluded; ``launches``: device kernels per
-call (torch.profiler); ``floor_ms`` and ``x_floor``: decode moves each sequence's 2 MiB fp32
-state in and out at least once (``2 x 2 MiB x batch`` at the copy rate measured here), prefill's
-floor is its matrix FLOPs (``6 K V + 4 C (K + V)`` per token and value head, C = 64) at
-``--matrix-tflops`` (default: the bf16 matmul rate measured here); ``max_err``: attn-core's
-prefill against the float64 reference on the first 128 tokens, other rows against attn-core
-(``diff``).
+call (torch.profiler), and ``kernels``: the three that took the most device time in that call
+(ms summed over their launches: the chunk-parallel pair's split); ``floor_ms`` and ``x_floor``:
+decode moves each sequence's 2 MiB fp32 state in and out at least once (``2 x 2 MiB x batch`` at
+the copy rate measured here), prefill's floor is its matrix FLOPs (``6 K V + 4 C (K + V)`` per
+token and value head, C = 64) at ``--matrix-tflops`` (default: the bf16 matmul rate measured
+here); ``max_err``: attn-core's prefill against the float64 reference on the first 128 tokens,
+other rows against attn-core (``diff``).
 
 Each row is printed when measured and ``<out>/linear_attn_bench.json`` is rewritten after every
 row; ``--budget-s`` starts no new row after that many seconds. ``--quick``: tiny sizes that
@@ -62,7 +63,7 @@ from _timing import (  # noqa: E402
     copy_bandwidth,
     device_info,
     graph_ms,
-    kernel_launches,
+    kernel_profile,
     matmul_flops,
     median_time_s,
     print_table,
@@ -89,7 +90,7 @@ CHUNK = 64
 CHECK_TOKENS = 128
 COLUMNS = (
     "kind", "case", "impl", "mode", "ms", "floor_ms", "x_floor", "transient_mib", "launches",
-    "max_err", "note",
+    "kernels", "max_err", "note",
 )  # fmt: skip
 
 
@@ -333,8 +334,8 @@ def _prefill_rows(run: Run, lens: list[int], shape: dict, device: torch.device, 
 
 
 def _measure(run: Run, row: dict, fn: Callable, device, out_bytes: int) -> Optional[Any]:
-    """Time ``fn`` (one warm call first), its transient peak and launches; returns the warm
-    call's result (None when it failed, with the failure in the row's note)."""
+    """Time ``fn`` (one warm call first), its transient peak, launches and kernels; returns the
+    warm call's result (None when it failed, with the failure in the row's note)."""
     result = None
     try:
         result = fn()
@@ -344,7 +345,10 @@ def _measure(run: Run, row: dict, fn: Callable, device, out_bytes: int) -> Optio
         row["transient_mib"] = None if peak is None else round((peak - out_bytes) / 2**20, 1)
         first_prefill = row["case"] == str(run.args.prefill[0])
         if not run.args.no_launches and (row["kind"] == "decode" or first_prefill):
-            row["launches"] = kernel_launches(fn, device)
+            profiled = kernel_profile(fn, device)
+            if profiled is not None:
+                row["launches"] = profiled.launches
+                row["kernels"] = profiled.top() or None
     except torch.cuda.OutOfMemoryError as exc:
         row["note"] = f"out of memory: {str(exc)[:60]}"
     except (RuntimeError, TypeError, ValueError) as exc:

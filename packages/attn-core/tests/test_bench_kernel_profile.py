@@ -1,0 +1,40 @@
+"""bench/_timing.py's kernel profile: the names its split is keyed by, and its CPU behaviour."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bench_modules import bench_module
+
+timing = bench_module("_timing")
+
+
+@pytest.mark.parametrize(
+    ("name", "short"),
+    [
+        ("void attn::gdn::chunk_pass<128>(AttnGdnPrefillArgs, attn::gdn::ChunkSegment)",
+         "chunk_pass<128>"),
+        ("void at::native::(anonymous namespace)::fill<float, std::less<void> >(int*)",
+         "fill<float, std::less<void> >"),
+        ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>(Params)",
+         "Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_nn_align4>"),
+        ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64",
+         "chunk_gated_delta_rule_fwd_kernel_h_blockdim64"),
+        ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
+    ],
+)  # fmt: skip
+def test_short_kernel_name(name, short) -> None:
+    assert timing.short_kernel_name(name) == short
+
+
+def test_top_ranks_by_device_time() -> None:
+    profiled = timing.KernelProfile(5, {"a": 1.0, "chunk_prep<128>": 7.42, "chunk_pass<128>": 7.27})
+    assert profiled.top(2) == "chunk_prep<128> 7.42, chunk_pass<128> 7.27"
+    assert timing.KernelProfile(0, {}).top() == ""
+
+
+def test_cpu_profile_counts_top_level_ops_and_has_no_device_times() -> None:
+    row, col = torch.ones(1, 4), torch.ones(4, 1)
+    profiled = timing.kernel_profile(lambda: torch.mm(row, col).add_(1), torch.device("cpu"))
+    assert profiled is not None and profiled.launches == 2 and profiled.device_ms == {}
+    assert timing.kernel_launches(lambda: row + 1, torch.device("cpu")) == 1
