@@ -6,7 +6,12 @@ import pytest
 import torch
 from bench_modules import bench_module
 
-timing = bench_module("_timing")
+
+@pytest.fixture(scope="module")
+def timing():
+    # loaded when a test runs, not at collection: images that carry only packages/ (the hil
+    # suites') collect this file without bench/
+    return bench_module("_timing")
 
 
 @pytest.mark.parametrize(
@@ -23,17 +28,17 @@ timing = bench_module("_timing")
         ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
     ],
 )  # fmt: skip
-def test_short_kernel_name(name, short) -> None:
+def test_short_kernel_name(timing, name, short) -> None:
     assert timing.short_kernel_name(name) == short
 
 
-def test_top_ranks_by_device_time() -> None:
+def test_top_ranks_by_device_time(timing) -> None:
     profiled = timing.KernelProfile(5, {"a": 1.0, "chunk_prep<128>": 7.42, "chunk_pass<128>": 7.27})
     assert profiled.top(2) == "chunk_prep<128> 7.42, chunk_pass<128> 7.27"
     assert timing.KernelProfile(0, {}).top() == ""
 
 
-def test_cpu_profile_counts_top_level_ops_and_has_no_device_times() -> None:
+def test_cpu_profile_counts_top_level_ops_and_has_no_device_times(timing) -> None:
     row, col = torch.ones(1, 4), torch.ones(4, 1)
     profiled = timing.kernel_profile(lambda: torch.mm(row, col).add_(1), torch.device("cpu"))
     assert profiled is not None and profiled.launches == 2 and profiled.device_ms == {}
