@@ -42,7 +42,8 @@ def toml_value(v) -> str:
             return "inf" if v > 0 else "-inf"
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a TOML basic string for printable text
+        # a TOML basic string: JSON escapes U+0000-U+001F; TOML also forbids a raw DEL (U+007F)
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, list):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
