@@ -148,24 +148,35 @@ class KernelProfile(NamedTuple):
         return ", ".join(f"{name} {ms:.3g}" for name, ms in ranked)
 
 
+# Template arguments longer than this are elided: torch's elementwise kernels carry whole
+# lambda signatures there (400+ characters a name), which drowned the table's other columns.
+TEMPLATE_ARGS_SHOWN = 64
+
+
 def short_kernel_name(name: str) -> str:
     """A profiler's kernel name without its return type, namespaces and parameters:
     ``"void attn::gdn::chunk_pass<128>(AttnGdnPrefillArgs, ...)"`` -> ``"chunk_pass<128>"``
-    (template arguments stay: they tell cuBLAS's and CUTLASS's kernels apart). Names that are
+    (short template arguments stay: they tell cuBLAS's and CUTLASS's kernels apart; longer
+    ones become ``<...>``, and kernels that differ only there share one entry). Names that are
     not C++ signatures (Triton's, "Memcpy DtoD (Device -> Device)") keep all but the
     parenthesised tail."""
     text = name.replace("(anonymous namespace)", "").strip()
     if text.startswith("void "):
         text = text[len("void ") :]
-    depth, end, last_scope = 0, len(text), 0
+    depth, end, last_scope, opened = 0, len(text), 0, -1
     for i, ch in enumerate(text):
+        if depth == 0 and ch == "<":
+            opened = i
         depth += (ch == "<") - (ch == ">")
         if depth == 0 and ch == "(":
             end = i
             break
         if depth == 0 and text.startswith("::", i):
-            last_scope = i + 2
-    return text[last_scope:end].strip() or name
+            last_scope, opened = i + 2, -1
+    short = text[last_scope:end].strip()
+    if opened >= last_scope and end - opened - 2 > TEMPLATE_ARGS_SHOWN:
+        short = text[last_scope:opened].strip() + "<...>"
+    return short or name
 
 
 def kernel_profile(fn: Callable[[], object], device: torch.device) -> Optional[KernelProfile]:

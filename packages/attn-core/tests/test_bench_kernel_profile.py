@@ -26,6 +26,16 @@ def timing():
         ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64",
          "chunk_gated_delta_rule_fwd_kernel_h_blockdim64"),
         ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
+        ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
+         "at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor"
+         "<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, "
+         "at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1}>(int, "
+         "at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<float, float, float> >)",
+         "elementwise_kernel<...>"),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<bool, "
+         "at::native::func_wrapper_t<bool, at::native::or_kernel_cuda(at::TensorIterator&)"
+         "::{lambda()#1}::operator()() const::{lambda(bool, bool)#1}>, unsigned int, bool, 4, "
+         "4> >(at::native::ReduceOp<bool>)", "reduce_kernel<...>"),
     ],
 )  # fmt: skip
 def test_short_kernel_name(timing, name, short) -> None:
