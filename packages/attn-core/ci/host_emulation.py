@@ -146,7 +146,9 @@ def build_key(library: str, slots: int, compiler: str, asan: bool = False) -> st
     digest = hashlib.sha256(Path(__file__).read_bytes())
     for path in sorted([*CSRC.iterdir(), *HOST_CUDA.iterdir()]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    digest.update(repr((library, slots, FLAGS, LIBRARIES[library], asan)).encode())
+    digest.update(
+        repr((library, slots, FLAGS, gcc_flags(compiler), LIBRARIES[library], asan)).encode()
+    )
     digest.update(_compiler_identity(compiler).encode())
     return digest.hexdigest()[:20]
 
@@ -197,8 +199,8 @@ def compile_library(
             path.write_text(rewrite_for_host(path.read_text()))
         partial = Path(tmp) / target.name
         command = [
-            compiler, *FLAGS, *defines, f"-I{HOST_CUDA}", f"-I{src}", str(src / source_name),
-            "-o", str(partial),
+            compiler, *FLAGS, *gcc_flags(compiler), *defines, f"-I{HOST_CUDA}", f"-I{src}",
+            str(src / source_name), "-o", str(partial),
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -206,6 +208,15 @@ def compile_library(
                 f"{' '.join(command)}\nexited {done.returncode}:\n{done.stderr[-4000:]}"
             )
         os.replace(partial, target)
+
+
+def gcc_flags(compiler: str) -> tuple[str, ...]:
+    """-fno-gnu-unique under GCC: the host rewrite makes a kernel's shared arrays static locals
+    of function templates, which GCC binds process-wide (STB_GNU_UNIQUE) whatever dlopen's
+    RTLD_LOCAL says. Two libraries from one source then shared one array per kernel: a build
+    whose chunk_pass had 32 value columns wrote its 16 KiB state slice into the CoreX
+    build's 8 KiB one, and both gave wrong results once both were loaded."""
+    return () if "clang" in _compiler_identity(compiler).lower() else ("-fno-gnu-unique",)
 
 
 def _compiler(preferred: str | None) -> str:
