@@ -9,7 +9,7 @@ import pytest
 from hil import cli
 from hil.quarantine import QuarantineStore
 from hil.status import Counts, Status, SuiteResult
-from hil.summary import render
+from hil.summary import HEADERS, render
 
 
 def test_list_targets_shows_quarantine(tmp_path, capsys):
@@ -107,16 +107,7 @@ def test_summary_table_columns():
         ]
     )
     header = text.splitlines()[0]
-    for column in (
-        "target",
-        "suite",
-        "status",
-        "passed",
-        "failed",
-        "skipped",
-        "duration",
-        "artifacts",
-    ):
+    for column in HEADERS:
         assert column in header
     assert "HANG" in text and "/r/lab/long-context" in text
 
