@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -211,6 +211,11 @@ def _stream(t: torch.Tensor, stream: Optional[int]) -> int:
     if stream is not None:
         return stream
     return abi.current_stream(t.device) if t.is_cuda else 0
+
+
+def _cu_seqlens(lengths: Sequence[int]) -> torch.Tensor:
+    """``[N + 1]`` int32 (CPU) offsets of sequences of ``lengths`` packed back to back."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
 
 
 def _token_fields(
@@ -414,10 +419,7 @@ def launch_chunk_parallel_prefill(
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
     if final_state is None:
         final_state = torch.empty(len(lengths), hv, dk, dv, dtype=torch.float32, device=dev)
-    bounds = [0]
-    for n in lengths:
-        bounds.append(bounds[-1] + n)
-    offsets = torch.tensor(bounds, dtype=torch.int32).to(dev, non_blocking=True)
+    offsets = _cu_seqlens(lengths).to(dev, non_blocking=True)
     seq_order = torch.tensor(order, dtype=torch.int32).to(dev, non_blocking=True)
     args = _prefill_args(q, k, v, g, beta, out, offsets, initial_state, final_state, scale, l2norm)
     args.workspace, args.seq_order = workspace.data_ptr(), seq_order.data_ptr()
@@ -673,10 +675,7 @@ def prefill_errors(
     g = (-torch.rand(total, value_heads, generator=gen) * 0.5).to(device)
     beta = torch.rand(total, value_heads, generator=gen).to(device, dtype)
     init = (torch.randn(len(lengths), value_heads, head_k, head_v, generator=gen) * 0.3).to(device)
-    bounds = [0]
-    for length in lengths:
-        bounds.append(bounds[-1] + length)
-    cu = torch.tensor(bounds, dtype=torch.int32)
+    cu = _cu_seqlens(lengths)
     out = torch.full((total, value_heads, head_v), float("nan"), dtype=dtype, device=device)
     final = torch.full_like(init, float("nan"))
     scale = head_k**-0.5
@@ -744,17 +743,16 @@ def check_chunk_parallel(
     )
 
 
-def _check(device: torch.device, config: tuple, lib: GatedDeltaLibrary) -> Verdict:
-    verdict = check_library(lib, device, config)
-    torch.cuda.synchronize(device)
-    return verdict
+def _synchronized(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
+    """``check`` as verify-once calls it, finished on the device before its verdict counts."""
+
+    def run(device: torch.device, config: tuple, lib: GatedDeltaLibrary) -> Verdict:
+        verdict = check(lib, device, config)
+        torch.cuda.synchronize(device)
+        return verdict
+
+    return run
 
 
-def _check_parallel(device: torch.device, config: tuple, lib: GatedDeltaLibrary) -> Verdict:
-    verdict = check_chunk_parallel(lib, device, config)
-    torch.cuda.synchronize(device)
-    return verdict
-
-
-verify_once.register(GatedDeltaLibrary.VERIFY_KIND, _check)
-verify_once.register(GatedDeltaLibrary.PARALLEL_VERIFY_KIND, _check_parallel)
+verify_once.register(GatedDeltaLibrary.VERIFY_KIND, _synchronized(check_library))
+verify_once.register(GatedDeltaLibrary.PARALLEL_VERIFY_KIND, _synchronized(check_chunk_parallel))
