@@ -57,6 +57,7 @@ from attn_core.decode.plan_native import (
     NativeDecodePlan,
     choose_backend,
     plan_native_decode,
+    step_sizes,
 )
 from attn_core.device.capabilities import Capabilities
 from attn_core.device.spec import DeviceSpec, occupancy_limits
@@ -389,13 +390,7 @@ def _size(inputs: _Inputs, spec: DeviceSpec, tier: str, ps: int, why: str) -> De
     )  # fmt: skip
     return DecodePlan(
         tier=tier,
-        num_seqs=inputs.num_seqs,
-        num_heads=s.num_heads,
-        num_kv_heads=s.num_kv_heads,
-        head_size=s.head_size,
-        block_size=s.block_size,
-        group=s.group,
-        context_tokens=inputs.context,
+        **step_sizes(s, inputs.num_seqs, inputs.context),
         partition_size=ps,
         num_partitions=num_partitions,
         chunk_tokens=chunk,

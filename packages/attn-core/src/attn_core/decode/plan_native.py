@@ -77,6 +77,17 @@ class DecodeStep:
         return 2 * self.num_seqs * self.context_tokens * per_token
 
 
+# The DecodeStep fields a plan copies from the layer's shape.
+_SHAPE_FIELDS = ("num_heads", "num_kv_heads", "head_size", "block_size", "group")
+
+
+def step_sizes(shape: AttentionShape, num_seqs: int, context: int) -> dict[str, Any]:
+    """The sizes every :class:`DecodeStep` carries, for ``num_seqs`` sequences of ``shape``
+    over ``context`` tokens (keyword arguments of a plan's constructor)."""
+    sizes = {name: getattr(shape, name) for name in _SHAPE_FIELDS}
+    return {"num_seqs": num_seqs, **sizes, "context_tokens": context}
+
+
 @dataclass(frozen=True)
 class NativeDecodePlan(DecodeStep):
     """One native decode step (the fields of :class:`DecodeStep`, then its own).
@@ -143,13 +154,7 @@ def plan_native_decode(
     split = native_split(shape, num_seqs, context, spec)
     return NativeDecodePlan(
         tier="partitioned" if split.merged else "one_pass",
-        num_seqs=num_seqs,
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_size=shape.head_size,
-        block_size=shape.block_size,
-        group=shape.group,
-        context_tokens=context,
+        **step_sizes(shape, num_seqs, context),
         partition_size=split.partition_size,
         num_partitions=split.num_partitions,
         compute_dtype=shape.dtype,
