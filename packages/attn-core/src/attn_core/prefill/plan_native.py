@@ -14,7 +14,7 @@ cheapest of those (:func:`attn_core.prefill.plan.plan_prefill`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
 import torch
@@ -215,12 +215,8 @@ def plan_native_prefill(
         query_tiles=tiles_q,
         num_splits=splits,
         workspace_bytes=ps.workspace_bytes(splits, num_tokens, shape.num_heads, shape.head_size),
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_size=shape.head_size,
-        block_size=shape.block_size,
-        dtype=shape.dtype,
-        kv_cache_dtype=shape.kv_cache_dtype,
+        # every field of the layer's shape is a plan field of the same name
+        **{f.name: getattr(shape, f.name) for f in fields(shape)},
         num_seqs=num_seqs,
         num_tokens=num_tokens,
         max_query_len=max_query_len,
