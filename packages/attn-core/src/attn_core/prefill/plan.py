@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 
@@ -366,26 +366,32 @@ def _portable_plan(
     torch_plan = PrefillPlan(
         backend="torch",
         backend_reason=reason,
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_size=head_size,
-        dtype=dtype,
+        **_call_fields(shape, lengths, spec),
         score_dtype=score_dtype,
         matmul_dtype=matmul_dtype,
         pv_dtype=pv_dtype,
-        max_query_len=lengths.max_query_len,
         query_tile=tq,
         key_tile=tk,
         stream_chunk=stream_chunk,
         budget_bytes=budget,
         workspace_bytes=sizing.bytes(tq, tk),
-        device_name=spec.name,
         steps=_tile_steps(spec, shape.num_kv_heads, shape.group, head_size, tq, tk, alibi=alibi),
     )
     torch_plan = _priced(torch_plan, shape, lengths, spec)
     if fused is not None and fused.cost.seconds <= torch_plan.cost.seconds:  # type: ignore[union-attr]
         return fused
     return torch_plan
+
+
+def _call_fields(
+    shape: AttentionShape, lengths: PrefillLengths, spec: DeviceSpec
+) -> dict[str, Any]:
+    """The :class:`PrefillPlan` fields every backend's plan copies from the call: the layer's
+    sizes and dtype, the longest query, the device."""
+    layer = {
+        name: getattr(shape, name) for name in ("num_heads", "num_kv_heads", "head_size", "dtype")
+    }
+    return {**layer, "max_query_len": lengths.max_query_len, "device_name": spec.name}
 
 
 def _priced(
@@ -465,20 +471,15 @@ def _fused_plan(
     return PrefillPlan(
         backend=backend,
         backend_reason=reason,
-        num_heads=shape.num_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_size=shape.head_size,
-        dtype=shape.dtype,
+        **_call_fields(shape, lengths, spec),
         score_dtype=torch.float32,
         matmul_dtype=shape.dtype,
         pv_dtype=torch.float32,
-        max_query_len=lengths.max_query_len,
         query_tile=tq,
         key_tile=0,
         stream_chunk=stream_chunk,
         budget_bytes=budget,
         workspace_bytes=sizing.fused_bytes(tq),
-        device_name=spec.name,
         steps=(kernel,),
     )
 
