@@ -255,30 +255,17 @@ def gqa_partitioned(
 
 
 def gqa_single_pass(
-    spec: DeviceSpec,
-    shape: AttentionShape,
-    num_seqs: int,
-    max_seq_len: int,
-    *,
-    partition_size: int = VLLM_PARTITION_SIZE,
-    tile_tokens: int = 32,
-    threads: int = 128,
+    spec: DeviceSpec, shape: AttentionShape, num_seqs: int, max_seq_len: int, **knobs: int
 ) -> list:
     """One launch: partitions merge through decoupled look-back instead of a reduce kernel.
 
-    Each block also reads its predecessors' published aggregates (fp32 out + max + sum per query
-    head, and a flag); with look-back that is a short window, charged here as one aggregate per
-    partition read back, and the merge's FLOPs move into this kernel.
+    The partition kernel is :func:`gqa_partitioned`'s, with its ``knobs`` (``partition_size``,
+    ``tile_tokens``, ``threads``). Each block also reads its predecessors' published aggregates
+    (fp32 out + max + sum per query head, and a flag); with look-back that is a short window,
+    charged here as one aggregate per partition read back, and the merge's FLOPs move into this
+    kernel.
     """
-    part, _ = gqa_partitioned(
-        spec,
-        shape,
-        num_seqs,
-        max_seq_len,
-        partition_size=partition_size,
-        tile_tokens=tile_tokens,
-        threads=threads,
-    )
+    part, _ = gqa_partitioned(spec, shape, num_seqs, max_seq_len, **knobs)
     parts = part.grid[2]
     merge_state = shape.group * 2 * FP32 + FP32  # running (max, sum) per head + flag word
     out = num_seqs * shape.num_heads * shape.head_size * shape.element_size
@@ -286,7 +273,7 @@ def gqa_single_pass(
         KernelDesign(
             name="gqa_single_pass",
             grid=part.grid,
-            threads=threads,
+            threads=part.threads,
             static_smem=merge_state,
             dynamic_smem=part.dynamic_smem,
             registers=REGISTERS_ATTENTION,
