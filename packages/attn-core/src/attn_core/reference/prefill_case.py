@@ -8,6 +8,7 @@ written before attention runs; prefill reads only the context part from the cach
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
@@ -19,6 +20,13 @@ from attn_core.reference.paged_case import make_paged_case
 _T = torch.Tensor
 # Fixed length, so a type checker knows ``scale`` and the keywords are not among them.
 PrefillArgs = tuple[_T, _T, _T, _T, _T, _T, _T, _T, _T, int]
+# The case's fields reference_prefix_prefill takes as tensors, and the options both entry
+# points take by keyword.
+_REFERENCE_TENSORS = (
+    "query", "key", "value", "key_cache", "value_cache", "block_tables", "query_start_loc",
+    "context_lens",
+)  # fmt: skip
+_OPTIONS = ("alibi_slopes", "sliding_window", "kv_cache_dtype", "k_scale", "v_scale")
 
 
 @dataclass
@@ -59,27 +67,14 @@ class PrefillCase:
         )
 
     def kwargs(self) -> dict:
-        return {
-            "alibi_slopes": self.alibi_slopes,
-            "sliding_window": self.sliding_window,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "k_scale": self.k_scale,
-            "v_scale": self.v_scale,
-        }
+        return self._fields(_OPTIONS)
 
     def reference_kwargs(self) -> dict:
         """Keyword arguments of :func:`attn_core.reference.reference_prefix_prefill`."""
-        return {
-            "query": self.query,
-            "key": self.key,
-            "value": self.value,
-            "key_cache": self.key_cache,
-            "value_cache": self.value_cache,
-            "block_tables": self.block_tables,
-            "query_start_loc": self.query_start_loc,
-            "context_lens": self.context_lens,
-            **self.kwargs(),
-        }
+        return {**self._fields(_REFERENCE_TENSORS), **self.kwargs()}
+
+    def _fields(self, names: Sequence[str]) -> dict:
+        return {name: getattr(self, name) for name in names}
 
 
 def make_prefill_case(
@@ -119,9 +114,7 @@ def make_prefill_case(
     query = torch.randn(total, num_heads, head_size, generator=g).to(dtype)
     key = torch.randn(total, num_kv_heads, head_size, generator=g).to(dtype)
     value = torch.randn(total, num_kv_heads, head_size, generator=g).to(dtype)
-    starts = [0]
-    for q in qlen:
-        starts.append(starts[-1] + q)
+    starts = [0, *itertools.accumulate(qlen)]
     slopes = None
     if alibi:
         # The standard ALiBi slopes 2^(-8 i / heads), as vLLM's models build them.
