@@ -23,7 +23,7 @@ file name, an op's identity).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,22 @@ _CHECKS: dict[str, Check] = {}
 _VERDICTS: dict[tuple, Verdict] = {}
 _KEY_LOCKS: dict[tuple, threading.Lock] = {}
 _LOCK = threading.Lock()  # guards the three dicts, never held while a check runs
+
+
+def max_error_verdict(
+    outputs: Iterable[tuple[str, torch.Tensor]], want: torch.Tensor, tolerance: float
+) -> Verdict:
+    """A kernel's outputs against the float64 reference ``want`` (on the CPU): every one finite
+    and its largest absolute error within ``tolerance``. ``outputs`` yields ``(label, output)``
+    (label: the run, as a failure names it); each is waited for before it is read, so a lazy
+    iterable runs one launch at a time."""
+    worst = 0.0
+    for label, got in outputs:
+        torch.cuda.synchronize(got.device)
+        if not bool(torch.isfinite(got).all()):
+            return Verdict(False, f"non-finite output with {label}")
+        worst = max(worst, float((got.double().cpu() - want).abs().max()))
+    return Verdict(worst <= tolerance, f"max abs error {worst:.1e} (tolerance {tolerance:.0e})")
 
 
 def register(kind: str, check: Check) -> None:

@@ -309,15 +309,10 @@ def _check(device: torch.device, config: tuple, lib: DecodeLibrary) -> Verdict:
         case.block_tables.cpu(), case.seq_lens.cpu(), None, None, kv_cache_dtype,
         case.k_scale, case.v_scale,
     )  # fmt: skip
-    worst = 0.0
-    for parts, size in ((1, 1024), (7, 128)):  # one partition; several, partial tiles, merge
-        got = _run(lib, case, parts, size)
-        torch.cuda.synchronize(device)
-        if not bool(torch.isfinite(got).all()):
-            return Verdict(False, f"non-finite output with {parts} partition(s)")
-        worst = max(worst, float((got.double().cpu() - want).abs().max()))
-    tol = TOLERANCE[dtype]
-    return Verdict(worst <= tol, f"max abs error {worst:.1e} (tolerance {tol:.0e})")
+    # one partition; several, partial tiles, merge
+    splits = ((1, 1024), (7, 128))
+    outputs = ((f"{parts} partition(s)", _run(lib, case, parts, size)) for parts, size in splits)
+    return verify_once.max_error_verdict(outputs, want, TOLERANCE[dtype])
 
 
 verify_once.register(DecodeLibrary.VERIFY_KIND, _check)

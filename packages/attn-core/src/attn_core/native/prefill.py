@@ -297,15 +297,11 @@ def _check(device: torch.device, config: tuple, lib: PrefillLibrary) -> Verdict:
     )  # fmt: skip
     want = reference_prefix_prefill(**case.reference_kwargs())
     poison_past_context(case)
-    worst = 0.0
-    for splits in (None, FORCED_SPLITS):
-        got = run_case(lib, case, splits)
-        torch.cuda.synchronize(device)
-        if not bool(torch.isfinite(got).all()):
-            return Verdict(False, f"non-finite output with num_splits={splits or 'planned'}")
-        worst = max(worst, float((got.double().cpu() - want).abs().max()))
-    tol = TOLERANCE[dtype]
-    return Verdict(worst <= tol, f"max abs error {worst:.1e} (tolerance {tol:.0e})")
+    outputs = (
+        (f"num_splits={splits or 'planned'}", run_case(lib, case, splits))
+        for splits in (None, FORCED_SPLITS)
+    )
+    return verify_once.max_error_verdict(outputs, want, TOLERANCE[dtype])
 
 
 verify_once.register(PrefillLibrary.VERIFY_KIND, _check)
