@@ -179,3 +179,18 @@ def test_chunk_slots_leave_room_for_the_indices_and_the_allocator(carry) -> None
     assert held <= NATIVE_WORKSPACE_BYTES < held + per_slot
     assert slots == 13
     assert chunk_slots(32, 128, 128, 1, carry) == 1  # at least one, whatever the budget
+
+
+@pytest.mark.parametrize(
+    ("wave_blocks", "budget_slots", "slots"),
+    [(0, 13, 13),  # unknown device: the budget's slots
+     (264, 13, 8),  # H100, two chunk_prep blocks an SM: 8 slots x 32 heads fill one wave
+     (264, 5, 5),  # less than a wave: every slot the budget holds
+     (528, 20, 16),  # two waves of 8.25 slots: 16
+     (32, 13, 13)],  # BI-V100-sized wave, below one slot's 32 blocks: no rounding
+)  # fmt: skip
+def test_chunk_slots_round_down_to_whole_waves_of_chunk_prep(wave_blocks, budget_slots, slots):
+    per_slot = chunk_record_bytes(128, 128) * 32
+    budget = budget_slots * per_slot + INDEX_RESERVE + ALLOCATOR_SLACK
+    assert chunk_slots(32, 128, 128, budget) == budget_slots
+    assert chunk_slots(32, 128, 128, budget, prep_wave_blocks=wave_blocks) == slots

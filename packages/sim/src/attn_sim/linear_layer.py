@@ -84,11 +84,14 @@ NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
 # the chunk-parallel pair
-PAR_PREP_EFFICIENCY = 0.141
+PAR_PREP_EFFICIENCY = 0.162
+PAR_PREP_THREADS = 256
+PAR_PREP_REGISTERS = 128
+PAR_PREP_SMEM = 25856
 PAR_PASS_THREADS = 128
 PAR_PASS_REGISTERS = 156
 PAR_PASS_SMEM = 32768
-PAR_PASS_EFFICIENCY_PER_WARP = 0.032
+PAR_PASS_EFFICIENCY_PER_WARP = 0.0354
 
 PROVENANCE = {
     "FALLBACK_LAUNCHES_PER_CHUNK": "measured: ~19 aten launches per 64-token chunk, dispatch "
@@ -119,16 +122,20 @@ PROVENANCE = {
     "NATIVE_PREFILL_REGISTERS": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 "
     "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "PAR_PREP_EFFICIENCY": "measured: fitted to chunk_prep on an H100 (torch.profiler, 32K "
-    "tokens, bf16, docs/benchmarks.md#gated-deltanet): 7.42 ms for 16384 (chunk, value head) "
-    "records of 4.28 MFLOP is 0.141 of the fp32 rate",
+    "tokens, bf16, docs/benchmarks.md#gated-deltanet): 6.66 ms for 64 rounds of two 4.28 MFLOP "
+    "blocks an SM (8-slot segments, one wave each) is 0.162 of an SM's fp32 rate; it then "
+    "prices the 13-slot segments' 79 rounds at 8.2 ms (measured 7.94)",
+    "PAR_PREP_REGISTERS": "measured: ptxas for chunk_prep<128>, nvcc 13 sm_90 (no spill)",
+    "PAR_PREP_SMEM": "measured: ptxas for chunk_prep<128>, nvcc 13 sm_90 (its static arrays)",
     "PAR_PASS_REGISTERS": "measured: ptxas for chunk_pass<128>, nvcc 13 sm_90, one block an SM "
     "minimum (no spill)",
     "PAR_PASS_SMEM": "source: chunk_pass's static arrays (two 8 KiB tiles, the 8 KiB state "
     "slice, V' and Qg S) at K = 128",
-    "PAR_PASS_EFFICIENCY_PER_WARP": "measured: fitted to chunk_pass on an H100 (32K tokens): "
-    "7.27 ms is 14.2 us a 64-token chunk with two blocks (8 warps) an SM, 3.2 % of an SM's "
-    "fp32 rate a warp; it then prices 128K at 59.6 ms (measured 60.0) and 8 x 16K at 52.7 "
-    "(measured 54.5)",
+    "PAR_PASS_EFFICIENCY_PER_WARP": "measured: fitted to the pair on an H100 (32K tokens, "
+    "13.89 ms with 8-slot segments, chunk_prep priced as above): two blocks (8 warps) an SM "
+    "at 3.54 % of an SM's fp32 rate a warp; it then prices 8K / 128K / 256K within 3 % "
+    "(3.48 / 55.5 / 111.1 ms against 3.57 / 55.46 / 110.37) and 8 x 16K 12 % low (49.0 "
+    "against 55.9: one-chunk-deep segments, chunk_pass's partial waves not modelled)",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's eight barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
     "layer, bf16, docs/benchmarks.md#gated-deltanet): 22.7 ms at 32K is 11.1 us a 16-token "
@@ -259,13 +266,23 @@ def native_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int 
 def chunk_parallel_prefill(
     spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1
 ) -> LinearCost:
-    """The chunk-parallel pair over the library's segments: per segment ``chunk_prep`` at a
-    fitted share of the fp32 rate over its records, then ``chunk_pass``, which walks the
+    """The chunk-parallel pair over the library's segments (their slots rounded to whole waves
+    of ``chunk_prep``, as the library rounds them): per segment ``chunk_prep`` in rounds of a
+    wave at a fitted share of the fp32 rate, then ``chunk_pass``, which walks the
     segment's chunk positions one after another (its blocks beyond one wave wait for a whole
     earlier wave), the final state carried in the caller's buffer."""
     c, hv, dk, dv = PAR_CHUNK, s.num_value_heads, s.head_k, s.head_v
     record = chunk_record_bytes(dk, dv)
-    slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES)
+    prep_per_sm = min(
+        occupancy_limits(spec, PAR_PREP_THREADS, PAR_PREP_REGISTERS, PAR_PREP_SMEM).values()
+    )
+    if prep_per_sm == 0:
+        raise ValueError(
+            f"chunk_prep needs {PAR_PREP_SMEM} bytes of shared memory and {PAR_PREP_REGISTERS} "
+            f"registers a thread, which the profile {spec.name} cannot hold"
+        )
+    prep_wave = spec.sm_count * prep_per_sm
+    slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES, prep_wave_blocks=prep_wave)
     chunks = math.ceil(tokens / c)
     _, segments = chunk_segments([chunks] * num_seqs, slots)
     prep_flops = 2.0 * (2 * c * c * dk + c * c * (dk + dv)) + c**3 / 3
@@ -286,8 +303,10 @@ def chunk_parallel_prefill(
     waves = 0
     for _, width, _, depth in segments:
         records = width * depth * hv
+        # whole rounds: a wave's blocks finish together, however full the last wave is
+        rounds = math.ceil(records / prep_wave)
         prep_s += max(
-            records * prep_flops / (spec.fp32_flops * PAR_PREP_EFFICIENCY),
+            rounds * prep_per_sm * prep_flops / (sm_rate * PAR_PREP_EFFICIENCY),
             2 * records * record / spec.hbm_bandwidth,
         )
         blocks = (dv // CHUNK_PASS_COLUMNS) * hv * width

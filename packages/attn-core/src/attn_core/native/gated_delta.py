@@ -385,6 +385,15 @@ def _prefill_args(
     )  # fmt: skip
 
 
+@functools.cache
+def prep_wave_blocks(lib: GatedDeltaLibrary, device: torch.device, head_k: int) -> int:
+    """``chunk_prep`` blocks one wave of ``device`` runs at once (its SMs x the driver's
+    resident blocks an SM), for :func:`~attn_core.native.split.chunk_slots`; read once a
+    library, device and head size."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return sms * lib.kernel_info("chunk_prep", head_k).blocks_per_sm
+
+
 def launch_chunk_parallel_prefill(
     lib: GatedDeltaLibrary,
     q: torch.Tensor,
@@ -413,7 +422,8 @@ def launch_chunk_parallel_prefill(
     # Everything this call allocates counts against workspace_bytes: the index tensors and,
     # unless the caller keeps it, the state carried from segment to segment.
     carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
-    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry)
+    wave = prep_wave_blocks(lib, dev, dk) if dev.type == "cuda" else 0
+    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry, wave)
     order, segments = chunk_segments([-(-n // NATIVE_CHUNK) for n in lengths], slots)
     widest = max(width * depth for _, width, _, depth in segments)
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)

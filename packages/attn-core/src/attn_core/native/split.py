@@ -462,15 +462,32 @@ ALLOCATOR_SLACK = 1 << 20
 
 
 def chunk_slots(
-    num_value_heads: int, head_k: int, head_v: int, workspace_bytes: int, carry_bytes: int = 0
+    num_value_heads: int,
+    head_k: int,
+    head_v: int,
+    workspace_bytes: int,
+    carry_bytes: int = 0,
+    prep_wave_blocks: int = 0,
 ) -> int:
     """Chunk slots a segment holds when a call may allocate ``workspace_bytes`` in all, of which
     ``carry_bytes`` go to the state carried between segments (0 when the caller keeps the final
     state), :data:`INDEX_RESERVE` to the index tensors and :data:`ALLOCATOR_SLACK` to the
-    allocator's rounding: at least one."""
+    allocator's rounding: at least one.
+
+    ``prep_wave_blocks`` (SMs x resident ``chunk_prep`` blocks an SM; 0: unknown) rounds the
+    slots down to whole waves of ``chunk_prep``, one block a (slot, value head), where the
+    budget holds a wave or more. A round of its blocks costs the same however full it is: on
+    the H100 (264 blocks a wave, 32 value heads) the budget's 13 slots were 416 blocks, two
+    rounds, and 8 slots (256 blocks, one round) took the pair from 14.94 to 13.91 ms at 32K and
+    59.45 to 55.35 at 128K; 12, 6 and 4 slots were slower (docs/benchmarks.md#gated-deltanet).
+    """
     per_slot = chunk_record_bytes(head_k, head_v) * num_value_heads
     usable = workspace_bytes - carry_bytes - INDEX_RESERVE - ALLOCATOR_SLACK
-    return max(1, usable // per_slot)
+    slots = max(1, usable // per_slot)
+    per_wave = prep_wave_blocks // num_value_heads
+    if per_wave >= 1 and slots >= per_wave:
+        slots -= slots % per_wave
+    return slots
 
 
 # (base, width, p0, depth): see :func:`chunk_segments`
