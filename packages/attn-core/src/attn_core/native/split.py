@@ -450,7 +450,8 @@ def chunk_record_bytes(head_k: int, head_v: int) -> int:
 
 # The native chunk-parallel prefill's workspace bound: the brief of the family asks for <= 64 MiB
 # of transient device memory at any length. At 32 value heads of 128 x 128 a record set of one
-# chunk slot is 4.5 MiB, so a segment holds 13 chunk slots (832 tokens).
+# chunk slot is 4.5 MiB, so a segment holds 13 chunk slots (832 tokens), 8 once rounded to a
+# whole wave of chunk_prep on an H100 (chunk_slots).
 NATIVE_WORKSPACE_BYTES = 64 << 20
 # Bytes of a call's budget kept for its offsets and sequence order (two small allocations).
 INDEX_RESERVE = 64 << 10
