@@ -50,12 +50,18 @@ CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
 HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
 # name -> (source, defines, file name): the decode library of one head-slot count, the prefill
 # library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers), the Gated DeltaNet
-# library (decode step and convolutions).
+# library (decode, prefill and convolutions), and that library with chunk_pass on 256 threads
+# (its other thread mapping, built only on request on a GPU).
 PREFILL_FMA = ("-D__ILUVATAR__", "-DATTN_PREFILL_MMA=0")
 LIBRARIES = {
     "decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so"),
     "prefill": ("paged_prefill.cu", PREFILL_FMA, "libattn_prefill_fma.so"),
     "gated_delta": ("gated_delta.cu", ("-D__ILUVATAR__",), "libattn_gdn_fma.so"),
+    "gated_delta_t256": (
+        "gated_delta.cu",
+        ("-D__ILUVATAR__", "-DATTN_GDN_PASS_THREADS=256"),
+        "libattn_gdn_t256.so",
+    ),
 }
 # -O1: one head-slot library builds in 33 s (clang 16, a 2-core CI machine) and the
 # tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and
@@ -214,7 +220,7 @@ def gcc_flags(compiler: str) -> tuple[str, ...]:
     """-fno-gnu-unique under GCC: the host rewrite makes a kernel's shared arrays static locals
     of function templates, which GCC binds process-wide (STB_GNU_UNIQUE) whatever dlopen's
     RTLD_LOCAL says. Two libraries from one source then shared one array per kernel: a build
-    whose chunk_pass had 32 value columns wrote its 16 KiB state slice into the CoreX
+    whose chunk_pass had 32 value columns wrote its 16 KiB state slice into the default
     build's 8 KiB one, and both gave wrong results once both were loaded."""
     return () if "clang" in _compiler_identity(compiler).lower() else ("-fno-gnu-unique",)
 

@@ -109,9 +109,11 @@ def run_emulated(
         set_reverse_order(lib, False)
 
 
-def emulated_gated_delta() -> GatedDeltaLibrary:
-    """The host Gated DeltaNet library (~1 s to build)."""
-    return _emulated("gated_delta", GatedDeltaLibrary)
+def emulated_gated_delta(pass_threads: int = 128) -> GatedDeltaLibrary:
+    """The host Gated DeltaNet library (~1 s to build); ``pass_threads`` 256: its chunk_pass on
+    the 256-thread mapping (``-DATTN_GDN_PASS_THREADS=256``)."""
+    name = "gated_delta_t256" if pass_threads == 256 else "gated_delta"
+    return _emulated(name, GatedDeltaLibrary)
 
 
 def emulated_prefill() -> PrefillLibrary:

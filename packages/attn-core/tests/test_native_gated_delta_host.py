@@ -23,6 +23,7 @@ import torch
 from host_emulation_helpers import emulated_gated_delta, set_reverse_order
 
 from attn_core.native.gated_delta import (
+    GatedDeltaLibrary,
     check_chunk_parallel,
     check_library,
     conv_errors,
@@ -43,9 +44,10 @@ TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 CPU = torch.device("cpu")
 
 
-def both_orders(run):
-    """``run()``'s result, checked bit-equal with each phase's threads in reverse order."""
-    lib = emulated_gated_delta()
+def both_orders(run, lib=None):
+    """``run()``'s result, checked bit-equal with each phase's threads in reverse order (of
+    ``lib``'s launches: the default build unless given)."""
+    lib = lib or emulated_gated_delta()
     first = run()
     set_reverse_order(lib, True)
     try:
@@ -208,7 +210,12 @@ def test_the_verify_once_checks_pass_on_the_host() -> None:
 # Three kernels serve a prefill: token by token, the fused 16-token chunks, and the
 # chunk-parallel pair (64-token chunks in segments; a 1-byte workspace forces one chunk slot a
 # segment, so every chunk hands its state to the next through the final-state buffer).
-METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot"]
+# "parallel-t256": the pair with chunk_pass's 256-thread mapping.
+METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot", "parallel-t256"]
+
+
+def method_library(method: str) -> GatedDeltaLibrary:
+    return emulated_gated_delta(256 if method.endswith("t256") else 128)
 
 
 def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
@@ -224,22 +231,24 @@ def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
 @pytest.mark.parametrize("l2norm", [False, True])
-@pytest.mark.parametrize("method", METHODS[:3])
+@pytest.mark.parametrize("method", [*METHODS[:3], "parallel-t256"])
 def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> None:
     """Lengths around both chunk sizes: 0, 1, 15, 16, 17, 33, 64, 65, 129."""
-    lib = emulated_gated_delta()
-    lengths = (3, 0, 17, 1, 16, 15, 33) if method != "parallel" else (3, 0, 17, 1, 64, 65, 129)
+    lib = method_library(method)
+    parallel = method.startswith("parallel")
+    lengths = (3, 0, 17, 1, 64, 65, 129) if parallel else (3, 0, 17, 1, 16, 15, 33)
     o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU, lengths=lengths,
-                          l2norm=l2norm, chunked=method == "chunks",
-                          parallel=method == "parallel", stream=0)  # fmt: skip
+                          l2norm=l2norm, chunked=method == "chunks", parallel=parallel,
+                          stream=0)  # fmt: skip
     assert o <= TOL[dtype] and s <= 1e-5, (o, s)
 
 
+@pytest.mark.parametrize("pass_threads", [128, 256])
 @pytest.mark.parametrize("workspace_bytes", [1, 2 * 1024 * 1024], ids=["1-slot", "4-slots"])
-def test_chunk_parallel_segments_carry_the_state(workspace_bytes) -> None:
+def test_chunk_parallel_segments_carry_the_state(workspace_bytes, pass_threads) -> None:
     """Segments of one and of four chunk slots (records of 4 value heads at K = 128, V = 64:
     0.5 MiB a slot) over sequences of 0 to 3 chunks: the state crosses segment boundaries."""
-    lib = emulated_gated_delta()
+    lib = emulated_gated_delta(pass_threads)
     o, s = prefill_errors(lib, 2, 4, 128, 64, torch.float32, CPU, lengths=(130, 0, 64, 1, 70),
                           parallel=True, workspace_bytes=workspace_bytes, stream=0)  # fmt: skip
     assert o <= TOL[torch.float32] and s <= 1e-5, (o, s)
@@ -257,7 +266,7 @@ def prefill_inputs(lengths, seed=0):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_prefill_in_place_state_without_initial_and_thread_order(method) -> None:
-    lib = emulated_gated_delta()
+    lib = method_library(method)
     lengths = (4, 70)
     x = prefill_inputs(lengths)
     cu = torch.tensor([0, 4, 74], dtype=torch.int64)
@@ -272,7 +281,7 @@ def test_prefill_in_place_state_without_initial_and_thread_order(method) -> None
         return out, state, before
 
     for initial in (True, False):
-        out, state = both_orders(lambda initial=initial: run(initial)[:2])
+        out, state = both_orders(lambda initial=initial: run(initial)[:2], lib)
         before = run(initial)[2]  # the same seeded state the runs started from
         want_o, want_s = reference_gated_delta(
             *(x[n][None] for n in ("q", "k", "v", "g", "beta")), scale=0.2,

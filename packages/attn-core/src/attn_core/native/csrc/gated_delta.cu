@@ -588,7 +588,17 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
 constexpr int kPar = 64;            // tokens a chunk
 constexpr int kSlice = 16;          // value columns a chunk_pass block
 constexpr int kTile = 2048;         // floats a staged tile (8 KiB)
-constexpr int kPassThreads = 128;
+// chunk_pass's threads: 128 (each thread 4 x 4 of [W; Qg] S, 4 x 4 of the state, 8 outputs a
+// chunk; one block an SM at least, 156 registers at K = 128) is the timed form
+// (docs/benchmarks.md#gated-deltanet). 256 spreads the same work over twice the warps (2 x 4,
+// 2 x 4 and 4; 104 registers, two blocks an SM) for the issue latency ncu showed; it passes
+// the host emulation and is not timed on a GPU yet, so it is built only on request
+// (-DATTN_GDN_PASS_THREADS=256).
+#if !defined(ATTN_GDN_PASS_THREADS)
+#define ATTN_GDN_PASS_THREADS 128
+#endif
+constexpr int kPassThreads = ATTN_GDN_PASS_THREADS;
+static_assert(kPassThreads == 128 || kPassThreads == 256, "chunk_pass's two thread mappings");
 constexpr int kPrepThreads = 256;
 
 template <int K>
@@ -902,16 +912,39 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   }
 }
 
-// The kTile floats of tile `i` of `rec`, four float4s a thread (kPassThreads threads).
-ATTN_DEVICE void load_tile(const float* rec, int i, float4 (&r)[4]) {
+// The kTile floats of tile `i` of `rec`, kTileVecs float4s a thread (kPassThreads threads).
+constexpr int kTileVecs = kTile / 4 / kPassThreads;
+static_assert(kTileVecs * 4 * kPassThreads == kTile, "whole float4s a thread");
+
+ATTN_DEVICE void load_tile(const float* rec, int i, float4 (&r)[kTileVecs]) {
   const float* base = rec + static_cast<int64_t>(i) * kTile;
 #pragma unroll
-  for (int m = 0; m < 4; ++m) r[m] = ld4(base + 4 * (threadIdx.x + kPassThreads * m));
+  for (int m = 0; m < kTileVecs; ++m) r[m] = ld4(base + 4 * (threadIdx.x + kPassThreads * m));
 }
 
-ATTN_DEVICE void store_tile(float* stage, const float4 (&r)[4]) {
+ATTN_DEVICE void store_tile(float* stage, const float4 (&r)[kTileVecs]) {
 #pragma unroll
-  for (int m = 0; m < 4; ++m) st4(stage + 4 * (threadIdx.x + kPassThreads * m), r[m]);
+  for (int m = 0; m < kTileVecs; ++m) st4(stage + 4 * (threadIdx.x + kPassThreads * m), r[m]);
+}
+
+// N consecutive floats from p (16-byte aligned for N >= 4, 8-byte for N = 2) in one or two
+// vector loads.
+template <int N>
+ATTN_DEVICE void ld_n(const float* p, float (&r)[N]) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "one or two vector loads");
+  if constexpr (N == 8) {
+    const float4 lo = ld4(p), hi = ld4(p + 4);
+    r[0] = lo.x, r[1] = lo.y, r[2] = lo.z, r[3] = lo.w;
+    r[4] = hi.x, r[5] = hi.y, r[6] = hi.z, r[7] = hi.w;
+  } else if constexpr (N == 4) {
+    const float4 v = ld4(p);
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else if constexpr (N == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    r[0] = v.x, r[1] = v.y;
+  } else {
+    r[0] = *p;
+  }
 }
 
 // Grid (V / kSlice, HV, width), kPassThreads threads: the block's K x kSlice slice of the
@@ -919,13 +952,22 @@ ATTN_DEVICE void store_tile(float* stage, const float4 (&r)[4]) {
 // or the final state (the previous segment left it there) and written to the final state.
 // Each chunk streams its record's tiles through two shared buffers (the next tile's loads are
 // issued before the current one's products: one barrier a tile).
-// One block an SM at least: the default register target (128, nvcc 13 sm_90) spilled 8 bytes
-// at K = 128; it takes 156 registers, 3 blocks an SM.
+// At 128 threads one block an SM at least: the default register target (128, nvcc 13 sm_90)
+// spilled 8 bytes at K = 128; it takes 156 registers. At 256, two blocks an SM (104).
 template <int K>
-__global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
+__global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
+    chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
   using R = ChunkRecord<K>;
-  constexpr int kSRows = K / 32;  // state rows a thread owns (4 column groups x 32 row groups)
-  static_assert(kSRows * 32 == K && kPassThreads == 128, "the state split over the threads");
+  constexpr int kCg = kSlice / 4;                          // column groups of 4
+  constexpr int kRg = kPassThreads / kCg;                  // row groups
+  constexpr int kXRows = 2 * kPar / kRg;                   // rows of [W; Qg] S a thread owns
+  constexpr int kSRows = K / kRg;                          // state rows a thread owns
+  constexpr int kOg = kPassThreads / kPar;                 // threads a token's outputs
+  constexpr int kOCols = kSlice / kOg;                     // output columns a thread
+  static_assert(kRg * kCg == kPassThreads && kXRows * kRg == 2 * kPar && kSRows * kRg == K &&
+                    kOg * kPar == kPassThreads && kOCols * kOg == kSlice,
+                "the products, the state and the outputs split over the threads");
+  static_assert(kPar % kXRows == 0, "a thread's rows are all W's or all Qg's");
   __shared__ __align__(16) float stage[2][kTile];
   __shared__ __align__(16) float state[K * kSlice];    // [K][kSlice]
   __shared__ __align__(16) float vnew[kPar * kSlice];  // V' [t][kSlice]
@@ -935,8 +977,9 @@ __global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs
   const SegmentSeq sq = segment_seq(a, s, z);
   const int p_end = static_cast<int>(min(static_cast<int64_t>(s.p0 + s.depth), sq.chunks));
   if (s.p0 > 0 && s.p0 >= p_end) return;  // done: its state is in final_state already
-  const int rg = tid / 4, cg = tid % 4;  // products: rows 4 rg .. of [W; Qg], columns 4 cg ..
-  const int to = tid / 2, half = tid % 2;  // outputs: token `to`, columns 8 half ..
+  const int rg = tid / kCg, cg = tid % kCg;  // rows kXRows rg .. of [W; Qg], columns 4 cg ..
+  const int to = tid / kOg, og = tid % kOg;  // outputs: token `to`, columns kOCols og ..
+  const bool w_rows = kXRows * rg < kPar;    // this thread's product rows are W's (else Qg's)
   const int64_t rec_floats = record_floats(K, a.head_v);
   const float* rec0 = a.workspace + (static_cast<int64_t>(z) * s.depth * a.num_value_heads + h) *
                                         rec_floats;
@@ -957,7 +1000,7 @@ __global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs
     own[i][3] = v.w;
     st4(state + row * kSlice + 4 * cg, v);
   }
-  float4 next[4];
+  float4 next[kTileVecs];
   if (s.p0 < p_end) {
     load_tile(rec0, 0, next);
     store_tile(stage[0], next);
@@ -969,19 +1012,21 @@ __global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs
     const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
     const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
     const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
-    float4 u[4];  // U's rows 4 rg .. at this block's columns (W's rows only)
+    float4 u[kXRows];  // U's rows kXRows rg .. at this block's columns (W's rows only)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      u[i] = rg < kPar / 4 ? ld4(rec + R::kTileFloats + (4 * rg + i) * a.head_v + col0 + 4 * cg)
-                           : float4{0.f, 0.f, 0.f, 0.f};
+    for (int i = 0; i < kXRows; ++i) {
+      u[i] = w_rows ? ld4(rec + R::kTileFloats + (kXRows * rg + i) * a.head_v + col0 + 4 * cg)
+                    : float4{0.f, 0.f, 0.f, 0.f};
     }
-    float x[4][4];
+    float x[kXRows][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kXRows; ++i) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
     }
-    float o[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    float o[kOCols];
+#pragma unroll
+    for (int c = 0; c < kOCols; ++c) o[c] = 0.f;
 #pragma unroll 1
     for (int i = 0; i < R::kTiles; ++i) {
       const bool more = i + 1 < R::kTiles || p + 1 < p_end;
@@ -990,49 +1035,44 @@ __global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs
       if (i < R::kWqTiles) {  // [W; Qg] S, key rows 16 i ..
 #pragma unroll 4
         for (int kk = 0; kk < 16; ++kk) {
-          const float4 av = ld4(tile + kk * 128 + 4 * rg);
-          const float4 sv = ld4(state + (16 * i + kk) * kSlice + 4 * cg);
-          const float ar[4] = {av.x, av.y, av.z, av.w}, sr[4] = {sv.x, sv.y, sv.z, sv.w};
+          float ar[kXRows], sr[4];
+          ld_n(tile + kk * 128 + kXRows * rg, ar);
+          ld_n(state + (16 * i + kk) * kSlice + 4 * cg, sr);
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
+          for (int r = 0; r < kXRows; ++r) {
 #pragma unroll
             for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
           }
         }
         if (i == R::kWqTiles - 1) {  // V' = U - W S (rows 0 .. 63), Qg S (rows 64 .. 127)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            if (rg < kPar / 4) {
-              const float ur[4] = {u[r].x, u[r].y, u[r].z, u[r].w};
-              st4(vnew + (4 * rg + r) * kSlice + 4 * cg,
-                  float4{ur[0] - x[r][0], ur[1] - x[r][1], ur[2] - x[r][2], ur[3] - x[r][3]});
+          for (int r = 0; r < kXRows; ++r) {
+            const int row = kXRows * rg + r;
+            if (w_rows) {
+              st4(vnew + row * kSlice + 4 * cg, float4{u[r].x - x[r][0], u[r].y - x[r][1],
+                                                      u[r].z - x[r][2], u[r].w - x[r][3]});
             } else {
-              st4(qs + (4 * rg + r - kPar) * kSlice + 4 * cg,
-                  float4{x[r][0], x[r][1], x[r][2], x[r][3]});
+              st4(qs + (row - kPar) * kSlice + 4 * cg, float4{x[r][0], x[r][1], x[r][2], x[r][3]});
             }
           }
         }
       } else if (i < R::kWqTiles + R::kPTiles) {  // O = Qg S + P V', P^T rows 32 ph ..
         const int ph = i - R::kWqTiles;
         constexpr int kRowsP = kTile / kPar;  // 32
-        if (ph == 0) {
-          const float4 lo = ld4(qs + to * kSlice + 8 * half), hi = ld4(qs + to * kSlice + 8 * half + 4);
-          o[0] = lo.x; o[1] = lo.y; o[2] = lo.z; o[3] = lo.w;
-          o[4] = hi.x; o[5] = hi.y; o[6] = hi.z; o[7] = hi.w;
-        }
+        if (ph == 0) ld_n(qs + to * kSlice + kOCols * og, o);
 #pragma unroll 4
         for (int ss = 0; ss < kRowsP; ++ss) {
           const float pv = tile[ss * kPar + to];
-          const float* vrow = vnew + (kRowsP * ph + ss) * kSlice + 8 * half;
-          const float4 lo = ld4(vrow), hi = ld4(vrow + 4);
-          const float vr[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+          float vr[kOCols];
+          ld_n(vnew + (kRowsP * ph + ss) * kSlice + kOCols * og, vr);
 #pragma unroll
-          for (int c = 0; c < 8; ++c) o[c] = fmaf(pv, vr[c], o[c]);
+          for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
         }
         if (ph == R::kPTiles - 1 && to < n) {
-          const int64_t at = (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + 8 * half;
+          const int64_t at =
+              (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + kOCols * og;
 #pragma unroll
-          for (int c = 0; c < 8; ++c) store_any(a.out, at + c, a.qkv_kind, o[c]);
+          for (int c = 0; c < kOCols; ++c) store_any(a.out, at + c, a.qkv_kind, o[c]);
         }
       } else {  // S <- e^G_last S + Kd^T V', tokens kKdTokens dq ..
         const int dq = i - R::kWqTiles - R::kPTiles;
@@ -1045,16 +1085,9 @@ __global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs
         }
 #pragma unroll 4
         for (int tt = 0; tt < R::kKdTokens; ++tt) {
-          const float4 vv = ld4(vnew + (R::kKdTokens * dq + tt) * kSlice + 4 * cg);
-          const float vr[4] = {vv.x, vv.y, vv.z, vv.w};
-          float kv[kSRows];
-          if constexpr (kSRows == 4) {
-            const float4 k4 = ld4(tile + tt * K + rg * kSRows);
-            kv[0] = k4.x, kv[1] = k4.y, kv[2] = k4.z, kv[3] = k4.w;
-          } else {
-#pragma unroll
-            for (int r = 0; r < kSRows; ++r) kv[r] = tile[tt * K + rg * kSRows + r];
-          }
+          float vr[4], kv[kSRows];
+          ld_n(vnew + (R::kKdTokens * dq + tt) * kSlice + 4 * cg, vr);
+          ld_n(tile + tt * K + rg * kSRows, kv);
 #pragma unroll
           for (int r = 0; r < kSRows; ++r) {
 #pragma unroll
@@ -1421,7 +1454,7 @@ int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info) {
   if (which == 5) kernel = reinterpret_cast<const void*>(chunked_for(head_k));
   if (which == 7) kernel = reinterpret_cast<const void*>(chunk_prep_for(head_k));
   if (which == 8) kernel = reinterpret_cast<const void*>(chunk_pass_for(head_k));
-  const int threads = which == 7 ? kPrepThreads : kThreads;
+  const int threads = which == 7 ? kPrepThreads : which == 8 ? kPassThreads : kThreads;
   return attn::read_kernel_info(kernel, threads, info);
 }
 
