@@ -1,0 +1,228 @@
+"""Tuning the chunk-parallel Gated DeltaNet prefill: compile-time variants of csrc/gated_delta.cu
+timed side by side on the same inputs.
+
+    python3 bench/linear_pair_tune.py build --out .gdn-variants        # here (nvcc, no GPU needed)
+    python3 bench/linear_pair_tune.py run --variants .gdn-variants     # on the GPU
+
+Each variant is the family's library built with other defines (``default``: none; ``t256``:
+``chunk_pass`` on 256 threads, ``-DATTN_GDN_PASS_THREADS=256``). ``run`` first checks every
+variant against the float64 recurrence (the pair's own verify-once check, bf16 at the model's
+head sizes), then times the pair (``launch_chunk_parallel_prefill``, the model's 16 / 32 heads,
+K = V = 128, bf16, l2-normalised q/k) at each ``--prefill`` length and ``--varlen`` batch,
+variant after variant in ``--rounds`` interleaved rounds (CUDA events, median of 5 a round),
+and prints the median of the rounds' medians, each variant's kernel split at the first case
+(torch.profiler) and its largest output difference from ``default``. Measures, never asserts;
+``--out`` gets the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+VARIANTS = {
+    "default": (),
+    "t256": ("ATTN_GDN_PASS_THREADS=256",),
+}
+HEADS, VALUE_HEADS, HEAD_K, HEAD_V = 16, 32, 128, 128
+K = 1024
+
+
+def build(out: Path, archs: tuple[str, ...]) -> int:
+    from attn_core.native.build import build_variant
+    from attn_core.native.family import GATED_DELTA
+    from attn_core.native.gated_delta import VARIANT
+    from attn_core.native.toolchain import find_toolchain
+
+    toolchain, why = find_toolchain(None, archs)
+    if toolchain is None:
+        print(why)
+        return 1
+    for name, defines in VARIANTS.items():
+        path, seconds = build_variant(toolchain, out / name, GATED_DELTA, VARIANT, defines=defines)
+        print(f"{name}: {path} ({seconds:.0f} s)", flush=True)
+    return 0
+
+
+def _cases(prefill: str, varlen: str) -> list[tuple[str, list[int]]]:
+    cases = [(f"{n // K}K", [n]) for n in _ints("--prefill", prefill)]
+    for item in filter(None, varlen.split(",")):
+        parts = _ints("--varlen", item.replace("x", ","))
+        if len(parts) != 2 or item.count("x") != 1:
+            raise SystemExit(f"--varlen: expected NxL batches (8x16384), got {item!r}")
+        count, length = parts
+        cases.append((f"{count}x{length // K}K", [length] * count))
+    return cases
+
+
+def _ints(name: str, text: str) -> list[int]:
+    try:
+        values = [int(p) for p in text.split(",") if p]
+    except ValueError:
+        raise SystemExit(
+            f"{name}: expected comma-separated positive integers, got {text!r}"
+        ) from None
+    if any(v < 1 for v in values):
+        raise SystemExit(f"{name}: expected positive integers, got {text!r}")
+    return values
+
+
+def _inputs(total: int, device):
+    """Model-like inputs of ``total`` packed tokens: bf16 q/k/v and beta, fp32 g in [-5, 0]."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(total)
+    shapes = {"q": (HEADS, HEAD_K), "k": (HEADS, HEAD_K), "v": (VALUE_HEADS, HEAD_V)}
+    x = {n: torch.randn(total, *s, generator=gen, device=device, dtype=torch.bfloat16)
+         for n, s in shapes.items()}  # fmt: skip
+    x["g"] = -torch.rand(total, VALUE_HEADS, generator=gen, device=device).mul_(5).square_() / 5
+    x["beta"] = torch.rand(total, VALUE_HEADS, generator=gen, device=device).bfloat16()
+    return x
+
+
+def _load(variants: Path, device) -> Optional[dict]:
+    """Every variant's library, each checked against the float64 recurrence; None (and why,
+    printed) when one is missing or fails its check."""
+    import torch
+
+    from attn_core.native.family import GATED_DELTA
+    from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary, check_chunk_parallel
+
+    libs = {}
+    for name in VARIANTS:
+        path = variants / name / GATED_DELTA.library_name(VARIANT)
+        if not path.is_file():
+            print(f"{name}: no library at {path} (run `build` first)")
+            return None
+        libs[name] = lib = GatedDeltaLibrary(path)
+        facts = lib.kernel_info("chunk_pass", HEAD_K)
+        config = (path.name, torch.bfloat16, HEAD_K, HEAD_V, VALUE_HEADS // HEADS)
+        verdict = check_chunk_parallel(lib, device, config)
+        print(
+            f"{name}: chunk_pass {facts.num_regs} registers, {facts.blocks_per_sm} blocks an SM, "
+            f"{facts.local_bytes} B local; float64 check: {verdict.ok} ({verdict.detail})"
+        )
+        if not verdict.ok:
+            return None
+    return libs
+
+
+def run(
+    variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Optional[Path]
+) -> int:
+    import torch
+    from _timing import kernel_profile
+    from tabulate import tabulate
+
+    from attn_core.native.gated_delta import launch_chunk_parallel_prefill
+
+    if not torch.cuda.is_available():
+        print("run needs a CUDA device (build does not)")
+        return 1
+    dev = torch.device("cuda")
+    libs = _load(variants, dev)
+    if libs is None:
+        return 1
+    rows = []
+    for label, lengths in cases:
+        total = sum(lengths)
+        x = _inputs(total, dev)
+        final = torch.empty(len(lengths), VALUE_HEADS, HEAD_K, HEAD_V, device=dev)
+        outs, calls = {}, {}
+        for name, lib in libs.items():
+            outs[name] = torch.empty(total, VALUE_HEADS, HEAD_V, dtype=torch.bfloat16, device=dev)
+            calls[name] = functools.partial(
+                launch_chunk_parallel_prefill, lib, **x, lengths=lengths, out=outs[name],
+                scale=HEAD_K**-0.5, l2norm=True, final_state=final,
+            )  # fmt: skip
+        times: dict[str, list[float]] = {n: [] for n in libs}
+        for _ in range(rounds):
+            for name, call in calls.items():
+                times[name].append(_median_ms(call))
+        for name, call in calls.items():
+            diff = (outs[name].float() - outs["default"].float()).abs().max()
+            row = {"case": label, "variant": name, "ms": round(statistics.median(times[name]), 3),
+                   "rounds": " / ".join(f"{t:.2f}" for t in times[name]),
+                   "diff_vs_default": float(diff)}  # fmt: skip
+            if label == cases[0][0]:
+                profiled = kernel_profile(call, dev)
+                row["kernels"] = profiled.top(2) if profiled else ""
+            rows.append(row)
+            print(row, flush=True)
+    print(tabulate(rows, headers="keys", tablefmt="github"))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "linear_pair_tune.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def _median_ms(fn, warm: int = 2, iters: int = 5) -> float:
+    import torch
+
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _archs(text: str) -> tuple[str, ...]:
+    """``--arch``: attn-core's one validator of native build targets."""
+    from attn_core.core.settings import parse_archs
+
+    try:
+        return parse_archs("--arch", text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", type=Path, default=Path(".gdn-variants"))
+    b.add_argument("--arch", type=_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
+    r = sub.add_parser("run")
+    r.add_argument("--variants", type=Path, default=Path(".gdn-variants"))
+    r.add_argument("--prefill", default="8192,32768,131072", help="comma-separated lengths")
+    r.add_argument("--varlen", default="8x16384", help="NxL batches, comma-separated")
+    r.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds")
+    r.add_argument("--out", type=Path, default=None, help="folder for the JSON")
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        return build(args.out, args.arch)
+    try:
+        cases = _cases(args.prefill, args.varlen)
+    except SystemExit as err:
+        ap.error(str(err))
+    if not cases:
+        ap.error("--prefill and --varlen name no case")
+    return run(args.variants, cases, args.rounds, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
