@@ -35,6 +35,29 @@ def positive_ints(text: str) -> list[int]:
     return values
 
 
+def native_archs(text: str) -> tuple[str, ...]:
+    """``--arch``: native build targets (``sm_90`` or ``sm_80,sm_90``), attn-core's one
+    validator of them."""
+    from attn_core.core.settings import parse_archs
+
+    try:
+        return parse_archs("--arch", text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def batches(text: str) -> list[tuple[int, int]]:
+    """``"8x16384,2x1024"``: comma-separated ``NxL`` (N sequences of L tokens, both >= 1);
+    empty for none."""
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        count, _, length = item.partition("x")
+        if not (count.isdigit() and length.isdigit() and int(count) >= 1 and int(length) >= 1):
+            raise argparse.ArgumentTypeError(f"must be comma-separated NxL (8x16384), got {item!r}")
+        out.append((int(count), int(length)))
+    return out
+
+
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import batches, native_archs, positive_int, positive_ints  # noqa: E402
 
 VARIANTS = {
     "default": (),
@@ -51,27 +52,10 @@ def build(out: Path, archs: tuple[str, ...]) -> int:
     return 0
 
 
-def _cases(prefill: str, varlen: str) -> list[tuple[str, list[int]]]:
-    cases = [(f"{n // K}K", [n]) for n in _ints("--prefill", prefill)]
-    for item in filter(None, varlen.split(",")):
-        parts = _ints("--varlen", item.replace("x", ","))
-        if len(parts) != 2 or item.count("x") != 1:
-            raise SystemExit(f"--varlen: expected NxL batches (8x16384), got {item!r}")
-        count, length = parts
-        cases.append((f"{count}x{length // K}K", [length] * count))
-    return cases
-
-
-def _ints(name: str, text: str) -> list[int]:
-    try:
-        values = [int(p) for p in text.split(",") if p]
-    except ValueError:
-        raise SystemExit(
-            f"{name}: expected comma-separated positive integers, got {text!r}"
-        ) from None
-    if any(v < 1 for v in values):
-        raise SystemExit(f"{name}: expected positive integers, got {text!r}")
-    return values
+def _cases(prefill: list[int], varlen: list[tuple[int, int]]) -> list[tuple[str, list[int]]]:
+    """``(label, lengths)`` of each single-sequence prefill, then of each varlen batch."""
+    cases = [(f"{n // K}K", [n]) for n in prefill]
+    return cases + [(f"{count}x{length // K}K", [length] * count) for count, length in varlen]
 
 
 def _inputs(total: int, device):
@@ -118,7 +102,7 @@ def run(
     variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Optional[Path]
 ) -> int:
     import torch
-    from _timing import kernel_profile
+    from _timing import kernel_profile, median_time_s
     from tabulate import tabulate
 
     from attn_core.native.gated_delta import launch_chunk_parallel_prefill
@@ -145,7 +129,7 @@ def run(
         times: dict[str, list[float]] = {n: [] for n in libs}
         for _ in range(rounds):
             for name, call in calls.items():
-                times[name].append(_median_ms(call))
+                times[name].append(1e3 * median_time_s(call, dev, warmup=2, iters=5))
         for name, call in calls.items():
             diff = (outs[name].float() - outs["default"].float()).abs().max()
             row = {"case": label, "variant": name, "ms": round(statistics.median(times[name]), 3),
@@ -163,65 +147,23 @@ def run(
     return 0
 
 
-def _median_ms(fn, warm: int = 2, iters: int = 5) -> float:
-    import torch
-
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _archs(text: str) -> tuple[str, ...]:
-    """``--arch``: attn-core's one validator of native build targets."""
-    from attn_core.core.settings import parse_archs
-
-    try:
-        return parse_archs("--arch", text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", type=Path, default=Path(".gdn-variants"))
-    b.add_argument("--arch", type=_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
+    b.add_argument("--arch", type=native_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
     r = sub.add_parser("run")
     r.add_argument("--variants", type=Path, default=Path(".gdn-variants"))
-    r.add_argument("--prefill", default="8192,32768,131072", help="comma-separated lengths")
-    r.add_argument("--varlen", default="8x16384", help="NxL batches, comma-separated")
-    r.add_argument("--rounds", type=_positive, default=3, help="interleaved rounds")
+    r.add_argument("--prefill", type=positive_ints, default="8192,32768,131072",
+                   help="comma-separated lengths")  # fmt: skip
+    r.add_argument("--varlen", type=batches, default="8x16384", help="NxL batches, comma-separated")
+    r.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds")
     r.add_argument("--out", type=Path, default=None, help="folder for the JSON")
     args = ap.parse_args(argv)
     if args.cmd == "build":
         return build(args.out, args.arch)
-    try:
-        cases = _cases(args.prefill, args.varlen)
-    except SystemExit as err:
-        ap.error(str(err))
-    if not cases:
-        ap.error("--prefill and --varlen name no case")
-    return run(args.variants, cases, args.rounds, args.out)
+    return run(args.variants, _cases(args.prefill, args.varlen), args.rounds, args.out)
 
 
 if __name__ == "__main__":

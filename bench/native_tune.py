@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import native_archs  # noqa: E402
 
 # The CUDA-core body's knobs (ATTN_DECODE_MMA=0: fp16 would take the matrix-unit body), then the
 # matrix-unit body (csrc/decode_warp.cuh). ATTN_KEY_LOADS / ATTN_VALUE_LOADS: 16-byte loads per
@@ -127,22 +128,12 @@ def run(variants: Path, shapes_arg: str) -> int:
     return 0
 
 
-def _archs(text: str) -> tuple[str, ...]:
-    """``--arch``: attn-core's one validator of native build targets."""
-    from attn_core.core.settings import parse_archs
-
-    try:
-        return parse_archs("--arch", text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", type=Path, default=Path(".native-variants"))
-    b.add_argument("--arch", type=_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
+    b.add_argument("--arch", type=native_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
     r = sub.add_parser("run")
     r.add_argument("--variants", type=Path, default=Path(".native-variants"))
     r.add_argument("--shapes", default="")

@@ -34,6 +34,7 @@ written; 2 bad usage (argparse: the argument named).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import os
 import platform
@@ -115,6 +116,7 @@ def find_compiler(preferred: str | None = None) -> str | None:
     return None
 
 
+@functools.cache  # read by the build key and the GCC check of every build
 def _compiler_identity(compiler: str) -> str:
     out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
     return (out.stdout.splitlines() or [compiler])[0]

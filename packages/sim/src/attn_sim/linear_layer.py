@@ -263,6 +263,19 @@ def native_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int 
     return fused_prefill(spec, s, tokens, num_seqs)
 
 
+def _resident(spec: DeviceSpec, kernel: str, threads: int, registers: int, smem: int) -> int:
+    """Blocks of ``kernel`` an SM of ``spec`` holds at once (ValueError naming the kernel and
+    the budget when none fits)."""
+    per_sm = min(occupancy_limits(spec, threads, registers, smem).values())
+    if per_sm == 0:
+        raise ValueError(
+            f"{kernel} needs {smem} bytes of shared memory and {registers} registers a thread "
+            f"({threads} threads); the profile {spec.name} allows "
+            f"{spec.shared_mem_per_block} bytes a block"
+        )
+    return per_sm
+
+
 def chunk_parallel_prefill(
     spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1
 ) -> LinearCost:
@@ -273,14 +286,7 @@ def chunk_parallel_prefill(
     earlier wave), the final state carried in the caller's buffer."""
     c, hv, dk, dv = PAR_CHUNK, s.num_value_heads, s.head_k, s.head_v
     record = chunk_record_bytes(dk, dv)
-    prep_per_sm = min(
-        occupancy_limits(spec, PAR_PREP_THREADS, PAR_PREP_REGISTERS, PAR_PREP_SMEM).values()
-    )
-    if prep_per_sm == 0:
-        raise ValueError(
-            f"chunk_prep needs {PAR_PREP_SMEM} bytes of shared memory and {PAR_PREP_REGISTERS} "
-            f"registers a thread, which the profile {spec.name} cannot hold"
-        )
+    prep_per_sm = _resident(spec, "chunk_prep", PAR_PREP_THREADS, PAR_PREP_REGISTERS, PAR_PREP_SMEM)
     prep_wave = spec.sm_count * prep_per_sm
     slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES, prep_wave_blocks=prep_wave)
     chunks = math.ceil(tokens / c)
@@ -289,14 +295,7 @@ def chunk_parallel_prefill(
     pass_flops = 2.0 * (
         2 * c * dk * CHUNK_PASS_COLUMNS + c * c * CHUNK_PASS_COLUMNS + dk * c * CHUNK_PASS_COLUMNS
     )
-    per_sm = min(
-        occupancy_limits(spec, PAR_PASS_THREADS, PAR_PASS_REGISTERS, PAR_PASS_SMEM).values()
-    )
-    if per_sm == 0:
-        raise ValueError(
-            f"chunk_pass needs {PAR_PASS_SMEM} bytes of shared memory, the profile "
-            f"{spec.name} allows {spec.shared_mem_per_block}"
-        )
+    per_sm = _resident(spec, "chunk_pass", PAR_PASS_THREADS, PAR_PASS_REGISTERS, PAR_PASS_SMEM)
     sm_rate = spec.fp32_flops / spec.sm_count
     prep_s = pass_s = 0.0
     latency = 0.0
