@@ -37,19 +37,11 @@ K = 1024
 
 
 def build(out: Path, archs: tuple[str, ...]) -> int:
-    from attn_core.native.build import build_variant
-    from attn_core.native.family import GATED_DELTA
-    from attn_core.native.gated_delta import VARIANT
-    from attn_core.native.toolchain import find_toolchain
+    from native_tune import build_variants
 
-    toolchain, why = find_toolchain(None, archs)
-    if toolchain is None:
-        print(why)
-        return 1
-    for name, defines in VARIANTS.items():
-        path, seconds = build_variant(toolchain, out / name, GATED_DELTA, VARIANT, defines=defines)
-        print(f"{name}: {path} ({seconds:.0f} s)", flush=True)
-    return 0
+    from attn_core.native.gated_delta import VARIANT
+
+    return build_variants(out, archs, "gated_delta", VARIANT, VARIANTS)
 
 
 def _cases(prefill: list[int], varlen: list[tuple[int, int]]) -> list[tuple[str, list[int]]]:

@@ -45,22 +45,31 @@ K = 1024
 SHAPES = ((1, 8 * K), (1, 100 * K), (8, 100 * K), (64, 8 * K), (1, 256 * K))
 
 
-def build(out: Path, archs: tuple[str, ...]) -> int:
+def build_variants(
+    out: Path, archs: tuple[str, ...], family: str, variant: str, variants: dict[str, tuple]
+) -> int:
+    """Each of ``variants`` (name -> extra defines) of ``family``'s ``variant`` built into
+    ``out/<name>/``; 1 (and why) without a toolchain for ``archs``. linear_pair_tune.py builds
+    through here too."""
     from attn_core.native.build import build_variant
-    from attn_core.native.family import DECODE
+    from attn_core.native.family import FAMILIES
     from attn_core.native.toolchain import find_toolchain
 
     toolchain, why = find_toolchain(None, archs)
     if toolchain is None:
         print(why)
         return 1
-    for name, defines in VARIANTS.items():
-        defines = (*defines, "ATTN_TUNING_ONLY")
+    for name, defines in variants.items():
         path, seconds = build_variant(
-            toolchain, out / name, DECODE, f"g{TUNING_GROUP}", defines=defines
+            toolchain, out / name, FAMILIES[family], variant, defines=defines
         )
         print(f"{name}: {path} ({seconds:.0f} s)", flush=True)
     return 0
+
+
+def build(out: Path, archs: tuple[str, ...]) -> int:
+    tuning = {name: (*defines, "ATTN_TUNING_ONLY") for name, defines in VARIANTS.items()}
+    return build_variants(out, archs, "decode", f"g{TUNING_GROUP}", tuning)
 
 
 def splits(
