@@ -8,6 +8,8 @@ Run on the GPU machine: ``pytest -m cuda packages/attn-core/tests/test_linear_cu
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from conftest import requires_cuda
@@ -83,16 +85,26 @@ def transient_bytes(call) -> int:
     return torch.cuda.max_memory_allocated() - base - kept
 
 
-def test_prefill_transient_memory_stays_in_the_plan_budget() -> None:
-    """16K tokens at the model's shape: the peak above inputs and outputs stays under the
-    plan's budget (the plan counts every intermediate as live at once)."""
+@pytest.mark.parametrize("lengths", [[16384], [64] * 200, [100] * 90])
+def test_prefill_transient_memory_stays_in_the_plan_budget(lengths) -> None:
+    """The peak above inputs and outputs stays under the plan's budget at the model's shape
+    (the plan counts each phase's live set at its worst case): one long sequence (one state a
+    chunk slot), one-chunk sequences side by side (three states a slot: running, before and
+    after) and two-chunk ones."""
     h, hv, dk, dv = MODEL
-    t = 16384
-    q, k, v, g, beta = model_inputs(t, seed=3)
+    q, k, v, g, beta = model_inputs(sum(lengths), seed=3)
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], device=DEV)
     plan = plan_gated_delta(h, hv, dk, dv, 2)
-    transient = transient_bytes(lambda: chunk_gated_delta_rule(
-        q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True, plan=plan,
-        backend="torch"))  # fmt: skip
+
+    def call():
+        return chunk_gated_delta_rule(
+            q, k, v, g, beta, output_final_state=True, use_qk_l2norm_in_kernel=True, plan=plan,
+            cu_seqlens=cu if len(lengths) > 1 else None, backend="torch")  # fmt: skip
+
+    # once first: the process's cuBLAS workspace (32 MiB on the H100) is allocated on its first
+    # matmul, and it outlives every call (measured first, the worst case read 533 MiB)
+    call()
+    transient = transient_bytes(call)
     assert transient <= plan.budget_bytes, transient / 2**20
 
 

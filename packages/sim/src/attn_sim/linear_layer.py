@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.linear.plan import CHUNK as TORCH_CHUNK
-from attn_core.linear.plan import plan_gated_delta
+from attn_core.linear.plan import chunk_slot_intermediate_bytes, plan_gated_delta
 from attn_core.native.split import (
     CHUNK_PASS_COLUMNS,
     NATIVE_WORKSPACE_BYTES,
@@ -66,9 +66,9 @@ FALLBACK_STATE_PASSES = 5
 FALLBACK_DECODE_LAUNCHES = 34
 
 # --- attn-core's torch path -----------------------------------------------------------------
-TORCH_LAUNCHES_PER_CHUNK = 3.1
+TORCH_SEGMENT_LAUNCHES = 54
 TORCH_DECODE_LAUNCHES = 47
-TORCH_BMM_EFFICIENCY = 0.071
+TORCH_BMM_EFFICIENCY = 0.101
 
 # --- native kernels -------------------------------------------------------------------------
 NATIVE_CHUNK = 16
@@ -104,15 +104,15 @@ PROVENANCE = {
     "FALLBACK_STATE_PASSES": "assumed: read/write passes over the fp32 state per chunk",
     "FALLBACK_DECODE_LAUNCHES": "assumed: ~34 launches counted from reading "
     "torch_recurrent_gated_delta_rule (l2 norms, casts, one token's step)",
-    "TORCH_LAUNCHES_PER_CHUNK": "measured: ~3.1 launches per 64-token chunk, dispatch counter "
-    "over attn-core's torch path (segments included)",
+    "TORCH_SEGMENT_LAUNCHES": "measured: 54 float ops a segment beside one a chunk, dispatch "
+    "counter over attn-core's torch path (26- and 40-slot segments, 4 and 8 of them)",
     "TORCH_DECODE_LAUNCHES": "measured: 48 device kernels a step (torch.profiler, H200, "
     "bench/linear_attn_bench.py, batch 1), one of them a copy of the gathered states since "
     "dropped (docs/benchmarks.md#gated-deltanet)",
     "TORCH_BMM_EFFICIENCY": "measured: fitted to attn-core's torch path on an H100 (one layer, "
-    "bf16, docs/benchmarks.md#gated-deltanet): 37.3 ms at 32K gives 0.071 of the fp32 rate, "
-    "which then prices 128K at 149 ms (measured 148) and 2 x 16K at 37 (measured 31.9: the "
-    "two sequences' segments are wider and fewer)",
+    "bf16, 40-slot segments, docs/benchmarks.md#gated-deltanet): 25.0 ms at 32K and 110.5 at "
+    "128K, one parameter over two points (+5 / -5 %); the host-bound path moved by up to a "
+    "quarter between two H100 machines the same day (32K: 25.0 and 31.6 ms)",
     "NATIVE_CHUNK": "source: gated_delta.cu kChunk = 16 (64 does not fit 32 KiB)",
     "NATIVE_PREFILL_SMEM": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 sm_90 "
     "(its static arrays: 32192 B of the BI-V100's 32 KiB)",
@@ -241,9 +241,11 @@ def fallback_prefill(spec: DeviceSpec, s: LinearShape, tokens: int) -> LinearCos
 def torch_prefill(spec: DeviceSpec, s: LinearShape, tokens: int) -> LinearCost:
     plan = plan_gated_delta(s.num_heads, s.num_value_heads, s.head_k, s.head_v, s.itemsize)
     chunks = math.ceil(tokens / TORCH_CHUNK)
-    launches = chunks * TORCH_LAUNCHES_PER_CHUNK
+    launches = chunks * (1 + TORCH_SEGMENT_LAUNCHES / plan.segment_chunks)
     # Each slot's intermediates written and read once, the state read and written each chunk.
-    nbytes = chunks * (2 * plan.bytes_per_chunk + 2 * s.state_bytes) + tokens * s.token_bytes
+    slot = chunk_slot_intermediate_bytes(s.num_heads, s.num_value_heads, s.head_k, s.head_v,
+                                         s.itemsize, TORCH_CHUNK)  # fmt: skip
+    nbytes = chunks * (2 * slot + 2 * s.state_bytes) + tokens * s.token_bytes
     flops = chunks * _chunk_flops(s, TORCH_CHUNK)
     device = max(nbytes / spec.hbm_bandwidth, flops / (spec.fp32_flops * TORCH_BMM_EFFICIENCY))
     seconds = _eager(spec, launches, spec.launch_overhead_s, device)

@@ -27,7 +27,7 @@ class GatedDeltaPlan:
     chunk: tokens per chunk (64: the intra-chunk products are 64 x 64 per value head).
     segment_chunks: chunk slots per segment (>= 1); a segment holds ``segment_chunks`` chunks
         of one sequence or the same chunk positions of several sequences side by side.
-    bytes_per_chunk: the transient bytes one chunk slot costs (:func:`chunk_slot_bytes`).
+    bytes_per_chunk: the peak transient bytes of one chunk slot (:func:`chunk_slot_bytes`).
     budget_bytes: the budget the segment was sized for.
     """
 
@@ -50,16 +50,47 @@ class GatedDeltaPlan:
 def chunk_slot_bytes(
     num_heads: int, num_value_heads: int, head_k: int, head_v: int, itemsize: int, chunk: int
 ) -> int:
-    """Transient bytes of one chunk slot in :mod:`attn_core.linear.chunked`, counted as if every
-    intermediate of the segment were alive at once (the executor frees some early, so the
-    measured peak stays below it).
+    """Peak transient bytes of one chunk slot in :mod:`attn_core.linear.chunked`: the largest of
+    the live sets of a segment's three phases, each counted per slot, fp32 unless said.
 
-    Per slot, fp32 unless said: the gathered inputs in their dtype and in fp32 (q, k at key
-    heads, v at value heads), head-major q/k, the decay, Gram and solve matrices (C x C per
-    head), the solve's right-hand side and solution ``[beta v | beta e^G k]``, the decayed keys
-    and queries, the chunk's state map ``M`` (K x K) and state (K x V), the new values and the
-    output before and after its move to token-major order.
+    - solve: the gathered inputs in their dtype and in fp32 (a segment that is not one run of
+      tokens gathers them), head-major q and k, the decay, the Gram matrix and the solve's
+      workspace and result (C x C per value head), its right-hand side and solution
+      ``[beta v | -beta e^G k]``;
+    - state pass: q, k, the decay, the solution, the decayed keys, the chunk's state map ``M``
+      (K x K) and its states;
+    - output: q, k, the decay, the states, the new values, the decayed queries, the scores, the
+      output and the product before it.
+
+    States are counted three times a slot, the worst case: a segment of one-chunk sequences
+    side by side holds each sequence's running state, its state before and its state after.
+    Measured at the model's shape (16 / 32 heads, 128 x 128, bf16; H100, one long sequence,
+    so one state a slot): 11.6 MiB a slot while two views outlived their tensors, the
+    intermediates' sum (what this counted before) 19.6 MiB; the executor now frees what each
+    phase leaves behind.
     """
+    c, h, hv, dk, dv = chunk, num_heads, num_value_heads, head_k, head_v
+    qk = 2 * c * h * dk * FP32
+    square = hv * c * c * FP32
+    solution = hv * c * (dv + dk) * FP32
+    key_rows, value_rows = hv * c * dk * FP32, hv * c * dv * FP32
+    states = 3 * hv * dk * dv * FP32
+    gathered = c * (2 * h * dk + hv * dv) * (itemsize + FP32)
+    solve = gathered + qk + 4 * square + 2 * solution
+    state_pass = qk + square + solution + key_rows + hv * dk * dk * FP32 + states
+    output = qk + square + states + 3 * value_rows + key_rows + square
+    small = 8 * hv * c * FP32  # g, beta, cumulated g, masks
+    return max(solve, state_pass, output) + small
+
+
+def chunk_slot_intermediate_bytes(
+    num_heads: int, num_value_heads: int, head_k: int, head_v: int, itemsize: int, chunk: int
+) -> int:
+    """Bytes of every intermediate one chunk slot writes (each written once and read about
+    once: the simulator's traffic of the torch path), fp32 unless said: the gathered inputs in
+    their dtype and in fp32, head-major q/k, the decay, Gram and solve matrices, the solve's
+    right-hand side and solution, the decayed keys and queries, the state map and state, the
+    new values and the output before and after its move to token-major order."""
     c, h, hv, dk, dv = chunk, num_heads, num_value_heads, head_k, head_v
     inputs = c * (2 * h * dk + hv * dv) * (itemsize + FP32) + 2 * c * h * dk * FP32
     square = (3 * hv + 2 * h) * c * c * FP32  # decay, A, its inverse per value head; kk, qk per key
@@ -81,7 +112,7 @@ def plan_gated_delta(
     chunk: int = CHUNK,
 ) -> GatedDeltaPlan:
     """The segment size for these shapes: as many chunk slots as ``budget_bytes`` holds (at
-    least one). At 16 key / 32 value heads, 128 x 128, bf16 and 512 MiB: 26 slots (1664 tokens).
+    least one). At 16 key / 32 value heads, 128 x 128, bf16 and 512 MiB: 40 slots (2560 tokens).
     """
     per = chunk_slot_bytes(num_heads, num_value_heads, head_k, head_v, itemsize, chunk)
     return GatedDeltaPlan(chunk, max(1, budget_bytes // per), per, budget_bytes)
