@@ -12,8 +12,8 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 | ... 128K, 876 ms | 860.8 ms | -1.7 % | yes |
 | ... decode 32K / 128K, 0.08 / 0.21 ms | 0.050 / 0.174 ms | -37 % / -17 % | no: harness unknown |
 | FLA Triton prefill 2.6 / 9.9 ms, decode 0.15 ms | not modelled | - | no: the native target |
-| torch path prefill 32K / 128K, 25.0 / 110.5 ms | 26.2 / 104.9 ms | +4.7 / -5.1 % | yes (fit) |
-| ... 8 x 16K, 90.6 ms | 104.9 ms | +16 % | no: priced as one 128K sequence |
+| torch path prefill 32K / 128K, 25.0 / 110.5 ms | 26.3 / 105.3 ms | +5.2 / -4.7 % | yes (fit) |
+| ... 8 x 16K, 90.6 ms | 105.3 ms | +16 % | no: priced as one 128K sequence |
 | native fused chunked 32K / 128K, 22.7 / 89.0 ms | 22.5 / 90.0 | -0.8 / +1.1 % | yes |
 | ... 2 x 16K (two blocks an SM), 14.1 ms | 11.4 ms | -19 % | no: contention not modelled |
 | native chunk-parallel 32K / 128K, 13.89 / 55.46 ms | 13.89 / 55.5 | 0.0 / +0.1 % | yes |

@@ -110,9 +110,9 @@ PROVENANCE = {
     "bench/linear_attn_bench.py, batch 1), one of them a copy of the gathered states since "
     "dropped (docs/benchmarks.md#gated-deltanet)",
     "TORCH_BMM_EFFICIENCY": "measured: fitted to attn-core's torch path on an H100 (one layer, "
-    "bf16, 40-slot segments, docs/benchmarks.md#gated-deltanet): 25.0 ms at 32K and 110.5 at "
-    "128K, one parameter over two points (+5 / -5 %); the host-bound path moved by up to a "
-    "quarter between two H100 machines the same day (32K: 25.0 and 31.6 ms)",
+    "bf16, timed in 40-slot segments, docs/benchmarks.md#gated-deltanet): 25.0 ms at 32K and "
+    "110.5 at 128K, one parameter over two points (+5 / -5 %); the host-bound path moved by "
+    "up to a quarter between two H100 machines the same day (32K: 25.0 and 31.6 ms)",
     "NATIVE_CHUNK": "source: gated_delta.cu kChunk = 16 (64 does not fit 32 KiB)",
     "NATIVE_PREFILL_SMEM": "measured: the driver's facts of chunked_prefill<128>, nvcc 13 sm_90 "
     "(its static arrays: 32192 B of the BI-V100's 32 KiB)",
