@@ -138,15 +138,15 @@ class _FloatOps(TorchDispatchMode):
 
 
 def test_launches_per_chunk() -> None:
-    """About 2.4 float ops per 64-token chunk with the model's segment (38 slots): one
-    ``baddbmm_`` per chunk and 54 per segment; transformers' fallback issues ~19 per chunk
+    """About 2.2 float ops per 64-token chunk with the model's segment (38 slots): one
+    ``baddbmm_`` per chunk and 44 per segment; transformers' fallback issues ~19 per chunk
     counted the same way (its loop body plus the matmuls' copies)."""
     chunks = 38 * 8
     case = make_linear_case([64 * chunks], 2, 4, 16, 16, torch.bfloat16, l2norm=True)
     plan = plan_gated_delta(16, 32, 128, 128, 2)
     with _FloatOps() as ops:
         chunk_gated_delta_rule(**case.kwargs(), output_final_state=True, plan=plan)
-    assert ops.count / chunks < 3
+    assert ops.count / chunks < 2.5
 
 
 @settings(max_examples=60, deadline=None)

@@ -66,7 +66,7 @@ FALLBACK_STATE_PASSES = 5
 FALLBACK_DECODE_LAUNCHES = 34
 
 # --- attn-core's torch path -----------------------------------------------------------------
-TORCH_SEGMENT_LAUNCHES = 54
+TORCH_SEGMENT_LAUNCHES = 44
 TORCH_DECODE_LAUNCHES = 47
 TORCH_BMM_EFFICIENCY = 0.101
 
@@ -104,8 +104,9 @@ PROVENANCE = {
     "FALLBACK_STATE_PASSES": "assumed: read/write passes over the fp32 state per chunk",
     "FALLBACK_DECODE_LAUNCHES": "assumed: ~34 launches counted from reading "
     "torch_recurrent_gated_delta_rule (l2 norms, casts, one token's step)",
-    "TORCH_SEGMENT_LAUNCHES": "measured: 54 float ops a segment beside one a chunk, dispatch "
-    "counter over attn-core's torch path (26- and 40-slot segments, 4 and 8 of them)",
+    "TORCH_SEGMENT_LAUNCHES": "measured: 44 float ops a segment beside one a chunk, dispatch "
+    "counter over attn-core's torch path (26- and 40-slot segments, 4 and 8 of them; 54 "
+    "before the inputs moved to head-major fp32 in one copy each and the scale was applied once)",
     "TORCH_DECODE_LAUNCHES": "measured: 48 device kernels a step (torch.profiler, H200, "
     "bench/linear_attn_bench.py, batch 1), one of them a copy of the gathered states since "
     "dropped (docs/benchmarks.md#gated-deltanet)",

@@ -15,10 +15,11 @@ the stored states, batched again). Keys and queries stay at their key heads for 
 products and broadcast to the value heads (``HV = group * H``) only where a per-value-head
 factor multiplies them.
 
-Counted as float-producing aten ops on the CPU (``tests/test_linear_chunked.py``): 3.1 per
-64-token chunk at the model's 26-slot segments (~55 per segment plus the one ``baddbmm_`` per
+Counted as float-producing aten ops on the CPU (``tests/test_linear_chunked.py``): 2.2 per
+64-token chunk at the model's 38-slot segments (44 per segment plus the one ``baddbmm_`` per
 chunk), against ~19 per chunk for transformers' ``torch_chunk_gated_delta_rule`` counted the
-same way at 32K tokens.
+same way at 32K tokens. The path is bound by the host's launches on an H100 (docs/benchmarks.md
+#gated-deltanet), so what a segment launches is what it costs.
 
 Sequences are cut into chunk slots; a segment holds ``depth`` chunk positions of ``width``
 sequences (:class:`~attn_core.linear.plan.GatedDeltaPlan` bounds ``depth * width``). Slots past
@@ -28,6 +29,7 @@ the state passes through them unchanged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Optional
 
@@ -42,6 +44,19 @@ L2NORM_EPS = 1e-6
 def l2_normalise(x: torch.Tensor) -> torch.Tensor:
     """``x / sqrt(sum(x^2) + 1e-6)`` over the last axis (flash-linear-attention's l2norm)."""
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
+
+
+def _inverse_norm(x: torch.Tensor) -> torch.Tensor:
+    """``1 / sqrt(sum(x^2) + 1e-6)`` over the last axis, kept as a trailing axis of one."""
+    return (x * x).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
+
+
+@functools.cache
+def _chunk_constants(c: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The strictly upper ``c x c`` mask and the identity on ``device``, made once (three
+    launches a segment otherwise), read only."""
+    upper = torch.ones(c, c, dtype=torch.bool, device=device).triu(1)
+    return upper, torch.eye(c, device=device)
 
 
 def run_chunked(
@@ -131,24 +146,32 @@ def _segment(
         rows = rows_host.to(dev, non_blocking=True)
         keep = valid_host.to(dev, dtype=torch.float32, non_blocking=True)[:, None]
 
-    def gather(t: torch.Tensor) -> torch.Tensor:
-        return (t[first : first + m * c] if run else t.index_select(0, rows)).float()
+    def rows_of(t: torch.Tensor) -> torch.Tensor:  # the segment's rows of a token-major input
+        return t[first : first + m * c] if run else t.index_select(0, rows)
 
-    def gather_gates(t: torch.Tensor) -> torch.Tensor:  # zero past each sequence's end
-        return gather(t) if run else gather(t) * keep
+    def head_major(seg_rows: torch.Tensor) -> torch.Tensor:
+        """The segment's rows ``[m * C, heads, ...]`` as ``[m, heads, C, ...]`` fp32, in one
+        copy (dtype and layout together: one launch where ``.float().contiguous()`` was two)."""
+        src = seg_rows.view(m, c, *seg_rows.shape[1:]).transpose(1, 2)
+        return torch.empty(src.shape, device=dev).copy_(src)
 
-    q = gather(x.q).view(m, c, h, dk)
-    k = gather(x.k).view(m, c, h, dk)
+    def gates(t: torch.Tensor) -> torch.Tensor:  # [m, HV, C] fp32, zero past each sequence's end
+        return head_major(rows_of(t) if run else rows_of(t) * keep)
+
+    # Keys and queries at their key heads, l2-normalised, the queries also scaled (once here,
+    # not in each product that reads them).
+    q, k = head_major(rows_of(x.q)), head_major(rows_of(x.k))  # [m, H, C, K]
     if x.l2norm:
-        q, k = l2_normalise(q), l2_normalise(k)
-    q = q.transpose(1, 2).contiguous()  # [m, H, C, K]
-    k = k.transpose(1, 2).contiguous()
-    beta = gather_gates(x.beta).view(m, c, hv).transpose(1, 2).contiguous()
-    cum = gather_gates(x.g).view(m, c, hv).cumsum(1).transpose(1, 2).contiguous()
-    v = gather(x.v).view(m, c, hv, dv).transpose(1, 2)  # [m, HV, C, V]
+        q.mul_(_inverse_norm(q).mul_(x.scale))
+        k.mul_(_inverse_norm(k))
+    else:
+        q.mul_(x.scale)
+    beta = gates(x.beta)
+    cum = gates(x.g).cumsum_(-1)
+    # the values stay in their dtype: the product with beta below reads and converts them
 
     # decay D[i, j] = exp(G_i - G_j) for j <= i, 0 above the diagonal (masked before exp)
-    upper = torch.ones(c, c, dtype=torch.bool, device=dev).triu(1)
+    upper, eye = _chunk_constants(c, dev)
     decay = (cum[..., :, None] - cum[..., None, :]).masked_fill_(upper, float("-inf")).exp_()
     decay5 = decay.view(m, h, grp, c, c)
     gram = torch.matmul(k, k.transpose(-1, -2))[:, :, None]  # [m, H, 1, C, C]
@@ -159,6 +182,7 @@ def _segment(
     # The keys' side enters negated, so the solve yields -W: the state map below is then one
     # bmm, without negating its K x K result (0.7 of the 33 ms of a 32K prefill, H100).
     rhs = torch.empty(m, hv, c, dv + dk, device=dev)
+    v = rows_of(x.v).view(m, c, hv, dv).transpose(1, 2)  # [m, HV, C, V] in the input's dtype
     torch.mul(v, beta[..., None], out=rhs[..., :dv])
     torch.mul(k_wide, (beta * e_cum).neg_().view(m, h, grp, c, 1),
               out=rhs[..., dv:].view(m, h, grp, c, dk))  # fmt: skip
@@ -168,8 +192,9 @@ def _segment(
     # against the V + K = 256 columns of [beta v | -beta e^G k] directly, the batched
     # triangular solve was 6.6 of the 33 ms of a 32K prefill (H100, torch.profiler); against
     # C = 64 columns it does a quarter of that work, and the product runs at the bmms' rate.
-    eye = torch.eye(c, device=dev).expand(m, hv, c, c)
-    inverse = torch.linalg.solve_triangular(lower, eye, upper=False, unitriangular=True)
+    inverse = torch.linalg.solve_triangular(
+        lower, eye.expand(m, hv, c, c), upper=False, unitriangular=True
+    )
     del lower
     uw = torch.matmul(inverse, rhs)
     del inverse, rhs
@@ -184,7 +209,7 @@ def _segment(
     kt = k_dec.view(m * hv, c, dk).transpose(1, 2)
     torch.bmm(kt, u.reshape(m * hv, c, dv), out=after)  # N, the state's additive part
     trans = torch.bmm(kt, w_neg.reshape(m * hv, c, dk))  # M = e^{G_C} I - Kd^T W
-    trans.diagonal(dim1=-2, dim2=-1).add_(last.exp().view(m * hv, 1))
+    trans.diagonal(dim1=-2, dim2=-1).add_(e_cum[..., -1:].reshape(m * hv, 1))
     del k_dec, kt
     _pass_states(after, trans, before, width * hv)
     state.copy_(states[depth])
@@ -192,8 +217,8 @@ def _segment(
 
     delta = torch.baddbmm(u.reshape(m * hv, c, dv), w_neg.reshape(m * hv, c, dk), before)
     del uw, u, w_neg
-    q_dec = (q[:, :, None] * (e_cum * x.scale).view(m, h, grp, c, 1)).view(m * hv, c, dk)
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(x.scale)[:, :, None] * decay5
+    q_dec = (q[:, :, None] * e_cum.view(m, h, grp, c, 1)).view(m * hv, c, dk)
+    scores = torch.matmul(q, k.transpose(-1, -2))[:, :, None] * decay5
     del decay, decay5
     o = torch.baddbmm(torch.bmm(q_dec, before), scores.view(m * hv, c, c), delta)
     del q_dec, scores, delta, states
