@@ -5,7 +5,9 @@ timed side by side on the same inputs.
     python3 bench/linear_pair_tune.py run --variants .gdn-variants     # on the GPU
 
 Each variant is the family's library built with other defines (``default``: none; ``t256``:
-``chunk_pass`` on 256 threads, ``-DATTN_GDN_PASS_THREADS=256``). ``run`` first checks every
+``chunk_pass`` on 256 threads, ``-DATTN_GDN_PASS_THREADS=256``; ``direct``: ``chunk_pass``
+reading its records straight from global memory, two barriers a chunk,
+``-DATTN_GDN_PASS_DIRECT=1``). ``run`` first checks every
 variant against the float64 recurrence (the pair's own verify-once check, bf16 at the model's
 head sizes), then times the pair (``launch_chunk_parallel_prefill``, the model's 16 / 32 heads,
 K = V = 128, bf16, l2-normalised q/k) at each ``--prefill`` length and ``--varlen`` batch,
@@ -31,6 +33,7 @@ from _args import batches, native_archs, positive_int, positive_ints  # noqa: E4
 VARIANTS = {
     "default": (),
     "t256": ("ATTN_GDN_PASS_THREADS=256",),
+    "direct": ("ATTN_GDN_PASS_DIRECT=1",),
 }
 HEADS, VALUE_HEADS, HEAD_K, HEAD_V = 16, 32, 128, 128
 K = 1024

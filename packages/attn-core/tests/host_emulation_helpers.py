@@ -109,11 +109,16 @@ def run_emulated(
         set_reverse_order(lib, False)
 
 
-def emulated_gated_delta(pass_threads: int = 128) -> GatedDeltaLibrary:
-    """The host Gated DeltaNet library (~1 s to build); ``pass_threads`` 256: its chunk_pass on
-    the 256-thread mapping (``-DATTN_GDN_PASS_THREADS=256``)."""
-    name = "gated_delta_t256" if pass_threads == 256 else "gated_delta"
-    return _emulated(name, GatedDeltaLibrary)
+# chunk_pass's forms: the default, 256 threads (-DATTN_GDN_PASS_THREADS=256), and its records
+# read straight from global memory (-DATTN_GDN_PASS_DIRECT=1)
+PASS_VARIANTS = {"default": "gated_delta", "t256": "gated_delta_t256",
+                 "direct": "gated_delta_direct"}  # fmt: skip
+
+
+def emulated_gated_delta(variant: str = "default") -> GatedDeltaLibrary:
+    """The host Gated DeltaNet library (~1 s to build) with chunk_pass's form ``variant``
+    (a key of ``PASS_VARIANTS``)."""
+    return _emulated(PASS_VARIANTS[variant], GatedDeltaLibrary)
 
 
 def emulated_prefill() -> PrefillLibrary:

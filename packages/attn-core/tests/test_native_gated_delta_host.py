@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from host_emulation_helpers import emulated_gated_delta, set_reverse_order
+from host_emulation_helpers import PASS_VARIANTS, emulated_gated_delta, set_reverse_order
 
 from attn_core.native.gated_delta import (
     GatedDeltaLibrary,
@@ -210,12 +210,13 @@ def test_the_verify_once_checks_pass_on_the_host() -> None:
 # Three kernels serve a prefill: token by token, the fused 16-token chunks, and the
 # chunk-parallel pair (64-token chunks in segments; a 1-byte workspace forces one chunk slot a
 # segment, so every chunk hands its state to the next through the final-state buffer).
-# "parallel-t256": the pair with chunk_pass's 256-thread mapping.
-METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot", "parallel-t256"]
+# "parallel-t256" / "parallel-direct": the pair with chunk_pass's other forms (PASS_VARIANTS).
+METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot", "parallel-t256", "parallel-direct"]
 
 
 def method_library(method: str) -> GatedDeltaLibrary:
-    return emulated_gated_delta(256 if method.endswith("t256") else 128)
+    variant = method.rsplit("-", 1)[-1]
+    return emulated_gated_delta(variant if variant in PASS_VARIANTS else "default")
 
 
 def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
@@ -231,7 +232,7 @@ def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
 @pytest.mark.parametrize("l2norm", [False, True])
-@pytest.mark.parametrize("method", [*METHODS[:3], "parallel-t256"])
+@pytest.mark.parametrize("method", [*METHODS[:3], "parallel-t256", "parallel-direct"])
 def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> None:
     """Lengths around both chunk sizes: 0, 1, 15, 16, 17, 33, 64, 65, 129."""
     lib = method_library(method)
@@ -243,12 +244,12 @@ def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> N
     assert o <= TOL[dtype] and s <= 1e-5, (o, s)
 
 
-@pytest.mark.parametrize("pass_threads", [128, 256])
+@pytest.mark.parametrize("variant", list(PASS_VARIANTS))
 @pytest.mark.parametrize("workspace_bytes", [1, 2 * 1024 * 1024], ids=["1-slot", "4-slots"])
-def test_chunk_parallel_segments_carry_the_state(workspace_bytes, pass_threads) -> None:
+def test_chunk_parallel_segments_carry_the_state(workspace_bytes, variant) -> None:
     """Segments of one and of four chunk slots (records of 4 value heads at K = 128, V = 64:
     0.5 MiB a slot) over sequences of 0 to 3 chunks: the state crosses segment boundaries."""
-    lib = emulated_gated_delta(pass_threads)
+    lib = emulated_gated_delta(variant)
     o, s = prefill_errors(lib, 2, 4, 128, 64, torch.float32, CPU, lengths=(130, 0, 64, 1, 70),
                           parallel=True, workspace_bytes=workspace_bytes, stream=0)  # fmt: skip
     assert o <= TOL[torch.float32] and s <= 1e-5, (o, s)

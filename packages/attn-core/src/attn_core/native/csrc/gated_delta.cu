@@ -950,10 +950,23 @@ ATTN_DEVICE void ld_n(const float* p, float (&r)[N]) {
 // Grid (V / kSlice, HV, width), kPassThreads threads: the block's K x kSlice slice of the
 // state walks the sequence's chunks [p0, p0 + depth), read from the initial state (p0 == 0)
 // or the final state (the previous segment left it there) and written to the final state.
-// Each chunk streams its record's tiles through two shared buffers (the next tile's loads are
-// issued before the current one's products: one barrier a tile).
+// Two ways to read a chunk's record, chosen at compile time:
+// - staged (the timed default): its tiles stream through two shared buffers, the next tile's
+//   loads issued before the current one's products, one barrier a tile (14 a chunk at K = 128);
+// - direct (-DATTN_GDN_PASS_DIRECT=1, 128 threads): each thread loads the record's elements it
+//   uses straight from global memory (the record is in L2: chunk_prep wrote it for this
+//   segment), the state, V' and Qg S from shared memory, two barriers a chunk and 16 KiB of
+//   shared memory. ncu put the staged form's time in issue latency at its barriers (12 %
+//   occupancy, "Mem Busy" 70 %); this form trades those for L2 load latency, which unrolled
+//   independent loads can overlap. Host-emulated, not yet timed on a GPU.
 // At 128 threads one block an SM at least: the default register target (128, nvcc 13 sm_90)
 // spilled 8 bytes at K = 128; it takes 156 registers. At 256, two blocks an SM (104).
+#if !defined(ATTN_GDN_PASS_DIRECT)
+#define ATTN_GDN_PASS_DIRECT 0
+#endif
+constexpr bool kPassDirect = ATTN_GDN_PASS_DIRECT != 0;
+static_assert(!kPassDirect || kPassThreads == 128, "the direct pass has the 128-thread mapping");
+
 template <int K>
 __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
     chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
@@ -968,7 +981,6 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
                     kOg * kPar == kPassThreads && kOCols * kOg == kSlice,
                 "the products, the state and the outputs split over the threads");
   static_assert(kPar % kXRows == 0, "a thread's rows are all W's or all Qg's");
-  __shared__ __align__(16) float stage[2][kTile];
   __shared__ __align__(16) float state[K * kSlice];    // [K][kSlice]
   __shared__ __align__(16) float vnew[kPar * kSlice];  // V' [t][kSlice]
   __shared__ __align__(16) float qs[kPar * kSlice];    // Qg S [t][kSlice]
@@ -1000,111 +1012,180 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
     own[i][3] = v.w;
     st4(state + row * kSlice + 4 * cg, v);
   }
-  float4 next[kTileVecs];
-  if (s.p0 < p_end) {
-    load_tile(rec0, 0, next);
-    store_tile(stage[0], next);
-  }
-  __syncthreads();
-  int buf = 0;
-  for (int p = s.p0; p < p_end; ++p) {
-    const float* rec = rec0 + (p - s.p0) * rec_step;
-    const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
-    const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
-    const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
-    float4 u[kXRows];  // U's rows kXRows rg .. at this block's columns (W's rows only)
+
+  // What both forms do a chunk around its products.
+  const auto load_u = [&](const float* rec, float4 (&u)[kXRows]) {  // U's rows at our columns
 #pragma unroll
     for (int i = 0; i < kXRows; ++i) {
       u[i] = w_rows ? ld4(rec + R::kTileFloats + (kXRows * rg + i) * a.head_v + col0 + 4 * cg)
                     : float4{0.f, 0.f, 0.f, 0.f};
     }
-    float x[kXRows][4];
+  };
+  // V' = U - W S (rows 0 .. 63), Qg S (rows 64 .. 127)
+  const auto store_products = [&](const float4 (&u)[kXRows], const float (&x)[kXRows][4]) {
 #pragma unroll
-    for (int i = 0; i < kXRows; ++i) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
+    for (int r = 0; r < kXRows; ++r) {
+      const int row = kXRows * rg + r;
+      if (w_rows) {
+        st4(vnew + row * kSlice + 4 * cg, float4{u[r].x - x[r][0], u[r].y - x[r][1],
+                                                u[r].z - x[r][2], u[r].w - x[r][3]});
+      } else {
+        st4(qs + (row - kPar) * kSlice + 4 * cg, float4{x[r][0], x[r][1], x[r][2], x[r][3]});
+      }
     }
-    float o[kOCols];
+  };
+  const auto store_outputs = [&](int64_t tok0, int n, const float (&o)[kOCols]) {
+    if (to < n) {
+      const int64_t at = (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + kOCols * og;
 #pragma unroll
-    for (int c = 0; c < kOCols; ++c) o[c] = 0.f;
-#pragma unroll 1
-    for (int i = 0; i < R::kTiles; ++i) {
-      const bool more = i + 1 < R::kTiles || p + 1 < p_end;
-      if (more) load_tile(i + 1 < R::kTiles ? rec : rec + rec_step, (i + 1) % R::kTiles, next);
-      const float* tile = stage[buf];
-      if (i < R::kWqTiles) {  // [W; Qg] S, key rows 16 i ..
-#pragma unroll 4
-        for (int kk = 0; kk < 16; ++kk) {
-          float ar[kXRows], sr[4];
-          ld_n(tile + kk * 128 + kXRows * rg, ar);
-          ld_n(state + (16 * i + kk) * kSlice + 4 * cg, sr);
+      for (int c = 0; c < kOCols; ++c) store_any(a.out, at + c, a.qkv_kind, o[c]);
+    }
+  };
+  const auto decay_state = [&](float chunk_decay) {
 #pragma unroll
-          for (int r = 0; r < kXRows; ++r) {
+    for (int r = 0; r < kSRows; ++r) {
 #pragma unroll
-            for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
-          }
-        }
-        if (i == R::kWqTiles - 1) {  // V' = U - W S (rows 0 .. 63), Qg S (rows 64 .. 127)
+      for (int c = 0; c < 4; ++c) own[r][c] *= chunk_decay;
+    }
+  };
+  // S += Kd^T V' over token `t` of V', Kd's row `kd_row` (K floats, ours at rg * kSRows)
+  const auto update_state = [&](int t, const float* kd_row) {
+    float vr[4], kv[kSRows];
+    ld_n(vnew + t * kSlice + 4 * cg, vr);
+    ld_n(kd_row + rg * kSRows, kv);
 #pragma unroll
-          for (int r = 0; r < kXRows; ++r) {
-            const int row = kXRows * rg + r;
-            if (w_rows) {
-              st4(vnew + row * kSlice + 4 * cg, float4{u[r].x - x[r][0], u[r].y - x[r][1],
-                                                      u[r].z - x[r][2], u[r].w - x[r][3]});
-            } else {
-              st4(qs + (row - kPar) * kSlice + 4 * cg, float4{x[r][0], x[r][1], x[r][2], x[r][3]});
-            }
-          }
-        }
-      } else if (i < R::kWqTiles + R::kPTiles) {  // O = Qg S + P V', P^T rows 32 ph ..
-        const int ph = i - R::kWqTiles;
-        constexpr int kRowsP = kTile / kPar;  // 32
-        if (ph == 0) ld_n(qs + to * kSlice + kOCols * og, o);
-#pragma unroll 4
-        for (int ss = 0; ss < kRowsP; ++ss) {
-          const float pv = tile[ss * kPar + to];
-          float vr[kOCols];
-          ld_n(vnew + (kRowsP * ph + ss) * kSlice + kOCols * og, vr);
+    for (int r = 0; r < kSRows; ++r) {
 #pragma unroll
-          for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
-        }
-        if (ph == R::kPTiles - 1 && to < n) {
-          const int64_t at =
-              (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + kOCols * og;
+      for (int c = 0; c < 4; ++c) own[r][c] = fmaf(kv[r], vr[c], own[r][c]);
+    }
+  };
+  const auto store_state = [&] {
 #pragma unroll
-          for (int c = 0; c < kOCols; ++c) store_any(a.out, at + c, a.qkv_kind, o[c]);
-        }
-      } else {  // S <- e^G_last S + Kd^T V', tokens kKdTokens dq ..
-        const int dq = i - R::kWqTiles - R::kPTiles;
-        if (dq == 0) {
+    for (int r = 0; r < kSRows; ++r) {
+      st4(state + (rg * kSRows + r) * kSlice + 4 * cg,
+          float4{own[r][0], own[r][1], own[r][2], own[r][3]});
+    }
+  };
+
+  if constexpr (kPassDirect) {
+    __syncthreads();
+    for (int p = s.p0; p < p_end; ++p) {
+      const float* rec = rec0 + (p - s.p0) * rec_step;
+      const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
+      const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
+      const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
+      float4 u[kXRows];
+      load_u(rec, u);
+      // [W; Qg] S: [W; Qg]^T's key row kk (128 floats, ours at kXRows rg) times the state's
+      float x[kXRows][4];
 #pragma unroll
-          for (int r = 0; r < kSRows; ++r) {
+      for (int i = 0; i < kXRows; ++i) {
 #pragma unroll
-            for (int c = 0; c < 4; ++c) own[r][c] *= chunk_decay;
-          }
-        }
-#pragma unroll 4
-        for (int tt = 0; tt < R::kKdTokens; ++tt) {
-          float vr[4], kv[kSRows];
-          ld_n(vnew + (R::kKdTokens * dq + tt) * kSlice + 4 * cg, vr);
-          ld_n(tile + tt * K + rg * kSRows, kv);
+        for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
+      }
+#pragma unroll 8
+      for (int kk = 0; kk < K; ++kk) {
+        float ar[kXRows], sr[4];
+        ld_n(rec + kk * 128 + kXRows * rg, ar);
+        ld_n(state + kk * kSlice + 4 * cg, sr);
 #pragma unroll
-          for (int r = 0; r < kSRows; ++r) {
+        for (int r = 0; r < kXRows; ++r) {
 #pragma unroll
-            for (int c = 0; c < 4; ++c) own[r][c] = fmaf(kv[r], vr[c], own[r][c]);
-          }
-        }
-        if (dq == R::kKdTiles - 1) {
-#pragma unroll
-          for (int r = 0; r < kSRows; ++r) {
-            st4(state + (rg * kSRows + r) * kSlice + 4 * cg,
-                float4{own[r][0], own[r][1], own[r][2], own[r][3]});
-          }
+          for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
         }
       }
-      if (more) store_tile(stage[buf ^ 1], next);
-      __syncthreads();
-      buf ^= 1;
+      store_products(u, x);
+      __syncthreads();  // V' and Qg S are whole; every thread has read the state
+      // O = Qg S + P V' (P^T: row ss, token `to`)
+      const float* pt = rec + R::kWqTiles * kTile;
+      float o[kOCols];
+      ld_n(qs + to * kSlice + kOCols * og, o);
+#pragma unroll 8
+      for (int ss = 0; ss < kPar; ++ss) {
+        const float pv = pt[ss * kPar + to];
+        float vr[kOCols];
+        ld_n(vnew + ss * kSlice + kOCols * og, vr);
+#pragma unroll
+        for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
+      }
+      store_outputs(tok0, n, o);
+      // S <- e^G_last S + Kd^T V'
+      const float* kd = rec + (R::kWqTiles + R::kPTiles) * kTile;
+      decay_state(chunk_decay);
+#pragma unroll 8
+      for (int tt = 0; tt < kPar; ++tt) update_state(tt, kd + tt * K);
+      store_state();
+      __syncthreads();  // the state is whole; V' and Qg S are read
+    }
+  } else {
+    __shared__ __align__(16) float stage[2][kTile];
+    float4 next[kTileVecs];
+    if (s.p0 < p_end) {
+      load_tile(rec0, 0, next);
+      store_tile(stage[0], next);
+    }
+    __syncthreads();
+    int buf = 0;
+    for (int p = s.p0; p < p_end; ++p) {
+      const float* rec = rec0 + (p - s.p0) * rec_step;
+      const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
+      const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
+      const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
+      float4 u[kXRows];  // U's rows kXRows rg .. at this block's columns (W's rows only)
+      load_u(rec, u);
+      float x[kXRows][4];
+#pragma unroll
+      for (int i = 0; i < kXRows; ++i) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
+      }
+      float o[kOCols];
+#pragma unroll
+      for (int c = 0; c < kOCols; ++c) o[c] = 0.f;
+#pragma unroll 1
+      for (int i = 0; i < R::kTiles; ++i) {
+        const bool more = i + 1 < R::kTiles || p + 1 < p_end;
+        if (more) load_tile(i + 1 < R::kTiles ? rec : rec + rec_step, (i + 1) % R::kTiles, next);
+        const float* tile = stage[buf];
+        if (i < R::kWqTiles) {  // [W; Qg] S, key rows 16 i ..
+#pragma unroll 4
+          for (int kk = 0; kk < 16; ++kk) {
+            float ar[kXRows], sr[4];
+            ld_n(tile + kk * 128 + kXRows * rg, ar);
+            ld_n(state + (16 * i + kk) * kSlice + 4 * cg, sr);
+#pragma unroll
+            for (int r = 0; r < kXRows; ++r) {
+#pragma unroll
+              for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
+            }
+          }
+          if (i == R::kWqTiles - 1) store_products(u, x);
+        } else if (i < R::kWqTiles + R::kPTiles) {  // O = Qg S + P V', P^T rows 32 ph ..
+          const int ph = i - R::kWqTiles;
+          constexpr int kRowsP = kTile / kPar;  // 32
+          if (ph == 0) ld_n(qs + to * kSlice + kOCols * og, o);
+#pragma unroll 4
+          for (int ss = 0; ss < kRowsP; ++ss) {
+            const float pv = tile[ss * kPar + to];
+            float vr[kOCols];
+            ld_n(vnew + (kRowsP * ph + ss) * kSlice + kOCols * og, vr);
+#pragma unroll
+            for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
+          }
+          if (ph == R::kPTiles - 1) store_outputs(tok0, n, o);
+        } else {  // S <- e^G_last S + Kd^T V', tokens kKdTokens dq ..
+          const int dq = i - R::kWqTiles - R::kPTiles;
+          if (dq == 0) decay_state(chunk_decay);
+#pragma unroll 4
+          for (int tt = 0; tt < R::kKdTokens; ++tt) {
+            update_state(R::kKdTokens * dq + tt, tile + tt * K);
+          }
+          if (dq == R::kKdTiles - 1) store_state();
+        }
+        if (more) store_tile(stage[buf ^ 1], next);
+        __syncthreads();
+        buf ^= 1;
+      }
     }
   }
   if (a.final_state != nullptr) {
