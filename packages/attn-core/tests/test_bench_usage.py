@@ -40,6 +40,8 @@ CASES = {
     "pair tune prefill": ("linear_pair_tune.py", ["run", "--prefill", "8k"], ["--prefill", "8k"]),
     "pair tune varlen": ("linear_pair_tune.py", ["run", "--varlen", "8x"], ["--varlen", "8x"]),
     "pair tune rounds": ("linear_pair_tune.py", ["run", "--rounds", "0"], ["--rounds", "0"]),
+    "bf16 numerics tokens": ("linear_bf16_numerics.py", ["--tokens", "1k"], ["--tokens", "1k"]),
+    "bf16 numerics out": ("linear_bf16_numerics.py", ["--out", "/proc/nope"], ["--out"]),
     "vllm baseline extra": ("vllm_baseline.py", ["--bogus"], ["--bogus"]),
     "vllm prefix extra": ("vllm_prefix_prefill.py", ["--bogus"], ["--bogus"]),
     "facts extra": ("device_facts_h200.sh", ["--quik"], ["--quik"]),

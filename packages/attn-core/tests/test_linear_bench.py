@@ -9,9 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from bench_modules import bench_module, bench_path
 
 import attn_core
+from attn_core.reference import reference_gated_delta
 
 
 def _run(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -56,3 +58,19 @@ def test_quick_run_writes_rows_and_ends_with_the_table(tmp_path) -> None:
     assert rows[("decode", "batch 2", "attn-core torch")]["ms"] > 0
     assert "needs a CUDA device" in rows[("decode", "batch 2", "attn-core native")]["note"]
     assert done.stdout.rstrip().splitlines()[-1].startswith("| prefill")  # decode rows first
+
+
+def test_bf16_numerics_study_matches_the_reference_in_fp32(tmp_path) -> None:
+    """bench/linear_bf16_numerics.py's chunked form: exact (fp32) it is the float64 recurrence
+    within fp32's error over chunk edges (130 tokens), and rounding every site to bf16 moves it
+    by more; a run writes its JSON."""
+    study = bench_module("linear_bf16_numerics")
+    x = study._inputs(130, 1, seed=1)
+    want_o, want_s = reference_gated_delta(**x, use_qk_l2norm=True)
+    exact = study.chunked(x, frozenset(), torch.float32)
+    rounded = study.chunked(x, frozenset(study.SITES), torch.bfloat16)
+    assert study._err(exact[0], want_o[0]) < 1e-5 and study._err(exact[1], want_s[0]) < 1e-5
+    assert study._err(rounded[1], want_s[0]) > 10 * study._err(exact[1], want_s[0])
+    assert study.main(["--tokens", "70", "--value-heads", "1", "--out", str(tmp_path)]) == 0
+    with open(tmp_path / "linear_bf16_numerics.json") as f:
+        assert len(json.load(f)["rows"]) == 6
