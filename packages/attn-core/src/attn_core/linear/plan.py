@@ -65,9 +65,9 @@ def chunk_slot_bytes(
     States are counted three times a slot, the worst case: a segment of one-chunk sequences
     side by side holds each sequence's running state, its state before and its state after.
     Measured at the model's shape (16 / 32 heads, 128 x 128, bf16; H100, one long sequence,
-    so one state a slot): 11.6 MiB a slot while two views outlived their tensors, the
-    intermediates' sum (what this counted before) 19.6 MiB; the executor now frees what each
-    phase leaves behind.
+    so one state a slot): 11.6 MiB a slot while two views outlived their tensors, 8.6 once the
+    executor freed what each phase leaves behind (345 MiB at 40 slots); the intermediates'
+    sum, what this counted before, is 19.6 MiB.
     """
     c, h, hv, dk, dv = chunk, num_heads, num_value_heads, head_k, head_v
     qk = 2 * c * h * dk * FP32
