@@ -7,7 +7,8 @@ timed side by side on the same inputs.
 Each variant is the family's library built with other defines (``default``: none; ``t256``:
 ``chunk_pass`` on 256 threads, ``-DATTN_GDN_PASS_THREADS=256``; ``direct``: ``chunk_pass``
 reading its records straight from global memory, two barriers a chunk,
-``-DATTN_GDN_PASS_DIRECT=1``). ``run`` first checks every
+``-DATTN_GDN_PASS_DIRECT=1``; ``blocked``: ``chunk_prep`` solving its triangle in 16 x 16
+blocks, ``-DATTN_GDN_PREP_BLOCKED_SOLVE=1``). ``run`` first checks every
 variant against the float64 recurrence (the pair's own verify-once check, bf16 at the model's
 head sizes), then times the pair (``launch_chunk_parallel_prefill``, the model's 16 / 32 heads,
 K = V = 128, bf16, l2-normalised q/k) at each ``--prefill`` length and ``--varlen`` batch,
@@ -34,6 +35,7 @@ VARIANTS = {
     "default": (),
     "t256": ("ATTN_GDN_PASS_THREADS=256",),
     "direct": ("ATTN_GDN_PASS_DIRECT=1",),
+    "blocked": ("ATTN_GDN_PREP_BLOCKED_SOLVE=1",),
 }
 HEADS, VALUE_HEADS, HEAD_K, HEAD_V = 16, 32, 128, 128
 K = 1024

@@ -80,7 +80,8 @@ def jobs_for(
             (f"gated_delta.cu {mode}{label}", "gated_delta.cu", (*extra, *MODES[mode]),
              GATED_DELTA_KERNELS)
             for mode in MODES
-            for label, extra in (("", ()), (" direct pass", ("-DATTN_GDN_PASS_DIRECT=1",)))
+            for label, extra in (("", ()), (" variants", ("-DATTN_GDN_PASS_DIRECT=1",
+                                                         "-DATTN_GDN_PREP_BLOCKED_SOLVE=1")))
         ]  # fmt: skip
     return jobs
 

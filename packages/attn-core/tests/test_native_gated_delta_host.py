@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from host_emulation_helpers import PASS_VARIANTS, emulated_gated_delta, set_reverse_order
+from host_emulation_helpers import PAIR_VARIANTS, emulated_gated_delta, set_reverse_order
 
 from attn_core.native.gated_delta import (
     GatedDeltaLibrary,
@@ -210,13 +210,14 @@ def test_the_verify_once_checks_pass_on_the_host() -> None:
 # Three kernels serve a prefill: token by token, the fused 16-token chunks, and the
 # chunk-parallel pair (64-token chunks in segments; a 1-byte workspace forces one chunk slot a
 # segment, so every chunk hands its state to the next through the final-state buffer).
-# "parallel-t256" / "parallel-direct": the pair with chunk_pass's other forms (PASS_VARIANTS).
-METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot", "parallel-t256", "parallel-direct"]
+# "parallel-<variant>": the pair in its other forms (PAIR_VARIANTS).
+VARIANT_METHODS = ["parallel-t256", "parallel-direct", "parallel-blocked"]
+METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot", *VARIANT_METHODS]
 
 
 def method_library(method: str) -> GatedDeltaLibrary:
     variant = method.rsplit("-", 1)[-1]
-    return emulated_gated_delta(variant if variant in PASS_VARIANTS else "default")
+    return emulated_gated_delta(variant if variant in PAIR_VARIANTS else "default")
 
 
 def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
@@ -232,7 +233,7 @@ def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
 @pytest.mark.parametrize("l2norm", [False, True])
-@pytest.mark.parametrize("method", [*METHODS[:3], "parallel-t256", "parallel-direct"])
+@pytest.mark.parametrize("method", [*METHODS[:3], *VARIANT_METHODS])
 def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> None:
     """Lengths around both chunk sizes: 0, 1, 15, 16, 17, 33, 64, 65, 129."""
     lib = method_library(method)
@@ -244,7 +245,7 @@ def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> N
     assert o <= TOL[dtype] and s <= 1e-5, (o, s)
 
 
-@pytest.mark.parametrize("variant", list(PASS_VARIANTS))
+@pytest.mark.parametrize("variant", list(PAIR_VARIANTS))
 @pytest.mark.parametrize("workspace_bytes", [1, 2 * 1024 * 1024], ids=["1-slot", "4-slots"])
 def test_chunk_parallel_segments_carry_the_state(workspace_bytes, variant) -> None:
     """Segments of one and of four chunk slots (records of 4 value heads at K = 128, V = 64:

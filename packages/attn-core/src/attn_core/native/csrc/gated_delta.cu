@@ -600,6 +600,10 @@ constexpr int kTile = 2048;         // floats a staged tile (8 KiB)
 constexpr int kPassThreads = ATTN_GDN_PASS_THREADS;
 static_assert(kPassThreads == 128 || kPassThreads == 256, "chunk_pass's two thread mappings");
 constexpr int kPrepThreads = 256;
+#if !defined(ATTN_GDN_PREP_BLOCKED_SOLVE)
+#define ATTN_GDN_PREP_BLOCKED_SOLVE 0
+#endif
+constexpr bool kBlockedSolve = ATTN_GDN_PREP_BLOCKED_SOLVE != 0;  // chunk_prep's solve, below
 
 template <int K>
 struct ChunkRecord {
@@ -800,7 +804,53 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   // written while another thread may read it.
   // Four partial sums a row: one sum's chain of dependent loads and FMAs was ~35 cycles a term,
   // ~70K cycles for column 0 while the other warps waited (H100, 32K prefill).
-  if (tid < kPar) {
+  // Blocked (-DATTN_GDN_PREP_BLOCKED_SOLVE=1, not yet timed): the substitution only inside the
+  // four 16 x 16 diagonal blocks (120 terms for a block's column 0, not 2016), then the blocks
+  // below them by distance from the diagonal, every thread an element:
+  //     X = sum_{j <= k < i} A_ik T_kj,   T_ij = -T_ii X.
+  if constexpr (kBlockedSolve) {
+    constexpr int kB = 16, kBlocks = kPar / kB;
+    if (tid < kPar) {
+      const int j = tid, end = (j / kB + 1) * kB;
+      for (int t = j; t < end; ++t) {
+        float x0 = t == j ? 1.f : 0.f, x1 = 0.f;
+        int u = j;
+        for (; u + 2 <= t; u += 2) {
+          x0 -= mat[u * kPar + t] * mat[u * kPar + j];
+          x1 -= mat[(u + 1) * kPar + t] * mat[(u + 1) * kPar + j];
+        }
+        if (u < t) x0 -= mat[u * kPar + t] * mat[u * kPar + j];
+        mat[t * kPar + j] = x0 + x1;
+      }
+    }
+    float* x = opnd;  // X of each block of the distance: [kBlocks - 1][kB][kB]
+#pragma unroll 1
+    for (int d = 1; d < kBlocks; ++d) {
+      const int elems = (kBlocks - d) * kB * kB;
+      __syncthreads();  // the blocks nearer the diagonal are whole
+      for (int e = tid; e < elems; e += kPrepThreads) {
+        const int bj = e / (kB * kB), r = e % (kB * kB) / kB, c = e % kB;
+        const int row = (bj + d) * kB + r, col = bj * kB + c;
+        float x0 = 0.f, x1 = 0.f;  // from u = col: T is lower triangular in its own block
+        int u = col;
+        for (; u + 2 <= (bj + d) * kB; u += 2) {
+          x0 += mat[u * kPar + row] * mat[u * kPar + col];
+          x1 += mat[(u + 1) * kPar + row] * mat[(u + 1) * kPar + col];
+        }
+        if (u < (bj + d) * kB) x0 += mat[u * kPar + row] * mat[u * kPar + col];
+        x[e] = x0 + x1;
+      }
+      __syncthreads();
+      for (int e = tid; e < elems; e += kPrepThreads) {
+        const int bj = e / (kB * kB), r = e % (kB * kB) / kB, c = e % kB;
+        const int bi = bj + d, row = bi * kB + r;
+        float t0 = 0.f;
+        const float* xc = x + bj * kB * kB + c;  // X's column c
+        for (int m = 0; m <= r; ++m) t0 -= mat[row * kPar + bi * kB + m] * xc[m * kB];
+        mat[row * kPar + bj * kB + c] = t0;
+      }
+    }
+  } else if (tid < kPar) {
     const int j = tid;
     for (int t = j; t < kPar; ++t) {
       float x0 = t == j ? 1.f : 0.f, x1 = 0.f, x2 = 0.f, x3 = 0.f;
@@ -1036,7 +1086,8 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
   };
   const auto store_outputs = [&](int64_t tok0, int n, const float (&o)[kOCols]) {
     if (to < n) {
-      const int64_t at = (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + kOCols * og;
+      const int64_t at =
+          (tok0 + to) * a.out_tok_stride + h * a.out_head_stride + col0 + kOCols * og;
 #pragma unroll
       for (int c = 0; c < kOCols; ++c) store_any(a.out, at + c, a.qkv_kind, o[c]);
     }
