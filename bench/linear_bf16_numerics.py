@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from _args import positive_int, positive_ints, writable_dir  # noqa: E402
 from _timing import print_table, write_results  # noqa: E402
 
-from attn_core.native.gated_delta import STATE_TOLERANCE, TOLERANCE  # noqa: E402
+from attn_core.native.gated_delta import STATE_TOLERANCE, TOLERANCE, _err  # noqa: E402
 from attn_core.reference import reference_gated_delta  # noqa: E402
 
 CHUNK, HEAD = 64, 128
@@ -89,10 +89,6 @@ def chunked(x: dict[str, torch.Tensor], rounded: frozenset, dtype: torch.dtype):
         kd = rnd("kd", kc * (last - cum).exp()[..., None])
         state = state * last.exp()[..., None] + kd.transpose(-1, -2) @ v_read
     return out.transpose(0, 1), state
-
-
-def _err(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.double() - want).abs().max()) / max(1.0, float(want.abs().max()))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

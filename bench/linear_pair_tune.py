@@ -20,16 +20,15 @@ and prints the median of the rounds' medians, each variant's kernel split at the
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _args import batches, native_archs, positive_int, positive_ints  # noqa: E402
+from _args import batches, positive_int, positive_ints, writable_dir  # noqa: E402
+from native_tune import build_variants, variant_commands  # noqa: E402
 
 VARIANTS = {
     "default": (),
@@ -42,8 +41,6 @@ K = 1024
 
 
 def build(out: Path, archs: tuple[str, ...]) -> int:
-    from native_tune import build_variants
-
     from attn_core.native.gated_delta import VARIANT
 
     return build_variants(out, archs, "gated_delta", VARIANT, VARIANTS)
@@ -95,11 +92,9 @@ def _load(variants: Path, device) -> Optional[dict]:
     return libs
 
 
-def run(
-    variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Optional[Path]
-) -> int:
+def run(variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Optional[str]) -> int:
     import torch
-    from _timing import kernel_profile, median_time_s
+    from _timing import kernel_profile, median_time_s, write_results
     from tabulate import tabulate
 
     from attn_core.native.gated_delta import launch_chunk_parallel_prefill
@@ -139,24 +134,17 @@ def run(
             print(row, flush=True)
     print(tabulate(rows, headers="keys", tablefmt="github"))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "linear_pair_tune.json").write_text(json.dumps(rows, indent=1))
+        print(write_results(out, "linear_pair_tune.json", {"rows": rows}))
     return 0
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("--out", type=Path, default=Path(".gdn-variants"))
-    b.add_argument("--arch", type=native_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
-    r = sub.add_parser("run")
-    r.add_argument("--variants", type=Path, default=Path(".gdn-variants"))
+    ap, r = variant_commands(__doc__, ".gdn-variants")
     r.add_argument("--prefill", type=positive_ints, default="8192,32768,131072",
                    help="comma-separated lengths")  # fmt: skip
     r.add_argument("--varlen", type=batches, default="8x16384", help="NxL batches, comma-separated")
     r.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds")
-    r.add_argument("--out", type=Path, default=None, help="folder for the JSON")
+    r.add_argument("--out", type=writable_dir, default=None, help="folder for the JSON")
     args = ap.parse_args(argv)
     if args.cmd == "build":
         return build(args.out, args.arch)

@@ -137,14 +137,23 @@ def run(variants: Path, shapes_arg: str) -> int:
     return 0
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def variant_commands(
+    doc: str, folder: str
+) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """A tuner's two commands, ``build`` (``--out``, ``--arch``) and ``run`` (``--variants``),
+    both defaulting to ``folder``: the parser and ``run``'s subparser, for its own options."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
-    b.add_argument("--out", type=Path, default=Path(".native-variants"))
+    b.add_argument("--out", type=Path, default=Path(folder))
     b.add_argument("--arch", type=native_archs, default="sm_90", help="e.g. sm_90 or sm_80,sm_90")
     r = sub.add_parser("run")
-    r.add_argument("--variants", type=Path, default=Path(".native-variants"))
+    r.add_argument("--variants", type=Path, default=Path(folder))
+    return ap, r
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap, r = variant_commands(__doc__, ".native-variants")
     r.add_argument("--shapes", default="")
     args = ap.parse_args(argv)
     if args.cmd == "build":

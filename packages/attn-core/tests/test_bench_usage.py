@@ -40,6 +40,7 @@ CASES = {
     "pair tune prefill": ("linear_pair_tune.py", ["run", "--prefill", "8k"], ["--prefill", "8k"]),
     "pair tune varlen": ("linear_pair_tune.py", ["run", "--varlen", "8x"], ["--varlen", "8x"]),
     "pair tune rounds": ("linear_pair_tune.py", ["run", "--rounds", "0"], ["--rounds", "0"]),
+    "pair tune out": ("linear_pair_tune.py", ["run", "--out", "/proc/nope"], ["--out"]),
     "bf16 numerics tokens": ("linear_bf16_numerics.py", ["--tokens", "1k"], ["--tokens", "1k"]),
     "bf16 numerics out": ("linear_bf16_numerics.py", ["--out", "/proc/nope"], ["--out"]),
     "vllm baseline extra": ("vllm_baseline.py", ["--bogus"], ["--bogus"]),

@@ -41,14 +41,15 @@ from attn_core.linear.plan import GatedDeltaPlan
 L2NORM_EPS = 1e-6
 
 
+def inverse_norm(x: torch.Tensor) -> torch.Tensor:
+    """``1 / sqrt(sum(x^2) + 1e-6)`` over the last axis, kept as a trailing axis of one
+    (flash-linear-attention's l2norm is ``x`` times this)."""
+    return (x * x).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
+
+
 def l2_normalise(x: torch.Tensor) -> torch.Tensor:
     """``x / sqrt(sum(x^2) + 1e-6)`` over the last axis (flash-linear-attention's l2norm)."""
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
-
-
-def _inverse_norm(x: torch.Tensor) -> torch.Tensor:
-    """``1 / sqrt(sum(x^2) + 1e-6)`` over the last axis, kept as a trailing axis of one."""
-    return (x * x).sum(-1, keepdim=True).add_(L2NORM_EPS).rsqrt_()
+    return x * inverse_norm(x)
 
 
 @functools.cache
@@ -162,8 +163,8 @@ def _segment(
     # not in each product that reads them).
     q, k = head_major(rows_of(x.q)), head_major(rows_of(x.k))  # [m, H, C, K]
     if x.l2norm:
-        q.mul_(_inverse_norm(q).mul_(x.scale))
-        k.mul_(_inverse_norm(k))
+        q.mul_(inverse_norm(q).mul_(x.scale))
+        k.mul_(inverse_norm(k))
     else:
         q.mul_(x.scale)
     beta = gates(x.beta)

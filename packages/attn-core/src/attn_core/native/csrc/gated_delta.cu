@@ -1118,22 +1118,33 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
     }
   };
 
-  if constexpr (kPassDirect) {
-    __syncthreads();
-    for (int p = s.p0; p < p_end; ++p) {
-      const float* rec = rec0 + (p - s.p0) * rec_step;
-      const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
-      const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
-      const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
-      float4 u[kXRows];
-      load_u(rec, u);
-      // [W; Qg] S: [W; Qg]^T's key row kk (128 floats, ours at kXRows rg) times the state's
-      float x[kXRows][4];
+  // the staged form's tile ring (the direct form never touches it: the compiler drops it)
+  __shared__ __align__(16) float stage[2][kPassDirect ? 4 * kPassThreads : kTile];
+  float4 next[kTileVecs];
+  if constexpr (!kPassDirect) {
+    if (s.p0 < p_end) {
+      load_tile(rec0, 0, next);
+      store_tile(stage[0], next);
+    }
+  }
+  __syncthreads();
+  int buf = 0;
+  for (int p = s.p0; p < p_end; ++p) {
+    const float* rec = rec0 + (p - s.p0) * rec_step;
+    const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
+    const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
+    const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
+    float4 u[kXRows];  // U's rows kXRows rg .. at this block's columns (W's rows only)
+    load_u(rec, u);
+    float x[kXRows][4];  // [W; Qg] S: rows kXRows rg .., columns 4 cg ..
 #pragma unroll
-      for (int i = 0; i < kXRows; ++i) {
+    for (int i = 0; i < kXRows; ++i) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
-      }
+      for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
+    }
+    float o[kOCols];
+    if constexpr (kPassDirect) {
+      // [W; Qg]^T's key row kk (128 floats, ours at kXRows rg) times the state's
 #pragma unroll 8
       for (int kk = 0; kk < K; ++kk) {
         float ar[kXRows], sr[4];
@@ -1149,7 +1160,6 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
       __syncthreads();  // V' and Qg S are whole; every thread has read the state
       // O = Qg S + P V' (P^T: row ss, token `to`)
       const float* pt = rec + R::kWqTiles * kTile;
-      float o[kOCols];
       ld_n(qs + to * kSlice + kOCols * og, o);
 #pragma unroll 8
       for (int ss = 0; ss < kPar; ++ss) {
@@ -1167,30 +1177,7 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
       for (int tt = 0; tt < kPar; ++tt) update_state(tt, kd + tt * K);
       store_state();
       __syncthreads();  // the state is whole; V' and Qg S are read
-    }
-  } else {
-    __shared__ __align__(16) float stage[2][kTile];
-    float4 next[kTileVecs];
-    if (s.p0 < p_end) {
-      load_tile(rec0, 0, next);
-      store_tile(stage[0], next);
-    }
-    __syncthreads();
-    int buf = 0;
-    for (int p = s.p0; p < p_end; ++p) {
-      const float* rec = rec0 + (p - s.p0) * rec_step;
-      const int64_t tok0 = sq.start + static_cast<int64_t>(p) * kPar;
-      const int n = static_cast<int>(min(static_cast<int64_t>(kPar), sq.end - tok0));
-      const float chunk_decay = rec[R::kTileFloats + static_cast<int64_t>(kPar) * a.head_v];
-      float4 u[kXRows];  // U's rows kXRows rg .. at this block's columns (W's rows only)
-      load_u(rec, u);
-      float x[kXRows][4];
-#pragma unroll
-      for (int i = 0; i < kXRows; ++i) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
-      }
-      float o[kOCols];
+    } else {
 #pragma unroll
       for (int c = 0; c < kOCols; ++c) o[c] = 0.f;
 #pragma unroll 1
