@@ -30,6 +30,7 @@ the state passes through them unchanged.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import Optional
 
@@ -37,6 +38,7 @@ import torch
 
 from attn_core.linear.inputs import GatedDeltaInputs
 from attn_core.linear.plan import GatedDeltaPlan
+from attn_core.native.split import chunk_segments
 
 L2NORM_EPS = 1e-6
 
@@ -69,23 +71,22 @@ def run_chunked(
     hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
     dev = x.q.device
     chunks = [-(-length // plan.chunk) for length in x.lengths]
-    order = sorted(range(n), key=lambda s: -chunks[s])  # active sequences stay a prefix
+    # the native pair's schedule, with the plan's slots: longest first, so a group's active
+    # sequences stay a prefix of it
+    order, segments = chunk_segments(chunks, plan.segment_chunks)
     final = torch.empty(n, hv, dk, dv, device=dev) if want_final else None
-    for g0 in range(0, n, plan.segment_chunks):
-        group = order[g0 : g0 + plan.segment_chunks]
+    for base, group_segments in itertools.groupby(segments, key=lambda seg: seg[0]):
+        group = order[base : base + plan.segment_chunks]
         ids = torch.tensor(group, device=dev)
         if x.initial_state is not None:
             state = x.initial_state.index_select(0, ids)
         else:
             state = torch.zeros(len(group), hv, dk, dv, device=dev)
-        p0 = 0
-        while p0 < chunks[group[0]]:
-            width = sum(1 for s in group if chunks[s] > p0)
-            depth = min(max(1, plan.segment_chunks // width), chunks[group[0]] - p0)
-            seqs = group[:width]
-            _segment(plan, x, [x.starts[s] for s in seqs], [x.lengths[s] for s in seqs], p0,
-                     depth, state[:width], out)  # fmt: skip
-            p0 += depth
+        if chunks[group[0]] > 0:  # a group of empty sequences passes its states through
+            for _, width, p0, depth in group_segments:
+                seqs = group[:width]
+                _segment(plan, x, [x.starts[s] for s in seqs], [x.lengths[s] for s in seqs],
+                         p0, depth, state[:width], out)  # fmt: skip
         if final is not None:
             final.index_copy_(0, ids, state)
     return final

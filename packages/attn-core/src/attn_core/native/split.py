@@ -503,7 +503,8 @@ def chunk_segments(chunks: Sequence[int], slots: int) -> tuple[list[int], list[S
     ``[p0, p0 + depth)``. Segments come in execution order, each sequence's from position 0
     (empty sequences included, at depth 1: their state still moves from the initial to the
     final one) to its last chunk; a segment's ``width * depth`` never exceeds ``max(slots,
-    width)``. Longest first keeps a group's active sequences a prefix, as the torch path does.
+    width)``. Longest first keeps a group's active sequences a prefix. The torch path
+    (:mod:`attn_core.linear.chunked`) walks the same schedule with its own slot count.
     """
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
