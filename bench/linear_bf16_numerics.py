@@ -12,8 +12,12 @@ sums). This script runs the same 64-token WY/UT algorithm twice in float32, once
 pair does and once with those operands rounded to bf16, on model-like inputs (bf16 q/k/v and
 beta, g in [-5, 0], l2-normalised q/k, K = V = 128), and prints each one's error against the
 float64 per-token recurrence (attn_core.reference) in the family's metric: the largest
-absolute error over max(1, the largest reference value). Measures, never asserts; ``--out``
-gets the JSON.
+absolute error over max(1, the largest reference value).
+
+Beside them, the scale those errors are judged on: the float64 recurrence itself, run again
+on its inputs moved by up to half an ulp of bf16 (and of fp16), which is how far apart two
+inputs are that the dtype cannot tell apart. What that moves the state by is what the state
+is worth in that dtype, whatever computes it. Measures, never asserts; ``--out`` gets the JSON.
 """
 
 from __future__ import annotations
@@ -91,6 +95,23 @@ def chunked(x: dict[str, torch.Tensor], rounded: frozenset, dtype: torch.dtype):
     return out.transpose(0, 1), state
 
 
+# Half an ulp a dtype (relative): the most its rounding moves a value.
+HALF_ULP = {torch.bfloat16: 2.0**-9, torch.float16: 2.0**-12}
+
+
+def moved_inputs(x: dict[str, torch.Tensor], dtype: torch.dtype, seed: int):
+    """``x`` in float64 with q, k, v and beta (the 16-bit tensors) each scaled by ``1 + e``,
+    ``e`` uniform in +-``HALF_ULP[dtype]``: inputs that ``dtype`` would round to the same
+    values, or nearly."""
+    gen = torch.Generator().manual_seed(seed)
+    moved = dict(x)
+    for name in ("q", "k", "v", "beta"):
+        t = x[name].double()
+        e = torch.rand(t.shape, generator=gen, dtype=torch.float64).mul_(2).sub_(1)
+        moved[name] = t * (1 + HALF_ULP[dtype] * e)
+    return moved
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=positive_ints, default=[1024, 4096, 16384])
@@ -115,6 +136,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         want_o, want_s = reference_gated_delta(**x, use_qk_l2norm=True)
         for name, (rounded, dtype) in forms.items():
             o, s = chunked(x, rounded, dtype)
+            rows.append({"tokens": tokens, "form": name, "output_err": _err(o, want_o[0]),
+                         "state_err": _err(s, want_s[0])})  # fmt: skip
+            print(rows[-1], flush=True)
+        for dtype in HALF_ULP:
+            o, s = reference_gated_delta(**moved_inputs(x, dtype, seed=tokens), use_qk_l2norm=True)
+            name = f"float64 recurrence, inputs moved by half a {str(dtype)[6:]} ulp"
             rows.append({"tokens": tokens, "form": name, "output_err": _err(o, want_o[0]),
                          "state_err": _err(s, want_s[0])})  # fmt: skip
             print(rows[-1], flush=True)

@@ -63,7 +63,8 @@ def test_quick_run_writes_rows_and_ends_with_the_table(tmp_path) -> None:
 def test_bf16_numerics_study_matches_the_reference_in_fp32(tmp_path) -> None:
     """bench/linear_bf16_numerics.py's chunked form: exact (fp32) it is the float64 recurrence
     within fp32's error over chunk edges (130 tokens), and rounding every site to bf16 moves it
-    by more; a run writes its JSON."""
+    by more; inputs moved by half a bf16 ulp move the recurrence's state more than by half an
+    fp16 ulp, and more than fp32's error; a run writes its JSON."""
     study = bench_module("linear_bf16_numerics")
     x = study._inputs(130, 1, seed=1)
     want_o, want_s = reference_gated_delta(**x, use_qk_l2norm=True)
@@ -71,6 +72,13 @@ def test_bf16_numerics_study_matches_the_reference_in_fp32(tmp_path) -> None:
     rounded = study.chunked(x, frozenset(study.SITES), torch.bfloat16)
     assert study._err(exact[0], want_o[0]) < 1e-5 and study._err(exact[1], want_s[0]) < 1e-5
     assert study._err(rounded[1], want_s[0]) > 10 * study._err(exact[1], want_s[0])
+    moved = {
+        dtype: reference_gated_delta(**study.moved_inputs(x, dtype, seed=2), use_qk_l2norm=True)
+        for dtype in (torch.bfloat16, torch.float16)
+    }
+    bf16_moved = study._err(moved[torch.bfloat16][1], want_s[0])
+    assert bf16_moved > 4 * study._err(moved[torch.float16][1], want_s[0]) > 0
+    assert bf16_moved > 10 * study._err(exact[1], want_s[0])
     assert study.main(["--tokens", "70", "--value-heads", "1", "--out", str(tmp_path)]) == 0
     with open(tmp_path / "linear_bf16_numerics.json") as f:
-        assert len(json.load(f)["rows"]) == 6
+        assert len(json.load(f)["rows"]) == 8
