@@ -15,10 +15,8 @@
 #               prefill at 32K, 128K and 2 x 16K: the torch chunked path against the native
 #               chunked and token-by-token kernels, bench/linear_attn_bench.py
 #               (OUT_DIR/linear_attn_bench.json);
-#   tune_build, tune
-#               the chunk-parallel pair's compile-time variants built here and timed against
-#               the default at 32K and 8 x 16K, each checked against the float64 recurrence
-#               first (bench/linear_pair_tune.py; OUT_DIR/linear_pair_tune.json).
+# The chunk-parallel pair's compile-time variants, when there are any to time, have their own
+# script: bench/linear_pair_tune.py (build here, run there).
 set -u
 OUT_DIR="${1:-${OUT:-results/linear_native}}"
 mkdir -p "$OUT_DIR"
@@ -58,14 +56,9 @@ shown_step cuda_tests 240 "$PY" -m pytest -q -m cuda -p no:cacheprovider -p no:x
     packages/attn-core/tests/test_native_gated_delta_cuda.py \
     packages/attn-core/tests/test_linear_cuda.py
 
-# limits: 60 + 240 + 170 + 40 + 80 s, under 10 minutes with the device query; the bench starts no
+# limits: 60 + 240 + 170 s, under 10 minutes with the device query; the bench starts no
 # row after 130 s and rewrites its JSON after every row, so a step cut short keeps what it
 # measured
 shown_step bench 170 "$PY" bench/linear_attn_bench.py --out "$OUT_DIR" --prefill 32768,131072 \
     --varlen 2x16384 --decode-batches 1,8,64 --iters 3 --budget-s 130
 
-# the variants: ~6 s each with nvcc 13 (no CoreX build here: the step fails and says why); the
-# run: each variant's float64 check, then three interleaved rounds
-shown_step tune_build 40 "$PY" bench/linear_pair_tune.py build --out "$OUT_DIR/variants"
-shown_step tune 80 "$PY" bench/linear_pair_tune.py run --variants "$OUT_DIR/variants" \
-    --prefill 32768 --varlen 8x16384 --rounds 3 --out "$OUT_DIR"

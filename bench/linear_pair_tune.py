@@ -4,11 +4,9 @@ timed side by side on the same inputs.
     python3 bench/linear_pair_tune.py build --out .gdn-variants        # here (nvcc, no GPU needed)
     python3 bench/linear_pair_tune.py run --variants .gdn-variants     # on the GPU
 
-Each variant is the family's library built with other defines (``default``: none; ``t256``:
-``chunk_pass`` on 256 threads, ``-DATTN_GDN_PASS_THREADS=256``; ``direct``: ``chunk_pass``
-reading its records straight from global memory, two barriers a chunk,
-``-DATTN_GDN_PASS_DIRECT=1``; ``blocked``: ``chunk_prep`` solving its triangle in 16 x 16
-blocks, ``-DATTN_GDN_PREP_BLOCKED_SOLVE=1``). ``run`` first checks every
+Each variant is the family's library built with other defines (``VARIANTS``: a form under
+study goes in the source behind a define and here beside ``default``, and leaves both once
+timed). ``run`` first checks every
 variant against the float64 recurrence (the pair's own verify-once check, bf16 at the model's
 head sizes), then times the pair (``launch_chunk_parallel_prefill``, the model's 16 / 32 heads,
 K = V = 128, bf16, l2-normalised q/k) at each ``--prefill`` length and ``--varlen`` batch,
@@ -30,12 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import batches, positive_int, positive_ints, writable_dir  # noqa: E402
 from native_tune import build_variants, variant_commands  # noqa: E402
 
-VARIANTS = {
-    "default": (),
-    "t256": ("ATTN_GDN_PASS_THREADS=256",),
-    "direct": ("ATTN_GDN_PASS_DIRECT=1",),
-    "blocked": ("ATTN_GDN_PREP_BLOCKED_SOLVE=1",),
-}
+# Timed and settled (H100, three interleaved rounds; docs/benchmarks.md#gated-deltanet):
+# chunk_prep's blocked solve won and is the source's only solve; chunk_pass on 256 threads and
+# chunk_pass reading its records from L2 lost and were deleted.
+VARIANTS: dict[str, tuple[str, ...]] = {"default": ()}
 HEADS, VALUE_HEADS, HEAD_K, HEAD_V = 16, 32, 128, 128
 K = 1024
 

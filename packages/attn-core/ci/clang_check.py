@@ -77,12 +77,9 @@ def jobs_for(
             ]  # fmt: skip
     if "gated_delta" in families:
         jobs += [
-            (f"gated_delta.cu {mode}{label}", "gated_delta.cu", (*extra, *MODES[mode]),
-             GATED_DELTA_KERNELS)
+            (f"gated_delta.cu {mode}", "gated_delta.cu", MODES[mode], GATED_DELTA_KERNELS)
             for mode in MODES
-            for label, extra in (("", ()), (" variants", ("-DATTN_GDN_PASS_DIRECT=1",
-                                                         "-DATTN_GDN_PREP_BLOCKED_SOLVE=1")))
-        ]  # fmt: skip
+        ]
     return jobs
 
 

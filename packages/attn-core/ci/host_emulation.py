@@ -51,29 +51,12 @@ CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
 HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
 # name -> (source, defines, file name): the decode library of one head-slot count, the prefill
 # library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers), the Gated DeltaNet
-# library (decode, prefill and convolutions), and that library with the chunk-parallel pair's
-# other forms (chunk_pass on 256 threads, or reading its records straight from global memory;
-# chunk_prep solving in 16 x 16 blocks), built only on request on a GPU.
+# library (decode, prefill and convolutions).
 PREFILL_FMA = ("-D__ILUVATAR__", "-DATTN_PREFILL_MMA=0")
 LIBRARIES = {
     "decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so"),
     "prefill": ("paged_prefill.cu", PREFILL_FMA, "libattn_prefill_fma.so"),
     "gated_delta": ("gated_delta.cu", ("-D__ILUVATAR__",), "libattn_gdn_fma.so"),
-    "gated_delta_t256": (
-        "gated_delta.cu",
-        ("-D__ILUVATAR__", "-DATTN_GDN_PASS_THREADS=256"),
-        "libattn_gdn_t256.so",
-    ),
-    "gated_delta_direct": (
-        "gated_delta.cu",
-        ("-D__ILUVATAR__", "-DATTN_GDN_PASS_DIRECT=1"),
-        "libattn_gdn_direct.so",
-    ),
-    "gated_delta_blocked": (
-        "gated_delta.cu",
-        ("-D__ILUVATAR__", "-DATTN_GDN_PREP_BLOCKED_SOLVE=1"),
-        "libattn_gdn_blocked.so",
-    ),
 }
 # -O1: one head-slot library builds in 33 s (clang 16, a 2-core CI machine) and the
 # tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and

@@ -109,18 +109,9 @@ def run_emulated(
         set_reverse_order(lib, False)
 
 
-# The chunk-parallel pair's forms: the default; chunk_pass on 256 threads
-# (-DATTN_GDN_PASS_THREADS=256) or reading its records straight from global memory
-# (-DATTN_GDN_PASS_DIRECT=1); chunk_prep solving in 16 x 16 blocks
-# (-DATTN_GDN_PREP_BLOCKED_SOLVE=1)
-PAIR_VARIANTS = {"default": "gated_delta", "t256": "gated_delta_t256",
-                 "direct": "gated_delta_direct", "blocked": "gated_delta_blocked"}  # fmt: skip
-
-
-def emulated_gated_delta(variant: str = "default") -> GatedDeltaLibrary:
-    """The host Gated DeltaNet library (~1 s to build) with the pair's form ``variant`` (a key
-    of ``PAIR_VARIANTS``)."""
-    return _emulated(PAIR_VARIANTS[variant], GatedDeltaLibrary)
+def emulated_gated_delta() -> GatedDeltaLibrary:
+    """The host Gated DeltaNet library (~1 s to build)."""
+    return _emulated("gated_delta", GatedDeltaLibrary)
 
 
 def emulated_prefill() -> PrefillLibrary:

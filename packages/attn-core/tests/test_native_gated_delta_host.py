@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from host_emulation_helpers import PAIR_VARIANTS, emulated_gated_delta, set_reverse_order
+from host_emulation_helpers import emulated_gated_delta, set_reverse_order
 
 from attn_core.native.gated_delta import (
-    GatedDeltaLibrary,
     check_chunk_parallel,
     check_library,
     conv_errors,
@@ -210,14 +209,7 @@ def test_the_verify_once_checks_pass_on_the_host() -> None:
 # Three kernels serve a prefill: token by token, the fused 16-token chunks, and the
 # chunk-parallel pair (64-token chunks in segments; a 1-byte workspace forces one chunk slot a
 # segment, so every chunk hands its state to the next through the final-state buffer).
-# "parallel-<variant>": the pair in its other forms (PAIR_VARIANTS).
-VARIANT_METHODS = ["parallel-t256", "parallel-direct", "parallel-blocked"]
-METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot", *VARIANT_METHODS]
-
-
-def method_library(method: str) -> GatedDeltaLibrary:
-    variant = method.rsplit("-", 1)[-1]
-    return emulated_gated_delta(variant if variant in PAIR_VARIANTS else "default")
+METHODS = ["tokens", "chunks", "parallel", "parallel-1-slot"]
 
 
 def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
@@ -233,10 +225,10 @@ def launch_prefill(method, lib, *, cu_seqlens, **kw) -> None:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("heads,value_heads,head_k,head_v", [(2, 4, 128, 64), (1, 3, 64, 96)])
 @pytest.mark.parametrize("l2norm", [False, True])
-@pytest.mark.parametrize("method", [*METHODS[:3], *VARIANT_METHODS])
+@pytest.mark.parametrize("method", METHODS[:3])
 def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> None:
     """Lengths around both chunk sizes: 0, 1, 15, 16, 17, 33, 64, 65, 129."""
-    lib = method_library(method)
+    lib = emulated_gated_delta()
     parallel = method.startswith("parallel")
     lengths = (3, 0, 17, 1, 64, 65, 129) if parallel else (3, 0, 17, 1, 16, 15, 33)
     o, s = prefill_errors(lib, heads, value_heads, head_k, head_v, dtype, CPU, lengths=lengths,
@@ -245,12 +237,11 @@ def test_prefill(dtype, heads, value_heads, head_k, head_v, l2norm, method) -> N
     assert o <= TOL[dtype] and s <= 1e-5, (o, s)
 
 
-@pytest.mark.parametrize("variant", list(PAIR_VARIANTS))
 @pytest.mark.parametrize("workspace_bytes", [1, 2 * 1024 * 1024], ids=["1-slot", "4-slots"])
-def test_chunk_parallel_segments_carry_the_state(workspace_bytes, variant) -> None:
+def test_chunk_parallel_segments_carry_the_state(workspace_bytes) -> None:
     """Segments of one and of four chunk slots (records of 4 value heads at K = 128, V = 64:
     0.5 MiB a slot) over sequences of 0 to 3 chunks: the state crosses segment boundaries."""
-    lib = emulated_gated_delta(variant)
+    lib = emulated_gated_delta()
     o, s = prefill_errors(lib, 2, 4, 128, 64, torch.float32, CPU, lengths=(130, 0, 64, 1, 70),
                           parallel=True, workspace_bytes=workspace_bytes, stream=0)  # fmt: skip
     assert o <= TOL[torch.float32] and s <= 1e-5, (o, s)
@@ -268,7 +259,7 @@ def prefill_inputs(lengths, seed=0):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_prefill_in_place_state_without_initial_and_thread_order(method) -> None:
-    lib = method_library(method)
+    lib = emulated_gated_delta()
     lengths = (4, 70)
     x = prefill_inputs(lengths)
     cu = torch.tensor([0, 4, 74], dtype=torch.int64)

@@ -588,22 +588,12 @@ __global__ void __launch_bounds__(kThreads) chunked_prefill(AttnGdnPrefillArgs a
 constexpr int kPar = 64;            // tokens a chunk
 constexpr int kSlice = 16;          // value columns a chunk_pass block
 constexpr int kTile = 2048;         // floats a staged tile (8 KiB)
-// chunk_pass's threads: 128 (each thread 4 x 4 of [W; Qg] S, 4 x 4 of the state, 8 outputs a
-// chunk; one block an SM at least, 156 registers at K = 128) is the timed form
-// (docs/benchmarks.md#gated-deltanet). 256 spreads the same work over twice the warps (2 x 4,
-// 2 x 4 and 4; 104 registers, two blocks an SM) for the issue latency ncu showed; it passes
-// the host emulation and is not timed on a GPU yet, so it is built only on request
-// (-DATTN_GDN_PASS_THREADS=256).
-#if !defined(ATTN_GDN_PASS_THREADS)
-#define ATTN_GDN_PASS_THREADS 128
-#endif
-constexpr int kPassThreads = ATTN_GDN_PASS_THREADS;
-static_assert(kPassThreads == 128 || kPassThreads == 256, "chunk_pass's two thread mappings");
+// chunk_pass's threads: each thread 4 x 4 of [W; Qg] S, 4 x 4 of the state, 8 outputs a chunk
+// (156 registers at K = 128). The same work over 256 threads (2 x 4, 2 x 4 and 4; 104
+// registers, two blocks an SM) was slower on the H100: 6.85 -> 7.83 ms at 32K, the same 14
+// barriers a chunk with half the work between them (docs/benchmarks.md#gated-deltanet).
+constexpr int kPassThreads = 128;
 constexpr int kPrepThreads = 256;
-#if !defined(ATTN_GDN_PREP_BLOCKED_SOLVE)
-#define ATTN_GDN_PREP_BLOCKED_SOLVE 0
-#endif
-constexpr bool kBlockedSolve = ATTN_GDN_PREP_BLOCKED_SOLVE != 0;  // chunk_prep's solve, below
 
 template <int K>
 struct ChunkRecord {
@@ -798,17 +788,16 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   }
   __syncthreads();  // A is whole
 
-  // 4. T = (I + A)^-1 by forward substitution, one column a thread, into mat's lower half:
-  // T[t][j] = [t == j] - sum_{j <= u < t} A[t][u] T[u][j], A[t][u] read from mat[u][t] (u < t,
-  // above the diagonal) and T[u][j] from mat[u][j] (u >= j, on or below it): no element is
-  // written while another thread may read it.
-  // Four partial sums a row: one sum's chain of dependent loads and FMAs was ~35 cycles a term,
-  // ~70K cycles for column 0 while the other warps waited (H100, 32K prefill).
-  // Blocked (-DATTN_GDN_PREP_BLOCKED_SOLVE=1, not yet timed): the substitution only inside the
-  // four 16 x 16 diagonal blocks (120 terms for a block's column 0, not 2016), then the blocks
-  // below them by distance from the diagonal, every thread an element:
+  // 4. T = (I + A)^-1 into mat's lower half, A[t][u] read from mat[u][t] (u < t, above the
+  // diagonal) and T[u][j] from mat[u][j] (u >= j, on or below it): no element is written while
+  // another thread may read it. Forward substitution runs only inside the four 16 x 16 diagonal
+  // blocks (one column a thread, 120 terms at most); the blocks below them follow by distance
+  // from the diagonal, every thread an element:
   //     X = sum_{j <= k < i} A_ik T_kj,   T_ij = -T_ii X.
-  if constexpr (kBlockedSolve) {
+  // Substituting down the whole 64 x 64 triangle walked 2016 dependent terms for column 0 on
+  // two of the eight warps: chunk_prep took 6.64 ms of a 32K prefill that way, 6.30 this way
+  // (H100, bench/linear_pair_tune.py, three interleaved rounds).
+  {
     constexpr int kB = 16, kBlocks = kPar / kB;
     if (tid < kPar) {
       const int j = tid, end = (j / kB + 1) * kB;
@@ -849,20 +838,6 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
         for (int m = 0; m <= r; ++m) t0 -= mat[row * kPar + bi * kB + m] * xc[m * kB];
         mat[row * kPar + bj * kB + c] = t0;
       }
-    }
-  } else if (tid < kPar) {
-    const int j = tid;
-    for (int t = j; t < kPar; ++t) {
-      float x0 = t == j ? 1.f : 0.f, x1 = 0.f, x2 = 0.f, x3 = 0.f;
-      int u = j;
-      for (; u + 4 <= t; u += 4) {
-        x0 -= mat[u * kPar + t] * mat[u * kPar + j];
-        x1 -= mat[(u + 1) * kPar + t] * mat[(u + 1) * kPar + j];
-        x2 -= mat[(u + 2) * kPar + t] * mat[(u + 2) * kPar + j];
-        x3 -= mat[(u + 3) * kPar + t] * mat[(u + 3) * kPar + j];
-      }
-      for (; u < t; ++u) x0 -= mat[u * kPar + t] * mat[u * kPar + j];
-      mat[t * kPar + j] = (x0 + x1) + (x2 + x3);
     }
   }
   __syncthreads();
@@ -1000,26 +975,15 @@ ATTN_DEVICE void ld_n(const float* p, float (&r)[N]) {
 // Grid (V / kSlice, HV, width), kPassThreads threads: the block's K x kSlice slice of the
 // state walks the sequence's chunks [p0, p0 + depth), read from the initial state (p0 == 0)
 // or the final state (the previous segment left it there) and written to the final state.
-// Two ways to read a chunk's record, chosen at compile time:
-// - staged (the timed default): its tiles stream through two shared buffers, the next tile's
-//   loads issued before the current one's products, one barrier a tile (14 a chunk at K = 128);
-// - direct (-DATTN_GDN_PASS_DIRECT=1, 128 threads): each thread loads the record's elements it
-//   uses straight from global memory (the record is in L2: chunk_prep wrote it for this
-//   segment), the state, V' and Qg S from shared memory, two barriers a chunk and 16 KiB of
-//   shared memory. ncu put the staged form's time in issue latency at its barriers (12 %
-//   occupancy, "Mem Busy" 70 %); this form trades those for L2 load latency, which unrolled
-//   independent loads can overlap. Host-emulated, not yet timed on a GPU.
-// At 128 threads one block an SM at least: the default register target (128, nvcc 13 sm_90)
-// spilled 8 bytes at K = 128; it takes 156 registers. At 256, two blocks an SM (104).
-#if !defined(ATTN_GDN_PASS_DIRECT)
-#define ATTN_GDN_PASS_DIRECT 0
-#endif
-constexpr bool kPassDirect = ATTN_GDN_PASS_DIRECT != 0;
-static_assert(!kPassDirect || kPassThreads == 128, "the direct pass has the 128-thread mapping");
-
+// A chunk's record streams through two shared buffers in tiles, the next tile's loads issued
+// before the current one's products, one barrier a tile (14 a chunk at K = 128). Each thread
+// reading the record elements it uses straight from L2 instead (two barriers a chunk, 16 KiB
+// of shared memory) was slower on the H100: chunk_pass 6.93 -> 9.91 ms at 32K, 8 x 16K 56.2 ->
+// 63.4 (bench/linear_pair_tune.py, three interleaved rounds): the exposed L2 latency cost more
+// than the barriers it saved. One block an SM at least: the default register target (128,
+// nvcc 13 sm_90) spilled 8 bytes at K = 128; it takes 156 registers.
 template <int K>
-__global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
-    chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
+__global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs a, ChunkSegment s) {
   using R = ChunkRecord<K>;
   constexpr int kCg = kSlice / 4;                          // column groups of 4
   constexpr int kRg = kPassThreads / kCg;                  // row groups
@@ -1063,7 +1027,7 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
     st4(state + row * kSlice + 4 * cg, v);
   }
 
-  // What both forms do a chunk around its products.
+  // A chunk's steps around its products.
   const auto load_u = [&](const float* rec, float4 (&u)[kXRows]) {  // U's rows at our columns
 #pragma unroll
     for (int i = 0; i < kXRows; ++i) {
@@ -1118,14 +1082,11 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
     }
   };
 
-  // the staged form's tile ring (the direct form never touches it: the compiler drops it)
-  __shared__ __align__(16) float stage[2][kPassDirect ? 4 * kPassThreads : kTile];
+  __shared__ __align__(16) float stage[2][kTile];  // the record's tiles, two in flight
   float4 next[kTileVecs];
-  if constexpr (!kPassDirect) {
-    if (s.p0 < p_end) {
-      load_tile(rec0, 0, next);
-      store_tile(stage[0], next);
-    }
+  if (s.p0 < p_end) {
+    load_tile(rec0, 0, next);
+    store_tile(stage[0], next);
   }
   __syncthreads();
   int buf = 0;
@@ -1143,87 +1104,51 @@ __global__ void __launch_bounds__(kPassThreads, kPassThreads == 256 ? 2 : 1)
       for (int c = 0; c < 4; ++c) x[i][c] = 0.f;
     }
     float o[kOCols];
-    if constexpr (kPassDirect) {
-      // [W; Qg]^T's key row kk (128 floats, ours at kXRows rg) times the state's
-#pragma unroll 8
-      for (int kk = 0; kk < K; ++kk) {
-        float ar[kXRows], sr[4];
-        ld_n(rec + kk * 128 + kXRows * rg, ar);
-        ld_n(state + kk * kSlice + 4 * cg, sr);
 #pragma unroll
-        for (int r = 0; r < kXRows; ++r) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
-        }
-      }
-      store_products(u, x);
-      __syncthreads();  // V' and Qg S are whole; every thread has read the state
-      // O = Qg S + P V' (P^T: row ss, token `to`)
-      const float* pt = rec + R::kWqTiles * kTile;
-      ld_n(qs + to * kSlice + kOCols * og, o);
-#pragma unroll 8
-      for (int ss = 0; ss < kPar; ++ss) {
-        const float pv = pt[ss * kPar + to];
-        float vr[kOCols];
-        ld_n(vnew + ss * kSlice + kOCols * og, vr);
-#pragma unroll
-        for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
-      }
-      store_outputs(tok0, n, o);
-      // S <- e^G_last S + Kd^T V'
-      const float* kd = rec + (R::kWqTiles + R::kPTiles) * kTile;
-      decay_state(chunk_decay);
-#pragma unroll 8
-      for (int tt = 0; tt < kPar; ++tt) update_state(tt, kd + tt * K);
-      store_state();
-      __syncthreads();  // the state is whole; V' and Qg S are read
-    } else {
-#pragma unroll
-      for (int c = 0; c < kOCols; ++c) o[c] = 0.f;
+    for (int c = 0; c < kOCols; ++c) o[c] = 0.f;
 #pragma unroll 1
-      for (int i = 0; i < R::kTiles; ++i) {
-        const bool more = i + 1 < R::kTiles || p + 1 < p_end;
-        if (more) load_tile(i + 1 < R::kTiles ? rec : rec + rec_step, (i + 1) % R::kTiles, next);
-        const float* tile = stage[buf];
-        if (i < R::kWqTiles) {  // [W; Qg] S, key rows 16 i ..
+    for (int i = 0; i < R::kTiles; ++i) {
+      const bool more = i + 1 < R::kTiles || p + 1 < p_end;
+      if (more) load_tile(i + 1 < R::kTiles ? rec : rec + rec_step, (i + 1) % R::kTiles, next);
+      const float* tile = stage[buf];
+      if (i < R::kWqTiles) {  // [W; Qg] S, key rows 16 i ..
 #pragma unroll 4
-          for (int kk = 0; kk < 16; ++kk) {
-            float ar[kXRows], sr[4];
-            ld_n(tile + kk * 128 + kXRows * rg, ar);
-            ld_n(state + (16 * i + kk) * kSlice + 4 * cg, sr);
+        for (int kk = 0; kk < 16; ++kk) {
+          float ar[kXRows], sr[4];
+          ld_n(tile + kk * 128 + kXRows * rg, ar);
+          ld_n(state + (16 * i + kk) * kSlice + 4 * cg, sr);
 #pragma unroll
-            for (int r = 0; r < kXRows; ++r) {
+          for (int r = 0; r < kXRows; ++r) {
 #pragma unroll
-              for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
-            }
+            for (int c = 0; c < 4; ++c) x[r][c] = fmaf(ar[r], sr[c], x[r][c]);
           }
-          if (i == R::kWqTiles - 1) store_products(u, x);
-        } else if (i < R::kWqTiles + R::kPTiles) {  // O = Qg S + P V', P^T rows 32 ph ..
-          const int ph = i - R::kWqTiles;
-          constexpr int kRowsP = kTile / kPar;  // 32
-          if (ph == 0) ld_n(qs + to * kSlice + kOCols * og, o);
-#pragma unroll 4
-          for (int ss = 0; ss < kRowsP; ++ss) {
-            const float pv = tile[ss * kPar + to];
-            float vr[kOCols];
-            ld_n(vnew + (kRowsP * ph + ss) * kSlice + kOCols * og, vr);
-#pragma unroll
-            for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
-          }
-          if (ph == R::kPTiles - 1) store_outputs(tok0, n, o);
-        } else {  // S <- e^G_last S + Kd^T V', tokens kKdTokens dq ..
-          const int dq = i - R::kWqTiles - R::kPTiles;
-          if (dq == 0) decay_state(chunk_decay);
-#pragma unroll 4
-          for (int tt = 0; tt < R::kKdTokens; ++tt) {
-            update_state(R::kKdTokens * dq + tt, tile + tt * K);
-          }
-          if (dq == R::kKdTiles - 1) store_state();
         }
-        if (more) store_tile(stage[buf ^ 1], next);
-        __syncthreads();
-        buf ^= 1;
+        if (i == R::kWqTiles - 1) store_products(u, x);
+      } else if (i < R::kWqTiles + R::kPTiles) {  // O = Qg S + P V', P^T rows 32 ph ..
+        const int ph = i - R::kWqTiles;
+        constexpr int kRowsP = kTile / kPar;  // 32
+        if (ph == 0) ld_n(qs + to * kSlice + kOCols * og, o);
+#pragma unroll 4
+        for (int ss = 0; ss < kRowsP; ++ss) {
+          const float pv = tile[ss * kPar + to];
+          float vr[kOCols];
+          ld_n(vnew + (kRowsP * ph + ss) * kSlice + kOCols * og, vr);
+#pragma unroll
+          for (int c = 0; c < kOCols; ++c) o[c] = fmaf(pv, vr[c], o[c]);
+        }
+        if (ph == R::kPTiles - 1) store_outputs(tok0, n, o);
+      } else {  // S <- e^G_last S + Kd^T V', tokens kKdTokens dq ..
+        const int dq = i - R::kWqTiles - R::kPTiles;
+        if (dq == 0) decay_state(chunk_decay);
+#pragma unroll 4
+        for (int tt = 0; tt < R::kKdTokens; ++tt) {
+          update_state(R::kKdTokens * dq + tt, tile + tt * K);
+        }
+        if (dq == R::kKdTiles - 1) store_state();
       }
+      if (more) store_tile(stage[buf ^ 1], next);
+      __syncthreads();
+      buf ^= 1;
     }
   }
   if (a.final_state != nullptr) {
