@@ -84,7 +84,7 @@ NATIVE_FMA_EFFICIENCY_MAX = 0.8
 NATIVE_CONV_LAUNCHES_PREFILL = 2
 NATIVE_CONV_LAUNCHES_DECODE = 1
 # the chunk-parallel pair
-PAR_PREP_EFFICIENCY = 0.162
+PAR_PREP_EFFICIENCY = 0.171
 PAR_PREP_THREADS = 256
 PAR_PREP_REGISTERS = 128
 PAR_PREP_SMEM = 25856
@@ -124,8 +124,10 @@ PROVENANCE = {
     "sm_90 (docs/benchmarks.md#gated-deltanet); CoreX's are not recorded yet",
     "PAR_PREP_EFFICIENCY": "measured: fitted to chunk_prep on an H100 (torch.profiler, 32K "
     "tokens, bf16, docs/benchmarks.md#gated-deltanet): 6.66 ms for 64 rounds of two 4.28 MFLOP "
-    "blocks an SM (8-slot segments, one wave each) is 0.162 of an SM's fp32 rate; it then "
-    "prices the 13-slot segments' 79 rounds at 8.2 ms (measured 7.94)",
+    "blocks an SM (8-slot segments, one wave each) is 0.162 of an SM's fp32 rate (it then "
+    "priced the 13-slot segments' 79 rounds at 8.2 ms, measured 7.94); scaled by the blocked "
+    "solve's 6.30 against 6.64 ms (bench/linear_pair_tune.py, one H100, three interleaved "
+    "rounds) to 0.171",
     "PAR_PREP_REGISTERS": "measured: ptxas for chunk_prep<128>, nvcc 13 sm_90 (no spill)",
     "PAR_PREP_SMEM": "measured: ptxas for chunk_prep<128>, nvcc 13 sm_90 (its static arrays)",
     "PAR_PASS_REGISTERS": "measured: ptxas for chunk_pass<128>, nvcc 13 sm_90, one block an SM "
