@@ -82,11 +82,15 @@ def run_chunked(
             state = x.initial_state.index_select(0, ids)
         else:
             state = torch.zeros(len(group), hv, dk, dv, device=dev)
-        if chunks[group[0]] > 0:  # a group of empty sequences passes its states through
-            for _, width, p0, depth in group_segments:
-                seqs = group[:width]
+        # Sequences of no tokens (a suffix of the group: longest first) keep their states as
+        # they are; the native pair carries them through its first segment instead, which here
+        # would put them through a state product.
+        active = sum(1 for s in group if chunks[s] > 0)
+        for _, width, p0, depth in group_segments:
+            seqs = group[: min(width, active)]
+            if seqs:
                 _segment(plan, x, [x.starts[s] for s in seqs], [x.lengths[s] for s in seqs],
-                         p0, depth, state[:width], out)  # fmt: skip
+                         p0, depth, state[: len(seqs)], out)  # fmt: skip
         if final is not None:
             final.index_copy_(0, ids, state)
     return final
