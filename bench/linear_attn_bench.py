@@ -22,10 +22,11 @@ q/k (as the model calls it). Implementations, each where it can run here:
   with ``backend="native"``: the chunked call runs the kernel the library picks
   (:func:`attn_core.native.split.native_prefill_kernel`), the recurrent one a block per (32 value
   columns, value head, sequence) walking its sequence token by token with its state slice on
-  chip. ``attn-core native fused`` / ``attn-core native chunk-parallel`` launch each chunked
-  kernel directly, whatever the choice: the fused 16-token kernel, and the chunk-parallel pair
-  (64-token chunks, a 64 MiB workspace). The ``attn-core torch`` rows pass ``backend="torch"``
-  (the default is native where verified).
+  chip. ``attn-core native fused`` / ``attn-core native chunk-parallel`` / ``attn-core native
+  16-bit pair`` launch each chunked kernel directly, whatever the choice: the fused 16-token
+  kernel, the chunk-parallel pair (64-token chunks, a 64 MiB workspace, fp32 operands) and the
+  same pair with 16-bit operands on the matrix unit (csrc/gated_delta_pair16.cuh; NVIDIA). The
+  ``attn-core torch`` rows pass ``backend="torch"`` (the default is native where verified).
 
 Columns: median ms (CUDA events); ``mode`` eager or ``graph`` (decode: one step captured in a
 CUDA graph and replayed back to back, :func:`_timing.graph_ms`); ``transient_mib``: peak
@@ -111,6 +112,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     impls["attn-core native recurrent"] = (native_recurrent, None, "")
     impls["attn-core native fused"] = (functools.partial(_native_kernel, False), None, "")
     impls["attn-core native chunk-parallel"] = (functools.partial(_native_kernel, True), None, "")
+    impls["attn-core native 16-bit pair"] = (functools.partial(_native_kernel, "pair16"), None, "")
     for name, (_, _, note) in impls.items():
         if note:
             say(f"{name}: {note}")
@@ -220,7 +222,7 @@ def _baselines() -> dict[str, tuple[Optional[Callable], Optional[Callable], str]
 
 
 def _native_kernel(
-    parallel: bool,
+    parallel: bool | str,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -231,7 +233,8 @@ def _native_kernel(
     use_qk_l2norm_in_kernel: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One of the native chunked kernels launched directly on ``[1, T, ...]`` inputs:
-    ``(o, final states)``."""
+    ``(o, final states)``: the fused kernel, the fp32 pair (``parallel``) or the 16-bit pair
+    (``"pair16"``)."""
     t, h, dk = q.shape[1:]
     hv, dv = v.shape[2:]
     shape = LinearShape(h, hv, dk, dv, q.dtype)
@@ -244,7 +247,8 @@ def _native_kernel(
     x = {"q": q[0], "k": k[0], "v": v[0], "g": g[0], "beta": beta[0]}
     common = {"scale": dk**-0.5, "l2norm": use_qk_l2norm_in_kernel, "final_state": final}
     if parallel:
-        launch_chunk_parallel_prefill(lib, **x, lengths=lengths, out=out, **common)
+        launch_chunk_parallel_prefill(lib, **x, lengths=lengths, out=out,
+                                      operands16=parallel == "pair16", **common)  # fmt: skip
     else:
         offsets = torch.tensor(bounds, dtype=torch.int32, device=q.device)
         launch_recurrent_prefill(lib, **x, cu_seqlens=offsets, out=out, chunked=True, **common)

@@ -8,7 +8,8 @@ Each variant is the family's library built with other defines (``VARIANTS``: a f
 study goes in the source behind a define and here beside ``default``, and leaves both once
 timed). ``run`` first checks every
 variant against the float64 recurrence (the pair's own verify-once check, bf16 at the model's
-head sizes), then times the pair (``launch_chunk_parallel_prefill``, the model's 16 / 32 heads,
+head sizes), then times the pair (``launch_chunk_parallel_prefill``; ``--pair 16bit``: the
+16-bit pair on the matrix unit, checked by its own check; the model's 16 / 32 heads,
 K = V = 128, bf16, l2-normalised q/k) at each ``--prefill`` length and ``--varlen`` batch,
 variant after variant in ``--rounds`` interleaved rounds (CUDA events, median of 5 a round),
 and prints the median of the rounds' medians, each variant's kernel split at the first case
@@ -31,6 +32,7 @@ from native_tune import build_variants, variant_commands  # noqa: E402
 # Timed and settled (H100, three interleaved rounds; docs/benchmarks.md#gated-deltanet):
 # chunk_prep's blocked solve won and is the source's only solve; chunk_pass on 256 threads and
 # chunk_pass reading its records from L2 lost and were deleted.
+# chunk_pass16 on 64 value columns a block lost for one sequence (csrc/gated_delta_pair16.cuh).
 VARIANTS: dict[str, tuple[str, ...]] = {"default": ()}
 HEADS, VALUE_HEADS, HEAD_K, HEAD_V = 16, 32, 128, 128
 K = 1024
@@ -61,13 +63,18 @@ def _inputs(total: int, device):
     return x
 
 
-def _load(variants: Path, device) -> Optional[dict]:
-    """Every variant's library, each checked against the float64 recurrence; None (and why,
-    printed) when one is missing or fails its check."""
+def _load(variants: Path, device, operands16: bool) -> Optional[dict]:
+    """Every variant's library, each checked against the float64 recurrence (the 16-bit pair's
+    check with ``operands16``); None (and why, printed) when one is missing or fails it."""
     import torch
 
     from attn_core.native.family import GATED_DELTA
-    from attn_core.native.gated_delta import VARIANT, GatedDeltaLibrary, check_chunk_parallel
+    from attn_core.native.gated_delta import (
+        VARIANT,
+        GatedDeltaLibrary,
+        check_chunk_parallel,
+        check_chunk_parallel16,
+    )
 
     libs = {}
     for name in VARIANTS:
@@ -76,11 +83,12 @@ def _load(variants: Path, device) -> Optional[dict]:
             print(f"{name}: no library at {path} (run `build` first)")
             return None
         libs[name] = lib = GatedDeltaLibrary(path)
-        facts = lib.kernel_info("chunk_pass", HEAD_K)
+        facts = lib.kernel_info("chunk_pass16" if operands16 else "chunk_pass", HEAD_K)
         config = (path.name, torch.bfloat16, HEAD_K, HEAD_V, VALUE_HEADS // HEADS)
-        verdict = check_chunk_parallel(lib, device, config)
+        check = check_chunk_parallel16 if operands16 else check_chunk_parallel
+        verdict = check(lib, device, config)
         print(
-            f"{name}: chunk_pass {facts.num_regs} registers, {facts.blocks_per_sm} blocks an SM, "
+            f"{name}: pass {facts.num_regs} registers, {facts.blocks_per_sm} blocks an SM, "
             f"{facts.local_bytes} B local; float64 check: {verdict.ok} ({verdict.detail})"
         )
         if not verdict.ok:
@@ -88,7 +96,13 @@ def _load(variants: Path, device) -> Optional[dict]:
     return libs
 
 
-def run(variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Optional[str]) -> int:
+def run(
+    variants: Path,
+    cases: list[tuple[str, list[int]]],
+    rounds: int,
+    out: Optional[str],
+    operands16: bool = False,
+) -> int:
     import torch
     from _timing import kernel_profile, median_time_s, write_results
     from tabulate import tabulate
@@ -99,7 +113,7 @@ def run(variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Op
         print("run needs a CUDA device (build does not)")
         return 1
     dev = torch.device("cuda")
-    libs = _load(variants, dev)
+    libs = _load(variants, dev, operands16)
     if libs is None:
         return 1
     rows = []
@@ -112,7 +126,7 @@ def run(variants: Path, cases: list[tuple[str, list[int]]], rounds: int, out: Op
             outs[name] = torch.empty(total, VALUE_HEADS, HEAD_V, dtype=torch.bfloat16, device=dev)
             calls[name] = functools.partial(
                 launch_chunk_parallel_prefill, lib, **x, lengths=lengths, out=outs[name],
-                scale=HEAD_K**-0.5, l2norm=True, final_state=final,
+                scale=HEAD_K**-0.5, l2norm=True, final_state=final, operands16=operands16,
             )  # fmt: skip
         times: dict[str, list[float]] = {n: [] for n in libs}
         for _ in range(rounds):
@@ -141,10 +155,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     r.add_argument("--varlen", type=batches, default="8x16384", help="NxL batches, comma-separated")
     r.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds")
     r.add_argument("--out", type=writable_dir, default=None, help="folder for the JSON")
+    r.add_argument("--pair", choices=("fp32", "16bit"), default="fp32",
+                   help="the fp32 pair or the 16-bit pair on the matrix unit")  # fmt: skip
     args = ap.parse_args(argv)
     if args.cmd == "build":
         return build(args.out, args.arch)
-    return run(args.variants, _cases(args.prefill, args.varlen), args.rounds, args.out)
+    return run(args.variants, _cases(args.prefill, args.varlen), args.rounds, args.out,
+               args.pair == "16bit")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,16 +25,19 @@ from attn_core import (
 )
 from attn_core.core.settings import current_overrides
 from attn_core.native.gated_delta import (
+    OPERANDS16_STATE_TOLERANCE,
     VARIANT,
     GatedDeltaLibrary,
     check_chunk_parallel,
+    check_chunk_parallel16,
     check_library,
     decode_case,
     launch_chunk_parallel_prefill,
     launch_decode,
     launch_recurrent_prefill,
 )
-from attn_core.native.loader import load_library
+from attn_core.native.loader import NativeError, load_library
+from attn_core.native.split import chunk_record_bytes
 
 pytestmark = [pytest.mark.cuda, requires_cuda]
 DEV = torch.device("cuda")
@@ -59,6 +62,27 @@ def test_the_library_loads_with_no_local_memory() -> None:
             facts = lib.kernel_info(which, head_k)
             assert facts.local_bytes == 0, (which, head_k, facts)
             assert facts.blocks_per_sm >= 2, (which, head_k, facts)
+    # the 16-bit pair: K = 128 only; chunk_pass16 takes 145 KiB of shared memory, one block an SM
+    for which, blocks in (("chunk_prep16", 2), ("chunk_pass16", 1)):
+        facts = lib.kernel_info(which, 128)
+        assert facts.local_bytes == 0 and facts.blocks_per_sm >= blocks, (which, facts)
+    for head_v in (32, 96, 128):
+        assert lib.chunk_record16_bytes(128, head_v) == chunk_record_bytes(128, head_v, True)
+    assert lib.chunk_record16_bytes(64, 128) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("head_v,group", [(128, 2), (96, 3), (32, 1)])
+def test_the_16bit_pair_passes_its_check(dtype, head_v, group) -> None:
+    """The 16-bit pair against the float64 recurrence (its own verify-once check: lengths 0 to
+    200 around the 64-token chunk, one segment and one-slot segments), within the dtype's state
+    tolerance; fp32 inputs and K = 64 are refused by name, not served."""
+    lib = library()
+    verdict = check_chunk_parallel16(lib, DEV, (lib.path.name, dtype, 128, head_v, group))
+    assert verdict.ok, verdict.detail
+    for refused in ((torch.float32, 128), (dtype, 64)):
+        verdict = check_chunk_parallel16(lib, DEV, (lib.path.name, refused[0], refused[1], 64, 1))
+        assert not verdict.ok and "no 16-bit pair" in verdict.detail, verdict.detail
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -212,15 +236,24 @@ def test_native_prefills_match_torch_at_model_sizes(dtype) -> None:
     torch.testing.assert_close(o_nc.float(), o_c.float(), atol=tol, rtol=0)
     torch.testing.assert_close(o_nc.float(), o_n.float(), atol=tol, rtol=0)
     torch.testing.assert_close(s_n, s_t, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(s_nc, s_c, atol=1e-3, rtol=1e-3)
+    # native chunked: the 16-bit pair for bf16 (its state tolerance), the fp32 pair for fp32
+    state_tol = OPERANDS16_STATE_TOLERANCE.get(dtype, 1e-4) * max(1.0, float(s_c.abs().max()))
+    torch.testing.assert_close(s_nc, s_c, atol=max(state_tol, 1e-3), rtol=1e-3)
     assert torch.equal(o_d, o_nc) and torch.equal(s_d, s_nc)
 
 
-@pytest.mark.parametrize("workspace_bytes", [64 << 20, 1], ids=["64MiB", "1-slot"])
-def test_chunk_parallel_matches_the_fused_kernel_at_model_sizes(workspace_bytes) -> None:
-    """Varlen (0 to 3000 tokens), initial states, bf16: the chunk-parallel pair against the
-    fused 16-token kernel (both native, each checked against the reference elsewhere), with
-    the default workspace and with one chunk slot a segment."""
+@pytest.mark.parametrize(
+    "workspace_bytes,dtype,operands16",
+    [(64 << 20, torch.bfloat16, False), (1, torch.bfloat16, False),
+     (64 << 20, torch.bfloat16, True), (1, torch.bfloat16, True), (64 << 20, torch.float16, True)],
+    ids=["64MiB", "1-slot", "16bit-64MiB", "16bit-1-slot", "16bit-fp16"],
+)  # fmt: skip
+def test_chunk_parallel_matches_the_fused_kernel_at_model_sizes(
+    workspace_bytes, dtype, operands16
+) -> None:
+    """Varlen (0 to 3000 tokens), initial states: the chunk-parallel pairs (fp32, and 16-bit
+    on the matrix unit) against the fused 16-token kernel (both native, each checked against
+    the reference elsewhere), with the default workspace and with one chunk slot a segment."""
     h, hv, dk, dv = MODEL
     gen = torch.Generator(device=DEV).manual_seed(8)
     lens = [1, 0, 63, 64, 65, 700, 3000]
@@ -231,30 +264,32 @@ def test_chunk_parallel_matches_the_fused_kernel_at_model_sizes(workspace_bytes)
         return torch.randn(*shape, generator=gen, device=DEV)
 
     x = dict(
-        q=randn(total, h, dk).bfloat16(), k=randn(total, h, dk).bfloat16(),
-        v=randn(total, hv, dv).bfloat16(),
+        q=randn(total, h, dk).to(dtype), k=randn(total, h, dk).to(dtype),
+        v=randn(total, hv, dv).to(dtype),
         g=-torch.rand(total, hv, generator=gen, device=DEV) * 0.3,
-        beta=torch.rand(total, hv, generator=gen, device=DEV).bfloat16(),
+        beta=torch.rand(total, hv, generator=gen, device=DEV).to(dtype),
     )  # fmt: skip
     init = randn(len(lens), hv, dk, dv) * 0.1
     lib = library()
     outs, states = [], []
     for parallel in (False, True):
-        out = torch.full((total, hv, dv), float("nan"), dtype=torch.bfloat16, device=DEV)
+        out = torch.full((total, hv, dv), float("nan"), dtype=dtype, device=DEV)
         final = torch.full_like(init, float("nan"))
         if parallel:
             launch_chunk_parallel_prefill(lib, **x, lengths=lens, out=out, scale=dk**-0.5,
                                           l2norm=True, initial_state=init, final_state=final,
-                                          workspace_bytes=workspace_bytes)  # fmt: skip
+                                          workspace_bytes=workspace_bytes,
+                                          operands16=operands16)  # fmt: skip
         else:
             launch_recurrent_prefill(lib, **x, cu_seqlens=cu.to(DEV), out=out, scale=dk**-0.5,
                                      l2norm=True, initial_state=init, final_state=final,
                                      chunked=True)  # fmt: skip
         outs.append(out)
         states.append(final)
-    torch.testing.assert_close(outs[1].float(), outs[0].float(), atol=OUT_TOL[torch.bfloat16],
-                               rtol=0)  # fmt: skip
-    torch.testing.assert_close(states[1], states[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(outs[1].float(), outs[0].float(), atol=OUT_TOL[dtype], rtol=0)
+    state_tol = OPERANDS16_STATE_TOLERANCE[dtype] if operands16 else 1e-4
+    scale = max(1.0, float(states[0].abs().max()))  # the check's metric: relative to the largest
+    torch.testing.assert_close(states[1], states[0], atol=state_tol * scale, rtol=0)
 
 
 def test_native_chunked_prefill_at_32k_matches_torch() -> None:
@@ -286,7 +321,9 @@ def test_native_chunked_prefill_at_32k_matches_torch() -> None:
     assert transient <= 64 << 20, transient / 2**20
     o_t, s_t = chunk_gated_delta_rule(**x, backend="torch")
     torch.testing.assert_close(o_n[:, -256:].float(), o_t[:, -256:].float(), atol=3e-2, rtol=0)
-    torch.testing.assert_close(s_n, s_t, atol=2e-3, rtol=2e-3)
+    # the default here is the 16-bit pair: its state within bf16's state tolerance of fp32's
+    tol = OPERANDS16_STATE_TOLERANCE[torch.bfloat16] * max(1.0, float(s_t.abs().max()))
+    torch.testing.assert_close(s_n, s_t, atol=tol, rtol=0)
 
 
 def test_sizes_the_kernels_do_not_cover_take_torch_or_name_why_when_forced() -> None:
@@ -309,3 +346,34 @@ def test_sizes_the_kernels_do_not_cover_take_torch_or_name_why_when_forced() -> 
         got = gated_delta_decode(**x, state_pool=pool)  # the torch path
         want = gated_delta_decode(**x, state_pool=torch.zeros_like(pool), backend="torch")
         torch.testing.assert_close(got, want)
+
+
+def test_the_16bit_pair_refuses_rows_it_cannot_copy_whole() -> None:
+    """q, k and v rows that do not start on 16 bytes (views one element into a wider tensor):
+    the library refuses the 16-bit pair by name and writes nothing; the native chunked call
+    serves them all the same (on the fp32 pair), matching the torch path."""
+    h, hv, dk, dv = 2, 4, 128, 128
+    gen = torch.Generator(device=DEV).manual_seed(12)
+    t = 300
+
+    def shifted(*shape):  # last dim contiguous, rows 2 bytes off a 16-byte boundary
+        return torch.randn(*shape[:-1], shape[-1] + 1, generator=gen, device=DEV).bfloat16()[
+            ..., 1:
+        ]
+
+    x = dict(q=shifted(t, h, dk), k=shifted(t, h, dk), v=shifted(t, hv, dv),
+             g=-torch.rand(t, hv, generator=gen, device=DEV) * 0.3,
+             beta=torch.rand(t, hv, generator=gen, device=DEV).bfloat16())  # fmt: skip
+    lib = library()
+    out = torch.full((t, hv, dv), float("nan"), dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(NativeError, match="chunk-parallel prefill16 launch failed"):
+        launch_chunk_parallel_prefill(lib, **x, lengths=[t], out=out, scale=dk**-0.5,
+                                      l2norm=True, operands16=True)  # fmt: skip
+    assert out.isnan().all(), "a refused launch wrote its output"
+    batch = {name: value[None] for name, value in x.items()}
+    o_n, s_n = chunk_gated_delta_rule(**batch, backend="native", use_qk_l2norm_in_kernel=True,
+                                      output_final_state=True)  # fmt: skip
+    o_t, s_t = chunk_gated_delta_rule(**batch, backend="torch", use_qk_l2norm_in_kernel=True,
+                                      output_final_state=True)  # fmt: skip
+    torch.testing.assert_close(o_n.float(), o_t.float(), atol=3e-2, rtol=0)
+    torch.testing.assert_close(s_n, s_t, atol=1e-3, rtol=1e-3)

@@ -59,6 +59,7 @@ from attn_core.native.gated_delta import (
     launch_conv_update,
     launch_decode,
     launch_recurrent_prefill,
+    pair16_reads,
     prefill_supported,
 )
 from attn_core.native.split import native_prefill_kernel
@@ -197,10 +198,11 @@ def _native_prefill(
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     final = torch.empty(len(x.lengths), hv, dk, dv, device=v.device) if want_final else None
     init = None if x.initial_state is None else x.initial_state.contiguous()
-    if chunked and _chunk_parallel_serves(lib, x, v):
+    pair = _chunk_parallel_pair(lib, x, v) if chunked else None
+    if pair is not None:
         launch_chunk_parallel_prefill(
             lib, x.q, x.k, x.v, x.g, x.beta, x.lengths, out, scale=x.scale, l2norm=x.l2norm,
-            initial_state=init, final_state=final,
+            initial_state=init, final_state=final, operands16=pair == "pair16",
         )  # fmt: skip
         return out.view(v.shape), final
     bounds = torch.tensor([*x.starts, x.starts[-1] + x.lengths[-1]], device=v.device)
@@ -211,16 +213,28 @@ def _native_prefill(
     return out.view(v.shape), final
 
 
-def _chunk_parallel_serves(lib: GatedDeltaLibrary, x: GatedDeltaInputs, v: torch.Tensor) -> bool:
-    """Whether the chunk-parallel pair serves this chunked prefill: the plan picks it for this
-    device and it passed its own check here (else the fused kernel, verified with the family)."""
+def _chunk_parallel_pair(
+    lib: GatedDeltaLibrary, x: GatedDeltaInputs, v: torch.Tensor
+) -> Optional[str]:
+    """Which chunk-parallel pair serves this chunked prefill: ``"pair16"`` (16-bit operands on
+    the matrix unit) wherever the library has it for these inputs and it passed its own check
+    here (the plan then picks it at any batch); else ``"pair"`` (fp32) where the plan picks the
+    chunk-parallel form for this device and that pair passed its check; None: the fused
+    kernel (verified with the family)."""
     sms = torch.cuda.get_device_properties(v.device).multi_processor_count
-    hv, dv = x.num_value_heads, x.v.shape[2]
-    if native_prefill_kernel(len(x.lengths), hv, dv, sms) != "chunk_parallel":
-        return False
-    key = LinearShape(x.num_heads, hv, x.q.shape[2], dv, v.dtype)
+    hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
+    config = lib.verify_config(LinearShape(x.num_heads, hv, dk, dv, v.dtype))
+    pair16 = (
+        lib.has_pair16(dk, dv, v.dtype)
+        and pair16_reads(x.q, x.k, x.v)
+        and verify_once.verdict(GatedDeltaLibrary.PARALLEL16_VERIFY_KIND, v.device, config, lib).ok
+    )
+    if native_prefill_kernel(len(x.lengths), hv, dv, sms, pair16) != "chunk_parallel":
+        return None
+    if pair16:
+        return "pair16"
     kind = GatedDeltaLibrary.PARALLEL_VERIFY_KIND
-    return verify_once.verdict(kind, v.device, lib.verify_config(key), lib).ok
+    return "pair" if verify_once.verdict(kind, v.device, config, lib).ok else None
 
 
 def _start_states(

@@ -92,7 +92,7 @@ GATED_DELTA = Family(
     name="gated_delta",
     source="gated_delta.cu",
     prefix="attn_gdn",
-    abi_version=5,
+    abi_version=6,
     variants={"fma": ()},
     cache_prefix="gdn-",
 )

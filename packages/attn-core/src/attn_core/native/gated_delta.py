@@ -31,6 +31,7 @@ from attn_core.native import abi
 from attn_core.native.family import GATED_DELTA
 from attn_core.native.loader import NativeLibrary
 from attn_core.native.split import (
+    CHUNK_PASS16_COLUMNS,
     NATIVE_CHUNK,
     NATIVE_WORKSPACE_BYTES,
     Segment,
@@ -47,7 +48,7 @@ CONV_WIDTH = 4  # the convolution width compiled
 KERNELS = {
     "decode": 0, "conv_update": 1, "conv_prefill": 2, "conv_prefill_state": 3,
     "recurrent_prefill": 4, "chunked_prefill": 5, "decode_key_last": 6, "chunk_prep": 7,
-    "chunk_pass": 8,
+    "chunk_pass": 8, "chunk_prep16": 9, "chunk_pass16": 10,
 }  # fmt: skip
 INDEX_KINDS = {torch.int32: 0, torch.int64: 1}
 
@@ -140,6 +141,7 @@ class GatedDeltaLibrary(NativeLibrary):
     FAMILY = GATED_DELTA
     VERIFY_KIND = "native_gated_delta"
     PARALLEL_VERIFY_KIND = "native_gated_delta_chunk_parallel"
+    PARALLEL16_VERIFY_KIND = "native_gated_delta_chunk_parallel16"
     FUNCTIONS = {
         "attn_gdn_decode": (ctypes.c_int, [ctypes.POINTER(GdnDecodeArgs), ctypes.c_void_p]),
         "attn_gdn_recurrent_prefill": (
@@ -154,6 +156,12 @@ class GatedDeltaLibrary(NativeLibrary):
              ctypes.c_void_p],
         ),
         "attn_gdn_chunk_record_floats": (ctypes.c_int64, [ctypes.c_int, ctypes.c_int]),
+        "attn_gdn_chunk_parallel_prefill16": (
+            ctypes.c_int,
+            [ctypes.POINTER(GdnPrefillArgs), ctypes.POINTER(ctypes.c_int32), ctypes.c_int,
+             ctypes.c_void_p],
+        ),
+        "attn_gdn_chunk_record16_bytes": (ctypes.c_int64, [ctypes.c_int, ctypes.c_int]),
         "attn_gdn_conv_update": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_conv_prefill": (ctypes.c_int, [ctypes.POINTER(GdnConvArgs), ctypes.c_void_p]),
         "attn_gdn_kernel_info": (
@@ -173,18 +181,41 @@ class GatedDeltaLibrary(NativeLibrary):
         self.check(rc, f"native {'chunked' if chunked else 'token-by-token'} prefill launch")
 
     def chunk_parallel_prefill(
-        self, args: ctypes.Structure, segments: Sequence[Segment], stream: int
+        self,
+        args: ctypes.Structure,
+        segments: Sequence[Segment],
+        stream: int,
+        *,
+        operands16: bool = False,
     ) -> None:
-        """Launch the chunk-parallel prefill: two kernels for each of ``segments``."""
+        """Launch the chunk-parallel prefill: two kernels for each of ``segments``, the fp32
+        pair or (``operands16``) the 16-bit pair on the matrix unit."""
         flat = (ctypes.c_int32 * (4 * len(segments)))(*itertools.chain.from_iterable(segments))
-        rc = self._lib.attn_gdn_chunk_parallel_prefill(
-            ctypes.byref(args), flat, len(segments), ctypes.c_void_p(stream)
+        fn = (
+            self._lib.attn_gdn_chunk_parallel_prefill16
+            if operands16
+            else self._lib.attn_gdn_chunk_parallel_prefill
         )
-        self.check(rc, "native chunk-parallel prefill launch")
+        rc = fn(ctypes.byref(args), flat, len(segments), ctypes.c_void_p(stream))
+        self.check(rc, f"native chunk-parallel prefill{'16' if operands16 else ''} launch")
 
     def chunk_record_floats(self, head_k: int, head_v: int) -> int:
-        """Floats of the workspace record of one chunk and value head."""
+        """Floats of the fp32 pair's workspace record of one chunk and value head."""
         return int(self._lib.attn_gdn_chunk_record_floats(head_k, head_v))
+
+    def chunk_record16_bytes(self, head_k: int, head_v: int) -> int:
+        """Bytes of the 16-bit pair's record; 0 where this library has no such pair (CoreX
+        and host builds) or these sizes are not compiled (head_k other than 128)."""
+        return int(self._lib.attn_gdn_chunk_record16_bytes(head_k, head_v))
+
+    def has_pair16(self, head_k: int, head_v: int, dtype: torch.dtype) -> bool:
+        """Whether the 16-bit pair serves these sizes and q's ``dtype`` in this library (head_k
+        128, head_v a multiple of 32 up to 128, fp16 or bf16)."""
+        return (
+            dtype in (torch.float16, torch.bfloat16)
+            and head_v % CHUNK_PASS16_COLUMNS == 0
+            and self.chunk_record16_bytes(head_k, head_v) > 0
+        )
 
     def conv_update(self, args: ctypes.Structure, stream: int) -> None:
         rc = self._lib.attn_gdn_conv_update(ctypes.byref(args), ctypes.c_void_p(stream))
@@ -204,6 +235,16 @@ class GatedDeltaLibrary(NativeLibrary):
 
     def verify_config(self, shape: LinearShape) -> tuple:  # type: ignore[override]
         return (self.path.name, shape.dtype, shape.head_k, shape.head_v, shape.group)
+
+
+def pair16_reads(*tensors: torch.Tensor) -> bool:
+    """Whether the 16-bit pair can read these ``[T, heads, dim]`` inputs: it copies whole
+    16-byte rows, so each base address and every stride but the last (in elements) must be
+    16-byte aligned; the library refuses other layouts by name (cudaErrorInvalidValue)."""
+    return all(
+        t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+        for t in tensors
+    )
 
 
 # ---------------------------------------------------------------------------------- launches
@@ -386,12 +427,15 @@ def _prefill_args(
 
 
 @functools.cache
-def prep_wave_blocks(lib: GatedDeltaLibrary, device: torch.device, head_k: int) -> int:
+def prep_wave_blocks(
+    lib: GatedDeltaLibrary, device: torch.device, head_k: int, operands16: bool = False
+) -> int:
     """``chunk_prep`` blocks one wave of ``device`` runs at once (its SMs x the driver's
     resident blocks an SM), for :func:`~attn_core.native.split.chunk_slots`; read once a
-    library, device and head size."""
+    library, device, head size and record form."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return sms * lib.kernel_info("chunk_prep", head_k).blocks_per_sm
+    which = "chunk_prep16" if operands16 else "chunk_prep"
+    return sms * lib.kernel_info(which, head_k).blocks_per_sm
 
 
 def launch_chunk_parallel_prefill(
@@ -409,21 +453,24 @@ def launch_chunk_parallel_prefill(
     initial_state: Optional[torch.Tensor] = None,
     final_state: Optional[torch.Tensor] = None,
     workspace_bytes: int = NATIVE_WORKSPACE_BYTES,
+    operands16: bool = False,
     stream: Optional[int] = None,
 ) -> None:
     """:func:`launch_recurrent_prefill`'s problem (sequences of ``lengths`` packed in ``q, k
     [T, H, K]``, ``v, out [T, HV, V]``) in 64-token chunks, two kernels a segment of chunks
     (:func:`attn_core.native.split.chunk_segments`) whose intermediates fit ``workspace_bytes``
     (at least one chunk slot). ``head_v`` must be a multiple of
-    :data:`~attn_core.native.split.CHUNK_PASS_COLUMNS`."""
+    :data:`~attn_core.native.split.CHUNK_PASS_COLUMNS`. ``operands16``: the 16-bit pair on the
+    matrix unit (:meth:`GatedDeltaLibrary.has_pair16` says where it serves)."""
     dk, hv, dv = q.shape[2], v.shape[1], v.shape[2]
     dev = q.device
-    record = chunk_record_bytes(dk, dv)  # the library's own size (a host test holds them equal)
+    # the library's own size (a host test holds them equal)
+    record = chunk_record_bytes(dk, dv, operands16)
     # Everything this call allocates counts against workspace_bytes: the index tensors and,
     # unless the caller keeps it, the state carried from segment to segment.
     carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
-    wave = prep_wave_blocks(lib, dev, dk) if dev.type == "cuda" else 0
-    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry, wave)
+    wave = prep_wave_blocks(lib, dev, dk, operands16) if dev.type == "cuda" else 0
+    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry, wave, operands16)
     order, segments = chunk_segments([-(-n // NATIVE_CHUNK) for n in lengths], slots)
     widest = max(width * depth for _, width, _, depth in segments)
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
@@ -433,7 +480,7 @@ def launch_chunk_parallel_prefill(
     seq_order = torch.tensor(order, dtype=torch.int32).to(dev, non_blocking=True)
     args = _prefill_args(q, k, v, g, beta, out, offsets, initial_state, final_state, scale, l2norm)
     args.workspace, args.seq_order = workspace.data_ptr(), seq_order.data_ptr()
-    lib.chunk_parallel_prefill(args, segments, _stream(q, stream))
+    lib.chunk_parallel_prefill(args, segments, _stream(q, stream), operands16=operands16)
 
 
 def conv_supported(weight: torch.Tensor, num_seqs: int, dim: int) -> Optional[str]:
@@ -538,6 +585,12 @@ def launch_conv_prefill(
 # input dtype (a few of its ulps), states in fp32.
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2, torch.float32: 1e-4}
 STATE_TOLERANCE = 1e-4
+# The final state's tolerance of the 16-bit pair (its products' operands rounded to the input
+# dtype, as FLA's are): two to three times what moving the inputs by half an ulp of their dtype
+# moves the exact state (1.9e-3 bf16, 2.4e-4 fp16; bench/linear_bf16_numerics.py and
+# docs/design/gated-delta-prefill.md#what-16-bit-operands-would-cost). Every other kernel keeps
+# STATE_TOLERANCE.
+OPERANDS16_STATE_TOLERANCE = {torch.float16: 6e-4, torch.bfloat16: 5e-3}
 
 
 def _err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -670,13 +723,15 @@ def prefill_errors(
     chunked: bool = False,
     parallel: bool = False,
     workspace_bytes: int = NATIVE_WORKSPACE_BYTES,
+    operands16: bool = False,
     stream: Optional[int] = None,
     seed: int = 0,
 ) -> tuple[float, float]:
     """``(output error, final state error)`` of the prefill of sequences of ``lengths`` (an
     empty one included) from random initial states, against :func:`reference_gated_delta`;
     the output and final states are NaN-poisoned first. Token by token, in 16-token chunks
-    (``chunked``) or chunk-parallel (``parallel``, its segments sized by ``workspace_bytes``)."""
+    (``chunked``) or chunk-parallel (``parallel``, its segments sized by ``workspace_bytes``;
+    ``operands16``: the 16-bit pair)."""
     gen = torch.Generator().manual_seed(seed)
     total = sum(lengths)
     q = torch.randn(total, heads, head_k, generator=gen).to(device, dtype)
@@ -692,7 +747,8 @@ def prefill_errors(
     if parallel:
         launch_chunk_parallel_prefill(lib, q, k, v, g, beta, lengths, out, scale=scale,
                                       l2norm=l2norm, initial_state=init, final_state=final,
-                                      workspace_bytes=workspace_bytes, stream=stream)  # fmt: skip
+                                      workspace_bytes=workspace_bytes,
+                                      operands16=operands16, stream=stream)  # fmt: skip
     else:
         launch_recurrent_prefill(lib, q, k, v, g, beta, cu.to(device), out, scale=scale,
                                  l2norm=l2norm, initial_state=init, final_state=final,
@@ -753,6 +809,31 @@ def check_chunk_parallel(
     )
 
 
+def check_chunk_parallel16(
+    lib: GatedDeltaLibrary, device: torch.device, config: tuple, stream: Optional[int] = None
+) -> Verdict:
+    """:func:`check_chunk_parallel` for the 16-bit pair (16-bit inputs), its final state held
+    to :data:`OPERANDS16_STATE_TOLERANCE`; a refusal where the library or sizes lack the pair.
+    Its own verify kind: a device or build without the pair keeps the fp32 one."""
+    _, dtype, head_k, head_v, group = config
+    if not lib.has_pair16(head_k, head_v, dtype):
+        return Verdict(False, f"no 16-bit pair for {dtype}, head_k {head_k}, head_v {head_v}")
+    worst_o = worst_s = 0.0
+    for workspace_bytes, lengths in itertools.product(
+        (NATIVE_WORKSPACE_BYTES, 1), ((1, 0, 70, 5), (63, 64, 65, 200))
+    ):
+        o, s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device, lengths=lengths,
+                              parallel=True, workspace_bytes=workspace_bytes, operands16=True,
+                              stream=stream)  # fmt: skip
+        worst_o, worst_s = max(worst_o, o), max(worst_s, s)
+    tol, state_tol = TOLERANCE[dtype], OPERANDS16_STATE_TOLERANCE[dtype]
+    return Verdict(
+        worst_o <= tol and worst_s <= state_tol,
+        f"max relative error: output {worst_o:.1e}, state {worst_s:.1e} (tolerances "
+        f"{tol:.0e}, {state_tol:.0e})",
+    )
+
+
 def _synchronized(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
     """``check`` as verify-once calls it, finished on the device before its verdict counts."""
 
@@ -766,3 +847,6 @@ def _synchronized(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
 
 verify_once.register(GatedDeltaLibrary.VERIFY_KIND, _synchronized(check_library))
 verify_once.register(GatedDeltaLibrary.PARALLEL_VERIFY_KIND, _synchronized(check_chunk_parallel))
+verify_once.register(
+    GatedDeltaLibrary.PARALLEL16_VERIFY_KIND, _synchronized(check_chunk_parallel16)
+)

@@ -434,16 +434,25 @@ def prefill_launch(
 # staged tile of its records (kTile).
 NATIVE_CHUNK = 64
 NATIVE_TILE = 2048
-# Value columns a chunk_pass block owns (csrc/gated_delta.cu kSlice).
+# Value columns a chunk_pass block owns (csrc/gated_delta.cu kSlice), and a chunk_pass16 block
+# (csrc/gated_delta_pass16.cuh kSlice16).
 CHUNK_PASS_COLUMNS = 16
+CHUNK_PASS16_COLUMNS = 32
 
 
-def chunk_record_bytes(head_k: int, head_v: int) -> int:
-    """Workspace bytes of one (chunk, value head) record of the native chunk-parallel prefill:
-    ``[W; e^G q]^T`` (K x 128), ``P^T`` (64 x 64) and the decayed keys (64 x K) in whole tiles,
-    then ``U`` (64 x V) and the chunk's gate (padded to 16 bytes), fp32. The library's
-    ``attn_gdn_chunk_record_floats`` is the layout's owner; tests hold the two equal."""
+def chunk_record_bytes(head_k: int, head_v: int, operands16: bool = False) -> int:
+    """Workspace bytes of one (chunk, value head) record of the native chunk-parallel prefill.
+
+    fp32 (``chunk_pass``): ``[W; e^G q]^T`` (K x 128), ``P^T`` (64 x 64) and the decayed keys
+    (64 x K) in whole tiles, then ``U`` (64 x V) and the chunk's gate (padded to 16 bytes).
+    16-bit (``operands16``, ``chunk_pass16``): ``[W; e^G q]`` (128 x K), ``P`` (64 x 64), the
+    decayed keys transposed (K x 64) and ``U`` (64 x V) in the input's 16-bit dtype, padded to
+    16 bytes, then 16 bytes holding the gate. The library's ``attn_gdn_chunk_record_floats`` /
+    ``attn_gdn_chunk_record16_bytes`` own the layouts; tests hold them equal."""
     c, tile = NATIVE_CHUNK, NATIVE_TILE
+    if operands16:
+        elems = 3 * c * head_k + c * c + c * head_v
+        return -(-2 * elems // 16) * 16 + 16
     tiles = head_k // 16 + c * c // tile + c * head_k // tile
     return 4 * (tiles * tile + c * head_v + 4)  # fp32
 
@@ -469,6 +478,7 @@ def chunk_slots(
     workspace_bytes: int,
     carry_bytes: int = 0,
     prep_wave_blocks: int = 0,
+    operands16: bool = False,
 ) -> int:
     """Chunk slots a segment holds when a call may allocate ``workspace_bytes`` in all, of which
     ``carry_bytes`` go to the state carried between segments (0 when the caller keeps the final
@@ -481,8 +491,9 @@ def chunk_slots(
     the H100 (264 blocks a wave, 32 value heads) the budget's 13 slots were 416 blocks, two
     rounds, and 8 slots (256 blocks, one round) took the pair from 14.94 to 13.91 ms at 32K and
     59.45 to 55.35 at 128K; 12, 6 and 4 slots were slower (docs/benchmarks.md#gated-deltanet).
+    ``operands16``: slots of the 16-bit pair's records (half the fp32 record's bytes).
     """
-    per_slot = chunk_record_bytes(head_k, head_v) * num_value_heads
+    per_slot = chunk_record_bytes(head_k, head_v, operands16) * num_value_heads
     usable = workspace_bytes - carry_bytes - INDEX_RESERVE - ALLOCATOR_SLACK
     slots = max(1, usable // per_slot)
     per_wave = prep_wave_blocks // num_value_heads
@@ -526,8 +537,15 @@ def chunk_segments(chunks: Sequence[int], slots: int) -> tuple[list[int], list[S
 FUSED_COLUMNS = 32
 
 
-def native_prefill_kernel(num_seqs: int, num_value_heads: int, head_v: int, sm_count: int) -> str:
+def native_prefill_kernel(
+    num_seqs: int, num_value_heads: int, head_v: int, sm_count: int, pair16: bool = False
+) -> str:
     """Which native kernel serves a chunked prefill: ``"chunk_parallel"`` or ``"fused"``.
+
+    ``pair16``: the 16-bit pair on the matrix unit serves these inputs (16-bit, K = 128, an
+    NVIDIA build). It is faster than the fused kernel at every count measured (H100, bf16,
+    2026-12-07: 1 x 32K 4.07 against 20.8 ms, 2 x 16K 4.14 against 12.5, 8 x 16K 18.3 against
+    44.1), so it always serves. Otherwise the fp32 pair competes with the fused kernel:
 
     The fused 16-token kernel is one block per (32 value columns, value head, sequence), each
     walking its whole sequence: with fewer blocks than SMs it leaves SMs idle, with more it
@@ -539,5 +557,7 @@ def native_prefill_kernel(num_seqs: int, num_value_heads: int, head_v: int, sm_c
     grid has a block for every SM: from two sequences at the model's shape on an H100, always
     on the 16-SM BI-V100.
     """
+    if pair16:
+        return "chunk_parallel"
     fused_blocks = (head_v // FUSED_COLUMNS) * num_value_heads * num_seqs
     return "fused" if fused_blocks >= sm_count else "chunk_parallel"

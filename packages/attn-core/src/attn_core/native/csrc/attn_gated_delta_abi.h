@@ -10,7 +10,7 @@
 
 #include "attn_kernel_info.h"
 
-#define ATTN_GDN_ABI_VERSION 5
+#define ATTN_GDN_ABI_VERSION 6
 
 // The per-token tensors that a decode step and a prefill both begin with, in this order: one
 // list keeps the two structs alike (gated_delta.py's TOKEN_TENSORS is its ctypes mirror).
@@ -132,9 +132,17 @@ int attn_gdn_chunked_prefill(const AttnGdnPrefillArgs* args, void* stream);
 int attn_gdn_chunk_parallel_prefill(const AttnGdnPrefillArgs* args, const int32_t* segments,
                                     int num_segments, void* stream);
 int64_t attn_gdn_chunk_record_floats(int head_k, int head_v);
+// The same pair with 16-bit operands on the matrix unit (chunk_prep's 16-bit records, then
+// chunk_pass16): q, k, v (and out) fp16 or bf16, head_k 128, head_v a multiple of 32; NVIDIA
+// builds only (cudaErrorNotSupported elsewhere). workspace: attn_gdn_chunk_record16_bytes bytes
+// for each record, which is 0 where this build or these sizes have no such pair.
+int attn_gdn_chunk_parallel_prefill16(const AttnGdnPrefillArgs* args, const int32_t* segments,
+                                      int num_segments, void* stream);
+int64_t attn_gdn_chunk_record16_bytes(int head_k, int head_v);
 // which: 0 decode step (head_k 64 or 128), 1 conv update, 2 conv prefill outputs, 3 conv
 // prefill states (head_k ignored), 4 recurrent prefill, 5 chunked prefill, 7 and 8 the
-// chunk-parallel prefill's chunk_prep and chunk_pass (head_k 64 or 128).
+// chunk-parallel prefill's chunk_prep and chunk_pass (head_k 64 or 128), 9 and 10 the 16-bit
+// pair's chunk_prep and chunk_pass16 (head_k 128; cudaErrorInvalidValue where not built).
 int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info);
 
 #ifdef __cplusplus

@@ -75,16 +75,17 @@ ATTN_DEVICE V load_vec(const void* p) {
 
 // The driver's facts of `kernel` launched with `threads` threads and no dynamic shared memory,
 // for every family's <prefix>_kernel_info export.
-inline cudaError_t read_kernel_info(const void* kernel, int threads, AttnKernelInfo* info) {
+inline cudaError_t read_kernel_info(const void* kernel, int threads, AttnKernelInfo* info,
+                                    int dynamic_smem = 0) {
   if (kernel == nullptr || info == nullptr) return cudaErrorInvalidValue;
   cudaFuncAttributes attr;
   cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
   if (err != cudaSuccess) return err;
   int blocks = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0);
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_smem);
   if (err != cudaSuccess) return err;
   info->num_regs = attr.numRegs;
-  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes);
+  info->smem_bytes = static_cast<int32_t>(attr.sharedSizeBytes) + dynamic_smem;
   info->local_bytes = static_cast<int32_t>(attr.localSizeBytes);
   info->max_threads_per_block = attr.maxThreadsPerBlock;
   info->threads_per_block = threads;

@@ -36,8 +36,10 @@
 // unrolled loop counters (a runtime index would put them in local memory; ci/clang_check.py
 // checks). No host sync and no allocation: a decode step is capturable in a CUDA graph.
 
+#include "attn_async.cuh"
 #include "attn_convert.cuh"
 #include "attn_gated_delta_abi.h"
+#include "attn_m16n8k16.cuh"
 #include "attn_platform.cuh"
 
 namespace attn {
@@ -612,6 +614,21 @@ __host__ __device__ constexpr int64_t record_floats(int head_k, int head_v) {
          static_cast<int64_t>(kPar) * head_v + 4;
 }
 
+// The 16-bit records of the matrix-unit pair (gated_delta_pair16.cuh), in the input's own 16-bit
+// kind: [W; Qg] [2 kPar][K] (token major), P [kPar][kPar], Kd^T [K][kPar], U [kPar][V], each row
+// major, then the chunk's e^G_last as one float in the record's last 16 bytes. Half the fp32
+// record's bytes, and each product's operand already in the row order the matrix unit loads.
+__host__ __device__ constexpr int64_t record16_p(int head_k) { return 2 * kPar * head_k; }
+__host__ __device__ constexpr int64_t record16_kdt(int head_k) {
+  return record16_p(head_k) + kPar * kPar;
+}
+__host__ __device__ constexpr int64_t record16_u(int head_k) {
+  return record16_kdt(head_k) + static_cast<int64_t>(head_k) * kPar;
+}
+__host__ __device__ constexpr int64_t record16_bytes(int head_k, int head_v) {
+  return (2 * (record16_u(head_k) + static_cast<int64_t>(kPar) * head_v) + 15) / 16 * 16 + 16;
+}
+
 // Which chunks a launch covers: sequences seq_order[base .. base + width) at chunk positions
 // [p0, p0 + depth); record (z, p) of value head h is ((z * depth + p - p0) * HV + h).
 struct ChunkSegment {
@@ -649,6 +666,71 @@ ATTN_DEVICE void gather(const void* p, const int64_t (&at)[N], float (&out)[N]) 
 template <int N>
 ATTN_DEVICE void gather_any(const void* p, const int64_t (&at)[N], int kind, float (&out)[N]) {
   with_element_kind(kind, [&](auto k) { gather<decltype(k)::value>(p, at, out); });
+}
+
+// T = (I + A)^-1 into the lower half of `mat` [kPar][kPar] (kPrepThreads threads, ending before
+// a barrier), with `x` of 768 floats for scratch, A[t][u] read from mat[u][t] (u < t, above the
+// diagonal) and T[u][j] from mat[u][j] (u >= j, on or below it): no element is written while
+// another thread may read it. Forward substitution runs only inside the four 16 x 16 diagonal
+// blocks, a thread a column kept in registers (one block a warp); the blocks below them follow
+// by distance from the diagonal, every thread an element:
+//     X = sum_{j <= k < i} A_ik T_kj,   T_ij = -T_ii X.
+// Every loop has a compile-time trip count, the triangles masked by selects. Substituting down
+// the whole 64 x 64 triangle walked 2016 dependent terms for column 0 on two of the eight
+// warps: chunk_prep took 6.64 ms of a 32K prefill that way, 6.30 with these blocks as loops of
+// runtime length through shared memory (H100, bench/linear_pair_tune.py, three interleaved
+// rounds), where ncu put 57 % of chunk_prep16's warp time in the solve; this form took
+// chunk_prep16 2.20 -> 1.62 ms and chunk_prep 6.29 -> 5.62 (H100, 32K, torch.profiler).
+ATTN_DEVICE void invert_unit_lower(float* mat, float* x) {
+  constexpr int kB = 16, kBlocks = kPar / kB;
+  static_assert(kB * kB == kPrepThreads && (kBlocks - 1) * kB * kB <= 768, "an element a thread");
+  const int tid = threadIdx.x;
+  if (tid / 32 < kBlocks && tid % 32 < kB) {  // column j of diagonal block `base`
+    const int j = tid % 32, base = tid / 32 * kB;
+    float tc[kB];  // T[base + t][base + j]: 0 above the diagonal, as the substitution gives
+#pragma unroll
+    for (int t = 0; t < kB; ++t) {
+      float acc = t == j ? 1.f : 0.f;
+#pragma unroll
+      for (int u = 0; u < kB; ++u) {  // a square loop: clang 16 kept tc in local memory for u < t
+        if (u < t) acc -= mat[(base + u) * kPar + base + t] * tc[u];
+      }
+      tc[t] = acc;
+    }
+#pragma unroll
+    for (int t = 0; t < kB; ++t) {
+      if (t >= j) mat[(base + t) * kPar + base + j] = tc[t];
+    }
+  }
+#pragma unroll
+  for (int d = 1; d < kBlocks; ++d) {
+    __syncthreads();  // the blocks nearer the diagonal are whole
+#pragma unroll
+    for (int bj = 0; bj < kBlocks - d; ++bj) {  // X of block (bj + d, bj): thread (r, c)
+      const int r = tid / kB, c = tid % kB, row = (bj + d) * kB + r, col = bj * kB + c;
+      float x0 = 0.f, x1 = 0.f;
+#pragma unroll
+      for (int u = 0; u < d * kB; u += 2) {  // T[.][col] is zero above col in its own block
+        const int k = bj * kB + u;
+        x0 += mat[k * kPar + row] * (u >= c ? mat[k * kPar + col] : 0.f);
+        x1 += mat[(k + 1) * kPar + row] * (u + 1 >= c ? mat[(k + 1) * kPar + col] : 0.f);
+      }
+      x[bj * kB * kB + tid] = x0 + x1;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int bj = 0; bj < kBlocks - d; ++bj) {  // T_ij = -T_ii X
+      const int r = tid / kB, c = tid % kB, bi = bj + d, row = bi * kB + r;
+      float t0 = 0.f, t1 = 0.f;
+#pragma unroll
+      for (int u = 0; u < kB; u += 2) {  // T_ii is zero right of its diagonal
+        const float* xc = x + bj * kB * kB + c;  // X's column c
+        t0 -= (u <= r ? mat[row * kPar + bi * kB + u] : 0.f) * xc[u * kB];
+        t1 -= (u + 1 <= r ? mat[row * kPar + bi * kB + u + 1] : 0.f) * xc[(u + 1) * kB];
+      }
+      mat[row * kPar + bj * kB + c] = t0 + t1;
+    }
+  }
 }
 
 // Grid (HV, depth, width), kPrepThreads threads: the record of one chunk and value head.
@@ -788,58 +870,8 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep(AttnGdnPrefillArgs a,
   }
   __syncthreads();  // A is whole
 
-  // 4. T = (I + A)^-1 into mat's lower half, A[t][u] read from mat[u][t] (u < t, above the
-  // diagonal) and T[u][j] from mat[u][j] (u >= j, on or below it): no element is written while
-  // another thread may read it. Forward substitution runs only inside the four 16 x 16 diagonal
-  // blocks (one column a thread, 120 terms at most); the blocks below them follow by distance
-  // from the diagonal, every thread an element:
-  //     X = sum_{j <= k < i} A_ik T_kj,   T_ij = -T_ii X.
-  // Substituting down the whole 64 x 64 triangle walked 2016 dependent terms for column 0 on
-  // two of the eight warps: chunk_prep took 6.64 ms of a 32K prefill that way, 6.30 this way
-  // (H100, bench/linear_pair_tune.py, three interleaved rounds).
-  {
-    constexpr int kB = 16, kBlocks = kPar / kB;
-    if (tid < kPar) {
-      const int j = tid, end = (j / kB + 1) * kB;
-      for (int t = j; t < end; ++t) {
-        float x0 = t == j ? 1.f : 0.f, x1 = 0.f;
-        int u = j;
-        for (; u + 2 <= t; u += 2) {
-          x0 -= mat[u * kPar + t] * mat[u * kPar + j];
-          x1 -= mat[(u + 1) * kPar + t] * mat[(u + 1) * kPar + j];
-        }
-        if (u < t) x0 -= mat[u * kPar + t] * mat[u * kPar + j];
-        mat[t * kPar + j] = x0 + x1;
-      }
-    }
-    float* x = opnd;  // X of each block of the distance: [kBlocks - 1][kB][kB]
-#pragma unroll 1
-    for (int d = 1; d < kBlocks; ++d) {
-      const int elems = (kBlocks - d) * kB * kB;
-      __syncthreads();  // the blocks nearer the diagonal are whole
-      for (int e = tid; e < elems; e += kPrepThreads) {
-        const int bj = e / (kB * kB), r = e % (kB * kB) / kB, c = e % kB;
-        const int row = (bj + d) * kB + r, col = bj * kB + c;
-        float x0 = 0.f, x1 = 0.f;  // from u = col: T is lower triangular in its own block
-        int u = col;
-        for (; u + 2 <= (bj + d) * kB; u += 2) {
-          x0 += mat[u * kPar + row] * mat[u * kPar + col];
-          x1 += mat[(u + 1) * kPar + row] * mat[(u + 1) * kPar + col];
-        }
-        if (u < (bj + d) * kB) x0 += mat[u * kPar + row] * mat[u * kPar + col];
-        x[e] = x0 + x1;
-      }
-      __syncthreads();
-      for (int e = tid; e < elems; e += kPrepThreads) {
-        const int bj = e / (kB * kB), r = e % (kB * kB) / kB, c = e % kB;
-        const int bi = bj + d, row = bi * kB + r;
-        float t0 = 0.f;
-        const float* xc = x + bj * kB * kB + c;  // X's column c
-        for (int m = 0; m <= r; ++m) t0 -= mat[row * kPar + bi * kB + m] * xc[m * kB];
-        mat[row * kPar + bj * kB + c] = t0;
-      }
-    }
-  }
+  // 4. T = (I + A)^-1 into mat's lower half
+  invert_unit_lower(mat, opnd);
   __syncthreads();
   for (int e = tid; e < kPar * kPar; e += kPrepThreads) {  // T is 0 above the diagonal
     if (e % kPar > e / kPar) mat[e] = 0.f;
@@ -1160,6 +1192,8 @@ __global__ void __launch_bounds__(kPassThreads, 1) chunk_pass(AttnGdnPrefillArgs
   }
 }
 
+#include "gated_delta_pair16.cuh"
+
 // The state slot of sequence `seq` (its own index without `indices`) and whether it is one.
 ATTN_DEVICE int64_t conv_slot(const AttnGdnConvArgs& a, int seq, bool& valid) {
   const int64_t slot = a.indices != nullptr ? load_index(a.indices, seq, a.index_kind) : seq;
@@ -1360,6 +1394,34 @@ inline ChunkKernel chunk_pass_for(int head_k) {
   return head_k == 64 ? chunk_pass<64> : head_k == 128 ? chunk_pass<128> : nullptr;
 }
 
+// The matrix-unit pair for 16-bit inputs (gated_delta_pair16.cuh): K = 128 only, NVIDIA only.
+inline ChunkKernel chunk_prep16_for(int head_k, int kind) {
+#if defined(ATTN_GDN_HAVE_PASS16)
+  if (head_k == 128 && kind == kFloat16) return chunk_prep16<128, kFloat16>;
+  if (head_k == 128 && kind == kBFloat16) return chunk_prep16<128, kBFloat16>;
+#endif
+  (void)head_k, (void)kind;
+  return nullptr;
+}
+
+inline ChunkKernel chunk_pass16_for(int head_k, int kind) {
+#if defined(ATTN_GDN_HAVE_PASS16)
+  if (head_k == 128 && kind == kFloat16) return chunk_pass16<128, kFloat16>;
+  if (head_k == 128 && kind == kBFloat16) return chunk_pass16<128, kBFloat16>;
+#endif
+  (void)head_k, (void)kind;
+  return nullptr;
+}
+
+// `bytes` of dynamic shared memory for `kernel`, opted into on the current device (above the
+// 48 KiB a launch gets by default): the bytes, 0 for no kernel, -1 if the opt-in failed.
+inline int dynamic_smem(ChunkKernel kernel, int bytes) {
+  if (kernel == nullptr) return 0;
+  const cudaError_t rc = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return rc == cudaSuccess ? bytes : -1;
+}
+
 inline bool kind_ok(int kind) { return kind == kFloat32 || kind == kFloat16 || kind == kBFloat16; }
 inline bool index_ok(int kind) { return kind == 0 || kind == 1; }
 
@@ -1369,6 +1431,33 @@ inline bool prefill_ok(const AttnGdnPrefillArgs& a) {
          a.head_v >= kCols && a.head_v % kCols == 0 && a.cu_seqlens != nullptr &&
          kind_ok(a.qkv_kind) && kind_ok(a.g_kind) && kind_ok(a.beta_kind) &&
          index_ok(a.offset_kind);
+}
+
+// Each segment's chunk_prep, then its pass (grid (V / pass_cols, HV, width)).
+inline int launch_pair(ChunkKernel prep, int prep_smem, ChunkKernel pass, int pass_cols,
+                       int pass_threads, int pass_smem, const AttnGdnPrefillArgs& a,
+                       const int32_t* segments, int num_segments, cudaStream_t st) {
+  if (prep == nullptr || pass == nullptr || prep_smem < 0 || pass_smem < 0 || !prefill_ok(a) ||
+      a.head_v % pass_cols != 0 || a.workspace == nullptr || a.seq_order == nullptr ||
+      a.final_state == nullptr || segments == nullptr || num_segments < 1) {
+    return cudaErrorInvalidValue;
+  }
+  for (int i = 0; i < num_segments; ++i) {
+    const ChunkSegment seg = {segments[4 * i], segments[4 * i + 1], segments[4 * i + 2],
+                              segments[4 * i + 3]};
+    if (seg.base < 0 || seg.width < 1 || seg.base + seg.width > a.num_seqs || seg.p0 < 0 ||
+        seg.depth < 1 || seg.depth > kMaxGrid || seg.width > kMaxGrid) {
+      return cudaErrorInvalidValue;
+    }
+    prep<<<dim3(a.num_value_heads, seg.depth, seg.width), kPrepThreads, prep_smem, st>>>(a, seg);
+    int rc = static_cast<int>(cudaGetLastError());
+    if (rc != 0) return rc;
+    pass<<<dim3(a.head_v / pass_cols, a.num_value_heads, seg.width), pass_threads, pass_smem,
+           st>>>(a, seg);
+    rc = static_cast<int>(cudaGetLastError());
+    if (rc != 0) return rc;
+  }
+  return 0;
 }
 
 // One block per (kCols value columns, value head, sequence), each walking its whole sequence.
@@ -1429,28 +1518,45 @@ int attn_gdn_chunk_parallel_prefill(const AttnGdnPrefillArgs* args, const int32_
                                     int num_segments, void* stream) {
   using namespace attn::gdn;
   const AttnGdnPrefillArgs& a = *args;
-  const ChunkKernel prep = chunk_prep_for(a.head_k), pass = chunk_pass_for(a.head_k);
-  if (prep == nullptr || !prefill_ok(a) || a.head_v % kSlice != 0 || a.workspace == nullptr ||
-      a.seq_order == nullptr || a.final_state == nullptr || segments == nullptr ||
-      num_segments < 1) {
-    return cudaErrorInvalidValue;
+  return launch_pair(chunk_prep_for(a.head_k), 0, chunk_pass_for(a.head_k), kSlice, kPassThreads,
+                     0, a, segments, num_segments, static_cast<cudaStream_t>(stream));
+}
+
+int64_t attn_gdn_chunk_record16_bytes(int head_k, int head_v) {
+  using namespace attn::gdn;
+#if defined(ATTN_GDN_HAVE_PASS16)
+  if (chunk_prep16_for(head_k, attn::kBFloat16) != nullptr && head_v >= kSlice16 &&
+      head_v % kSlice16 == 0 && head_v <= kMaxV16) {
+    return record16_bytes(head_k, head_v);
   }
-  const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  for (int i = 0; i < num_segments; ++i) {
-    const ChunkSegment seg = {segments[4 * i], segments[4 * i + 1], segments[4 * i + 2],
-                              segments[4 * i + 3]};
-    if (seg.base < 0 || seg.width < 1 || seg.base + seg.width > a.num_seqs || seg.p0 < 0 ||
-        seg.depth < 1 || seg.depth > kMaxGrid || seg.width > kMaxGrid) {
-      return cudaErrorInvalidValue;
-    }
-    prep<<<dim3(a.num_value_heads, seg.depth, seg.width), kPrepThreads, 0, st>>>(a, seg);
-    int rc = static_cast<int>(cudaGetLastError());
-    if (rc != 0) return rc;
-    pass<<<dim3(a.head_v / kSlice, a.num_value_heads, seg.width), kPassThreads, 0, st>>>(a, seg);
-    rc = static_cast<int>(cudaGetLastError());
-    if (rc != 0) return rc;
-  }
+#endif
+  (void)head_k, (void)head_v;
   return 0;
+}
+
+int attn_gdn_chunk_parallel_prefill16(const AttnGdnPrefillArgs* args, const int32_t* segments,
+                                      int num_segments, void* stream) {
+  using namespace attn::gdn;
+  const AttnGdnPrefillArgs& a = *args;
+  const ChunkKernel prep = chunk_prep16_for(a.head_k, a.qkv_kind);
+  const ChunkKernel pass = chunk_pass16_for(a.head_k, a.qkv_kind);
+  if (prep == nullptr || pass == nullptr) return cudaErrorNotSupported;
+#if defined(ATTN_GDN_HAVE_PASS16)
+  // whole 16-byte rows of k, q and v (asynchronous copies), V within chunk_prep16's tile
+  const bool rows16 = reinterpret_cast<uintptr_t>(a.q) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.k) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.v) % 16 == 0 && a.q_tok_stride % 8 == 0 &&
+                      a.q_head_stride % 8 == 0 && a.k_tok_stride % 8 == 0 &&
+                      a.k_head_stride % 8 == 0 && a.v_tok_stride % 8 == 0 &&
+                      a.v_head_stride % 8 == 0;
+  if (!rows16 || a.head_v > kMaxV16) return cudaErrorInvalidValue;
+  return launch_pair(prep, dynamic_smem(prep, Prep16Smem<128>::kBytes), pass, kSlice16,
+                     kPass16Threads, dynamic_smem(pass, Pass16Smem<128>::kBytes), a, segments,
+                     num_segments, static_cast<cudaStream_t>(stream));
+#else
+  (void)num_segments, (void)segments, (void)stream;
+  return cudaErrorNotSupported;
+#endif
 }
 
 int attn_gdn_conv_update(const AttnGdnConvArgs* args, void* stream) {
@@ -1498,8 +1604,23 @@ int attn_gdn_kernel_info(int which, int head_k, AttnKernelInfo* info) {
   if (which == 5) kernel = reinterpret_cast<const void*>(chunked_for(head_k));
   if (which == 7) kernel = reinterpret_cast<const void*>(chunk_prep_for(head_k));
   if (which == 8) kernel = reinterpret_cast<const void*>(chunk_pass_for(head_k));
-  const int threads = which == 7 ? kPrepThreads : which == 8 ? kPassThreads : kThreads;
-  return attn::read_kernel_info(kernel, threads, info);
+  int smem = 0;
+#if defined(ATTN_GDN_HAVE_PASS16)
+  if (which == 9 || which == 10) {
+    const ChunkKernel k16 = which == 9 ? chunk_prep16_for(head_k, attn::kBFloat16)
+                                       : chunk_pass16_for(head_k, attn::kBFloat16);
+    smem = dynamic_smem(k16, which == 9 ? Prep16Smem<128>::kBytes : Pass16Smem<128>::kBytes);
+    kernel = reinterpret_cast<const void*>(k16);
+  }
+#endif
+  if (kernel == nullptr || smem < 0) return cudaErrorInvalidValue;
+  const int threads = which == 7 || which == 9 ? kPrepThreads
+                      : which == 8             ? kPassThreads
+#if defined(ATTN_GDN_HAVE_PASS16)
+                      : which == 10 ? kPass16Threads
+#endif
+                                    : kThreads;
+  return attn::read_kernel_info(kernel, threads, info, smem);
 }
 
 }  // extern "C"
