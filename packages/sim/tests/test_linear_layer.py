@@ -19,10 +19,16 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 | native chunk-parallel 32K / 128K, 13.86 / 54.70 ms | 13.54 / 54.1 | -2.3 / -1.1 % | yes |
 | ... 8K / 256K, 3.57 / 110.37 ms (before the blocked solve) | 3.39 / 108.2 | -5.1 / -1.9 % | yes |
 | ... 8 x 16K, 54.78 ms | 47.6 ms | -13 % | no: one-chunk-deep segments |
+| native 16-bit pair 32K / 128K, 3.562 / 13.994 ms | 3.75 / 14.98 | +5.4 / +7.1 % | yes (fit**) |
+| ... 2 x 16K / 8 x 16K, 3.537 / 16.22 ms | 3.75 / 14.98 | +6.1 / -7.6 % | yes |
 | native decode graph b1/8/64, 0.0057/0.0117/0.109 ms | 0.011/0.016/0.086 | +90/+34/-21 % | no |
 
 (*) Fitted (+5 / -5 %) with the 54 launches a segment the torch path had when it was timed;
 it now has 44, which the model prices and no GPU has timed yet.
+(**) The 16-bit pair's two times (a round of chunk_prep16, a chunk step of chunk_pass16) are
+its 32K split (torch.profiler, 2026-12-07); the model adds the convolutions' bytes, which the
+pair-only timings leave out (+5 % at 32K). The "native" rows are bf16, so on this profile the
+16-bit pair; the fp32 pair's rows price it directly (``parallel``).
 The Gated DeltaNet rows were measured on an H100 (bench/linear_attn_bench.py, device and date
 in docs/benchmarks.md#gated-deltanet). The fused chunked kernel is latency-bound: ~11 us a
 16-token chunk whatever the length with one block an SM, ~14 us with two. The chunk-parallel
@@ -104,10 +110,14 @@ def test_paths_order_and_scale(profile):
 @pytest.mark.parametrize(
     ("path", "tokens", "seqs", "measured_s", "low", "high"),
     [("fused", 32 * K, 1, 0.0227, -0.05, 0.05), ("fused", 128 * K, 1, 0.089, -0.05, 0.05),
-     ("native", 16 * K, 2, 0.0141, -0.25, -0.10),  # two blocks an SM contend: not claimed
-     ("native", 32 * K, 1, 0.013857, -0.05, 0.05), ("native", 128 * K, 1, 0.054698, -0.05, 0.05),
+     ("fused", 16 * K, 2, 0.0141, -0.25, -0.10),  # two blocks an SM contend: not claimed
+     ("parallel", 32 * K, 1, 0.013857, -0.05, 0.05),
+     ("parallel", 128 * K, 1, 0.054698, -0.05, 0.05),
      # timed before chunk_prep's blocked solve (its chunk_prep 5 % slower than today's)
-     ("native", 8 * K, 1, 0.00357, -0.08, 0.0), ("native", 256 * K, 1, 0.11037, -0.05, 0.05),
+     ("parallel", 8 * K, 1, 0.00357, -0.08, 0.0), ("parallel", 256 * K, 1, 0.11037, -0.05, 0.05),
+     # the library's choice for bf16 on an H100: the 16-bit pair (its two times fitted at 32K)
+     ("native", 32 * K, 1, 0.003562, 0.0, 0.08), ("native", 128 * K, 1, 0.013994, 0.0, 0.10),
+     ("native", 16 * K, 8, 0.016219, -0.10, 0.0), ("native", 16 * K, 2, 0.003537, 0.0, 0.10),
      # one-chunk-deep segments: chunk_pass's 2048 blocks in partial waves, not claimed
      ("parallel", 16 * K, 8, 0.054778, -0.15, -0.05),
      # timed with 54 launches a segment, priced with today's 44: re-timing owed
@@ -140,13 +150,31 @@ def test_one_sequence_takes_the_chunk_parallel_pair_on_many_sms_only():
     """The library's choice, priced: on an H100-class profile one sequence leaves the fused
     kernel's 128 blocks short of 132 SMs; on the BI-V100 they are eight an SM."""
     h200, bi = load_profile("h200"), load_profile("bi-v100")
-    par = L.native_prefill(h200, SHAPE, 32 * K)
+    fp32 = dataclasses.replace(SHAPE, itemsize=4)  # no 16-bit pair for fp32 inputs
+    par = L.native_prefill(h200, fp32, 32 * K)
     # 512 chunks in segments of 8 chunk slots (the budget's 13 rounded down to one wave of
     # chunk_prep: 8 x 32 value heads <= 2 blocks x 132 SMs): 64 segments, two launches each
     assert par.chunks == 32 * K // 64 and par.launches == 2 * 64 + L.NATIVE_CONV_LAUNCHES_PREFILL
-    assert par.seconds < L.fused_prefill(h200, SHAPE, 32 * K).seconds
-    assert L.native_prefill(h200, SHAPE, 16 * K, 2).chunks == 16 * K // 16
+    assert par.seconds < L.fused_prefill(h200, fp32, 32 * K).seconds
+    assert L.native_prefill(h200, fp32, 16 * K, 2).chunks == 16 * K // 16
     assert L.native_prefill(bi, SHAPE, 32 * K).chunks == 32 * K // 16
+
+
+def test_16bit_inputs_take_the_16bit_pair_where_nvidia_matrix_instructions_are():
+    """bf16 on an H100-class profile: the 16-bit pair at any batch, its records half the fp32
+    pair's (24 slots a segment, three waves of chunk_prep16); never on the BI-V100 (64-lane
+    warps, no opt-in shared memory) nor for fp32 inputs or K = 64."""
+    h200, bi = load_profile("h200"), load_profile("bi-v100")
+    assert L.has_pair16(h200, SHAPE) and not L.has_pair16(bi, SHAPE)
+    assert not L.has_pair16(h200, dataclasses.replace(SHAPE, itemsize=4))
+    assert not L.has_pair16(h200, dataclasses.replace(SHAPE, head_k=64))
+    one = L.native_prefill(h200, SHAPE, 32 * K)
+    # 512 chunks in 24-slot segments: 22 segments, two launches each
+    assert one.chunks == 32 * K // 64 and one.launches == 2 * 22 + L.NATIVE_CONV_LAUNCHES_PREFILL
+    assert one.seconds < L.chunk_parallel_prefill(h200, SHAPE, 32 * K).seconds / 3
+    eight = L.native_prefill(h200, SHAPE, 16 * K, 8)
+    assert eight.chunk_latency_s == L.PAIR16_PASS_STEP_S and eight.waves == 8
+    assert eight.seconds < L.fused_prefill(h200, SHAPE, 16 * K, 8).seconds
 
 
 def test_native_prefill_names_the_budget_when_it_cannot_launch():

@@ -9,8 +9,11 @@
   fused kernel (16-token chunks on CUDA cores, grid ``(V / 32, HV, N)`` x 128 threads, each
   block walking its whole sequence with its state slice in registers) or the chunk-parallel
   pair (``chunk_prep`` over every 64-token chunk of a segment, then ``chunk_pass`` walking the
-  segment's chunks with ``V / 16`` blocks a value head); decode step grid ``(V / 32,
-  HV / heads_per_block, N)``; the width-4 convolution's kernels beside each.
+  segment's chunks with ``V / 16`` blocks a value head), and for 16-bit inputs on a profile
+  with NVIDIA's matrix instructions the same pair with 16-bit operands
+  (``native/csrc/gated_delta_pair16.cuh``: ``chunk_prep16``, then ``chunk_pass16`` with
+  ``V / 32`` blocks a value head, one an SM); decode step grid ``(V / 32, HV / heads_per_block,
+  N)``; the width-4 convolution's kernels beside each.
 
 A chunk pass is sequential: a block cannot start chunk ``i + 1`` before chunk ``i``'s state, so
 the native prefill is ``waves x chunks x per-chunk latency``, not its FLOPs over the device.
@@ -35,6 +38,7 @@ from attn_core.device.spec import DeviceSpec, occupancy_limits
 from attn_core.linear.plan import CHUNK as TORCH_CHUNK
 from attn_core.linear.plan import chunk_slot_intermediate_bytes, plan_gated_delta
 from attn_core.native.split import (
+    CHUNK_PASS16_COLUMNS,
     CHUNK_PASS_COLUMNS,
     NATIVE_WORKSPACE_BYTES,
     chunk_record_bytes,
@@ -92,6 +96,15 @@ PAR_PASS_THREADS = 128
 PAR_PASS_REGISTERS = 156
 PAR_PASS_SMEM = 32768
 PAR_PASS_EFFICIENCY_PER_WARP = 0.0354
+# the 16-bit pair (NVIDIA: mma.sync m16n8k16, ldmatrix, a shared-memory opt-in)
+PAIR16_PREP_THREADS = 256
+PAIR16_PREP_REGISTERS = 128
+PAIR16_PREP_SMEM = 91648
+PAIR16_PASS_THREADS = 256
+PAIR16_PASS_REGISTERS = 145
+PAIR16_PASS_SMEM = 148480
+PAIR16_PREP_ROUND_S = 25.3e-6
+PAIR16_PASS_STEP_S = 3.29e-6
 
 PROVENANCE = {
     "FALLBACK_LAUNCHES_PER_CHUNK": "measured: ~19 aten launches per 64-token chunk, dispatch "
@@ -139,6 +152,20 @@ PROVENANCE = {
     "at 3.54 % of an SM's fp32 rate a warp; it then prices 8K / 128K / 256K within 3 % "
     "(3.48 / 55.5 / 111.1 ms against 3.57 / 55.46 / 110.37) and 8 x 16K 12 % low (49.0 "
     "against 55.9: one-chunk-deep segments, chunk_pass's partial waves not modelled)",
+    "PAIR16_PREP_REGISTERS": "measured: the driver's facts of chunk_prep16<128>, nvcc 13 sm_90",
+    "PAIR16_PREP_SMEM": "measured: the driver's facts of chunk_prep16<128> (dynamic)",
+    "PAIR16_PASS_REGISTERS": "measured: the driver's facts of chunk_pass16<128>, nvcc 13 sm_90",
+    "PAIR16_PASS_SMEM": "measured: the driver's facts of chunk_pass16<128> (dynamic: two "
+    "stages of a 16-bit record, the state's and V''s 16-bit copies)",
+    "PAIR16_PREP_ROUND_S": "measured: chunk_prep16 on an H100 (torch.profiler, 32K tokens, bf16, "
+    "docs/benchmarks.md#gated-deltanet): 1.617 ms over 64 rounds of a wave (21 segments of 24 "
+    "slots in three rounds, one of 8 in one). Its time is the fp32 solve and the latency between "
+    "its barriers, not matrix FLOPs (ncu), so it is priced a round, not a rate; other profiles "
+    "than the H100's get the same seconds (assumed)",
+    "PAIR16_PASS_STEP_S": "measured: chunk_pass16 on an H100 (same run): 1.682 ms for 512 chunk "
+    "steps of one wave (128 blocks on 132 SMs), 3.29 us a step, bound by the 67.5 KiB of "
+    "record each block copies a step (ncu: L2 at 61 %, the copies' issue stalling); the same "
+    "seconds on other profiles (assumed)",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's eight barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
     "layer, bf16, docs/benchmarks.md#gated-deltanet): 22.7 ms at 32K is 11.1 us a 16-token "
@@ -260,12 +287,69 @@ def native_occupancy(spec: DeviceSpec, registers: int, smem: int) -> int:
     return min(occupancy_limits(spec, NATIVE_THREADS, registers, smem).values())
 
 
+def has_pair16(spec: DeviceSpec, s: LinearShape) -> bool:
+    """Whether the library runs the 16-bit pair for ``s`` on ``spec``: 16-bit inputs at K = 128
+    and V a multiple of 32 up to 128, on an NVIDIA device (32-lane warps: the pair's
+    mma.sync / ldmatrix; CoreX's 64-lane warps have neither) whose opt-in shared memory holds
+    chunk_pass16's stages."""
+    return (
+        s.itemsize == 2
+        and s.head_k == 128
+        and s.head_v % CHUNK_PASS16_COLUMNS == 0
+        and s.head_v <= 128
+        and spec.warp_size == 32
+        and spec.shared_mem_per_block_optin >= PAIR16_PASS_SMEM
+    )
+
+
 def native_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
     """``num_seqs`` sequences of ``tokens`` on the kernel the library picks for them."""
-    kernel = native_prefill_kernel(num_seqs, s.num_value_heads, s.head_v, spec.sm_count)
+    pair16 = has_pair16(spec, s)
+    kernel = native_prefill_kernel(num_seqs, s.num_value_heads, s.head_v, spec.sm_count, pair16)
+    if pair16:
+        return pair16_prefill(spec, s, tokens, num_seqs)
     if kernel == "chunk_parallel":
         return chunk_parallel_prefill(spec, s, tokens, num_seqs)
     return fused_prefill(spec, s, tokens, num_seqs)
+
+
+def pair16_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
+    """The 16-bit pair over the library's segments (16-bit records: twice the slots of the
+    fp32 pair's, rounded to whole waves of ``chunk_prep16``): per segment ``chunk_prep16`` in
+    rounds of a wave at a measured time a round, then ``chunk_pass16`` at a measured time a
+    chunk step a wave of its blocks (one an SM)."""
+    c, hv, dk, dv = PAR_CHUNK, s.num_value_heads, s.head_k, s.head_v
+    record = chunk_record_bytes(dk, dv, operands16=True)
+    # both kernels opt in to more shared memory than a launch gets by default
+    optin = spec.with_overrides(shared_mem_per_block=spec.shared_mem_per_block_optin)
+    prep_per_sm = _resident(optin, "chunk_prep16", PAIR16_PREP_THREADS, PAIR16_PREP_REGISTERS,
+                            PAIR16_PREP_SMEM)  # fmt: skip
+    prep_wave = spec.sm_count * prep_per_sm
+    slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES, prep_wave_blocks=prep_wave,
+                        operands16=True)  # fmt: skip
+    chunks = math.ceil(tokens / c)
+    _, segments = chunk_segments([chunks] * num_seqs, slots)
+    pass_per_sm = _resident(optin, "chunk_pass16", PAIR16_PASS_THREADS, PAIR16_PASS_REGISTERS,
+                            PAIR16_PASS_SMEM)  # fmt: skip
+    prep_s = pass_s = 0.0
+    waves = 0
+    for _, width, _, depth in segments:
+        prep_s += math.ceil(width * depth * hv / prep_wave) * PAIR16_PREP_ROUND_S
+        blocks = (dv // CHUNK_PASS16_COLUMNS) * hv * width
+        seg_waves = math.ceil(blocks / (spec.sm_count * pass_per_sm))
+        pass_s += seg_waves * depth * PAIR16_PASS_STEP_S
+        waves = max(waves, seg_waves)
+    conv_bytes = 2 * tokens * num_seqs * s.conv_dim * s.itemsize
+    launches = 2 * len(segments) + NATIVE_CONV_LAUNCHES_PREFILL
+    seconds = prep_s + pass_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
+    records_all = chunks * num_seqs * hv
+    nbytes = 2 * records_all * record + num_seqs * (tokens * s.token_bytes + 2 * s.state_bytes)
+    # matrix FLOPs: the Gram and score products, W and U, then [W; Qg] S, P V' and Kd^T V'
+    flops = records_all * 2.0 * (2 * c * c * dk + c * c * (dk + dv) + 3 * c * dk * dv + c * c * dv)
+    return LinearCost(
+        "native", seconds, launches, nbytes + conv_bytes, flops, chunks, PAIR16_PASS_STEP_S,
+        waves, pass_per_sm,
+    )  # fmt: skip
 
 
 def _resident(spec: DeviceSpec, kernel: str, threads: int, registers: int, smem: int) -> int:
