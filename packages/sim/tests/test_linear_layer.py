@@ -26,9 +26,10 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 (*) Fitted (+5 / -5 %) with the 54 launches a segment the torch path had when it was timed;
 it now has 44, which the model prices and no GPU has timed yet.
 (**) The 16-bit pair's two times (a round of chunk_prep16, a chunk step of chunk_pass16) are
-its 32K split (torch.profiler, 2026-12-07); the model adds the convolutions' bytes, which the
-pair-only timings leave out (+5 % at 32K). The "native" rows are bf16, so on this profile the
-16-bit pair; the fp32 pair's rows price it directly (``parallel``).
+its 32K split (torch.profiler, docs/benchmarks.md#gated-deltanet); the model adds the
+convolutions' bytes, which the pair-only timings leave out (+5 % at 32K). The "native" rows
+are bf16, so on this profile the 16-bit pair; the fp32 pair's rows price it directly
+(``parallel``).
 The Gated DeltaNet rows were measured on an H100 (bench/linear_attn_bench.py, device and date
 in docs/benchmarks.md#gated-deltanet). The fused chunked kernel is latency-bound: ~11 us a
 16-token chunk whatever the length with one block an SM, ~14 us with two. The chunk-parallel

@@ -544,8 +544,9 @@ def native_prefill_kernel(
 
     ``pair16``: the 16-bit pair on the matrix unit serves these inputs (16-bit, K = 128, an
     NVIDIA build). It is faster than the fused kernel at every count measured (H100, bf16,
-    2026-12-07: 1 x 32K 4.07 against 20.8 ms, 2 x 16K 4.14 against 12.5, 8 x 16K 18.3 against
-    44.1), so it always serves. Otherwise the fp32 pair competes with the fused kernel:
+    docs/benchmarks.md#gated-deltanet: 1 x 32K 3.59 against 21.0 ms, 2 x 16K 3.54 against
+    12.4, 8 x 16K 16.2 against 45.3), so it always serves. Otherwise the fp32 pair competes
+    with the fused kernel:
 
     The fused 16-token kernel is one block per (32 value columns, value head, sequence), each
     walking its whole sequence: with fewer blocks than SMs it leaves SMs idle, with more it
