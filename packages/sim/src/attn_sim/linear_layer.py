@@ -339,17 +339,11 @@ def pair16_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int 
         seg_waves = math.ceil(blocks / (spec.sm_count * pass_per_sm))
         pass_s += seg_waves * depth * PAIR16_PASS_STEP_S
         waves = max(waves, seg_waves)
-    conv_bytes = 2 * tokens * num_seqs * s.conv_dim * s.itemsize
-    launches = 2 * len(segments) + NATIVE_CONV_LAUNCHES_PREFILL
-    seconds = prep_s + pass_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
-    records_all = chunks * num_seqs * hv
-    nbytes = 2 * records_all * record + num_seqs * (tokens * s.token_bytes + 2 * s.state_bytes)
     # matrix FLOPs: the Gram and score products, W and U, then [W; Qg] S, P V' and Kd^T V'
-    flops = records_all * 2.0 * (2 * c * c * dk + c * c * (dk + dv) + 3 * c * dk * dv + c * c * dv)
-    return LinearCost(
-        "native", seconds, launches, nbytes + conv_bytes, flops, chunks, PAIR16_PASS_STEP_S,
-        waves, pass_per_sm,
-    )  # fmt: skip
+    per_record = 2.0 * (2 * c * c * dk + c * c * (dk + dv) + 3 * c * dk * dv + c * c * dv)
+    return _pair_cost(spec, s, tokens, num_seqs, len(segments), prep_s + pass_s, record,
+                      chunks * num_seqs * hv * per_record, PAIR16_PASS_STEP_S, waves,
+                      pass_per_sm)  # fmt: skip
 
 
 def _resident(spec: DeviceSpec, kernel: str, threads: int, registers: int, smem: int) -> int:
@@ -405,15 +399,37 @@ def chunk_parallel_prefill(
         latency = resident * pass_flops / (sm_rate * eff)
         pass_s += seg_waves * depth * latency
         waves = max(waves, seg_waves)
+    flops = chunks * num_seqs * hv * (prep_flops + (dv // CHUNK_PASS_COLUMNS) * pass_flops)
+    return _pair_cost(spec, s, tokens, num_seqs, len(segments), prep_s + pass_s, record, flops,
+                      latency, waves, per_sm)  # fmt: skip
+
+
+def _pair_cost(
+    spec: DeviceSpec,
+    s: LinearShape,
+    tokens: int,
+    num_seqs: int,
+    segments: int,
+    kernels_s: float,
+    record: int,
+    flops: float,
+    chunk_latency_s: float,
+    waves: int,
+    blocks_per_sm: int,
+) -> LinearCost:
+    """A chunk-parallel pair's call: its two kernels a segment (``kernels_s`` in all), each
+    record written once and read once, the inputs, outputs and states, and the convolutions'
+    kernels beside it."""
+    chunks = math.ceil(tokens / PAR_CHUNK)
     conv_bytes = 2 * tokens * num_seqs * s.conv_dim * s.itemsize
-    launches = 2 * len(segments) + NATIVE_CONV_LAUNCHES_PREFILL
-    seconds = prep_s + pass_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
-    records_all = chunks * num_seqs * hv
+    launches = 2 * segments + NATIVE_CONV_LAUNCHES_PREFILL
+    seconds = kernels_s + conv_bytes / spec.hbm_bandwidth + launches * spec.launch_gap_s
+    records_all = chunks * num_seqs * s.num_value_heads
     nbytes = 2 * records_all * record + num_seqs * (tokens * s.token_bytes + 2 * s.state_bytes)
-    flops = records_all * (prep_flops + (dv // CHUNK_PASS_COLUMNS) * pass_flops)
     return LinearCost(
-        "native", seconds, launches, nbytes + conv_bytes, flops, chunks, latency, waves, per_sm
-    )
+        "native", seconds, launches, nbytes + conv_bytes, flops, chunks, chunk_latency_s, waves,
+        blocks_per_sm,
+    )  # fmt: skip
 
 
 def fused_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int = 1) -> LinearCost:
