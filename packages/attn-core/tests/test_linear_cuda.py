@@ -123,6 +123,33 @@ def test_native_prefill_allocates_only_its_outputs(entry) -> None:
     assert transient <= bound, transient  # offsets, scalars, a workspace: no tensor of T tokens
 
 
+BAD_GATES = [
+    ("g", lambda t: t.index_fill(1, torch.tensor([77], device=DEV), float("nan")),
+     "g must be finite"),
+    ("g", lambda t: t.index_fill(1, torch.tensor([5], device=DEV), 0.25), "got a maximum of 0.25"),
+    ("beta", lambda t: t.index_fill(1, torch.tensor([130], device=DEV), float("inf")),
+     "beta must be finite"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", [chunk_gated_delta_rule, fused_recurrent_gated_delta_rule])
+@pytest.mark.parametrize(("name", "spoil", "message"), BAD_GATES)
+def test_native_prefill_refuses_bad_gates_after_its_launch(entry, name, spoil, message) -> None:
+    """The native path enqueues the gate checks, launches, then reads them: a bad gate still
+    raises at the call, the initial state is untouched, and the stream stays usable."""
+    q, k, v, g, beta = model_inputs(200, seed=5)
+    gates = {"g": g, "beta": beta}
+    gates[name] = spoil(gates[name])
+    init = torch.randn(1, MODEL[1], MODEL[2], MODEL[3], device=DEV)
+    before = init.clone()
+    with pytest.raises(ValueError, match=message):
+        entry(q, k, v, g=gates["g"], beta=gates["beta"], initial_state=init,
+              output_final_state=True, backend="native")  # fmt: skip
+    assert torch.equal(init, before)
+    o, _ = entry(q, k, v, g=g, beta=beta, backend="native")
+    assert torch.isfinite(o).all()
+
+
 def test_decode_in_a_cuda_graph() -> None:
     h, hv, dk, dv = MODEL
     n = 8

@@ -16,6 +16,7 @@ from attn_core import (
     fused_recurrent_gated_delta_rule,
     gated_delta_decode,
 )
+from attn_core.linear.inputs import start_gate_check
 
 
 def prefill_args() -> dict[str, Any]:
@@ -306,3 +307,14 @@ def test_torch_and_default_backends_agree_on_the_cpu(fn, make, state) -> None:
         outs.append((got, args[state]))
     first, second = outs
     torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def test_gate_check_without_beta_and_without_tokens() -> None:
+    """The enqueued check reads g's extremes alone when there is no beta, and nothing when
+    there are no tokens."""
+    start_gate_check(torch.zeros(0, 4), None).settle()
+    start_gate_check(-torch.rand(5, 4), None).settle()
+    with pytest.raises(ValueError, match="got a maximum of 0.5"):
+        start_gate_check(torch.tensor([[-1.0, 0.5]]), None).settle()
+    with pytest.raises(ValueError, match="g must be finite"):
+        start_gate_check(torch.tensor([[-1.0, float("nan")]], dtype=torch.bfloat16), None).settle()

@@ -54,6 +54,7 @@ from attn_core.native.gated_delta import (
     conv_shape,
     conv_supported,
     decode_supported,
+    host_to_device,
     launch_chunk_parallel_prefill,
     launch_conv_prefill,
     launch_conv_update,
@@ -112,6 +113,7 @@ def chunk_gated_delta_rule(
     lib = _native_prefill_library(chosen, "chunk_gated_delta_rule", inputs, q.dtype)
     if lib is not None:
         return _native_prefill(lib, inputs, v, want_final, chunked=True)
+    inputs.gates.settle()
     if plan is None:
         h, hv = inputs.num_heads, inputs.num_value_heads
         plan = plan_gated_delta(h, hv, q.shape[3], v.shape[3], q.element_size())
@@ -154,6 +156,7 @@ def fused_recurrent_gated_delta_rule(
     lib = _native_prefill_library(chosen, "fused_recurrent_gated_delta_rule", x, q.dtype)
     if lib is not None:  # before the torch path's outputs: the native path allocates its own
         return _native_prefill(lib, x, v, want_final, chunked=False)
+    x.gates.settle()
     hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     n = len(x.lengths)
@@ -193,7 +196,8 @@ def _native_prefill_library(
 def _native_prefill(
     lib: GatedDeltaLibrary, x: GatedDeltaInputs, v: torch.Tensor, want_final: bool, chunked: bool
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Every sequence in one native launch: ``(o in v's shape, final states or None)``."""
+    """Every sequence in one native launch: ``(o in v's shape, final states or None)``; the
+    gate checks settle after the launch (:mod:`.inputs`)."""
     hv, dk, dv = x.num_value_heads, x.q.shape[2], x.v.shape[2]
     out = torch.empty(x.v.shape, dtype=v.dtype, device=v.device)
     final = torch.empty(len(x.lengths), hv, dk, dv, device=v.device) if want_final else None
@@ -204,12 +208,13 @@ def _native_prefill(
             lib, x.q, x.k, x.v, x.g, x.beta, x.lengths, out, scale=x.scale, l2norm=x.l2norm,
             initial_state=init, final_state=final, operands16=pair == "pair16",
         )  # fmt: skip
-        return out.view(v.shape), final
-    bounds = torch.tensor([*x.starts, x.starts[-1] + x.lengths[-1]], device=v.device)
-    launch_recurrent_prefill(
-        lib, x.q, x.k, x.v, x.g, x.beta, bounds, out, scale=x.scale, l2norm=x.l2norm,
-        initial_state=init, final_state=final, chunked=chunked,
-    )  # fmt: skip
+    else:
+        bounds = host_to_device([*x.starts, x.starts[-1] + x.lengths[-1]], v.device)
+        launch_recurrent_prefill(
+            lib, x.q, x.k, x.v, x.g, x.beta, bounds, out, scale=x.scale, l2norm=x.l2norm,
+            initial_state=init, final_state=final, chunked=chunked,
+        )  # fmt: skip
+    x.gates.settle()
     return out.view(v.shape), final
 
 

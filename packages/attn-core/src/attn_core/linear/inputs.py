@@ -1,12 +1,17 @@
 """Validation of the linear-attention entry points' arguments, into one object per call.
 
 Shape, dtype and device checks run on every call (host metadata only). Value checks read
-tensor values, which syncs the host with the device:
+tensor values, which waits for the device:
 
 - prefill (:func:`chunk_gated_delta_rule`, :func:`fused_recurrent_gated_delta_rule`,
-  :func:`causal_conv1d_fn`) checks values on every call: the chunked path reads ``cu_seqlens``
-  on the host anyway, and one reduction over ``g`` (T x HV elements) is noise beside the
-  T x HV x K x V work;
+  :func:`causal_conv1d_fn`) checks values on every call. ``cu_seqlens`` is read on the host
+  (the launch plan needs the lengths). The gates are checked by :func:`start_gate_check`: two
+  reductions enqueued before the kernels and copied to pinned host memory; the native path
+  launches its kernels, then waits for that copy alone (:meth:`GateCheck.settle`), so the host
+  stays a call ahead of the device instead of draining it before every layer. A bad gate still
+  raises at the call, and what the kernels wrote with it (the call's own outputs, never
+  returned) is dropped. Waiting before the launch cost 0.5 ms of 4.2 at 32K (H100,
+  docs/benchmarks.md#gated-deltanet);
 - the serving steps (:func:`gated_delta_decode`, :func:`causal_conv1d_update`) check values only
   with ``ATTN_CORE_CHECKS=1`` and never while a CUDA graph is being captured: they run every
   decode step, inside graphs, and must not sync. Without checks an index out of range is the
@@ -15,6 +20,7 @@ tensor values, which syncs the host with the device:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -36,6 +42,8 @@ class GatedDeltaInputs:
         starts: each sequence's first token in the flattened rows.
         scale: resolved (never None); initial_state: ``[N, HV, K, V]`` fp32 or None.
         batch, tokens: B and T of the caller's ``[B, T, ...]`` tensors.
+        gates: the value checks of ``g`` and ``beta``, enqueued: settle them before the
+            results leave the call.
     """
 
     q: torch.Tensor
@@ -50,6 +58,7 @@ class GatedDeltaInputs:
     l2norm: bool
     batch: int
     tokens: int
+    gates: GateCheck
 
     @property
     def num_heads(self) -> int:
@@ -74,18 +83,58 @@ def check_heads_divide(num_heads: int, num_value_heads: int) -> None:
         )
 
 
-def check_gates(g: torch.Tensor, beta: Optional[torch.Tensor]) -> None:
-    """``g`` finite and <= 0 (a log decay), ``beta`` finite: one host sync."""
-    flags = [(~torch.isfinite(g)).any(), (g > 0).any()]
+@dataclass(frozen=True)
+class GateCheck:
+    """The extremes of ``g`` and ``beta`` on their way to the host (:func:`start_gate_check`).
+
+    Attributes:
+        extremes: ``[4]`` fp32 on the host: min and max of ``g``, then of ``beta`` (zeros
+            without ``beta``); None when there are no tokens.
+        ready: recorded on the device's stream after their copy; None when already there.
+    """
+
+    extremes: Optional[torch.Tensor]
+    ready: Optional[torch.cuda.Event]
+
+    def settle(self) -> None:
+        """Raise the ``ValueError`` a NaN / infinite / positive ``g`` or a NaN / infinite
+        ``beta`` earns; waits for the extremes' copy only."""
+        if self.extremes is None:
+            return
+        if self.ready is not None:
+            self.ready.synchronize()
+        g_lo, g_hi, b_lo, b_hi = self.extremes.tolist()
+        if not (math.isfinite(g_lo) and math.isfinite(g_hi)):
+            raise ValueError("g must be finite (a log decay <= 0), got NaN or inf")
+        if g_hi > 0:
+            raise ValueError(f"g must be <= 0 (a log decay), got a maximum of {g_hi}")
+        if not (math.isfinite(b_lo) and math.isfinite(b_hi)):
+            raise ValueError("beta must be finite, got NaN or inf")
+
+
+def start_gate_check(g: torch.Tensor, beta: Optional[torch.Tensor]) -> GateCheck:
+    """Enqueue the gate checks on the current stream: ``g`` finite and <= 0 (a log decay),
+    ``beta`` finite (a NaN anywhere makes both extremes NaN)."""
+    if g.numel() == 0:
+        return GateCheck(None, None)
+    parts = [*torch.aminmax(g)]
     if beta is not None:
-        flags.append((~torch.isfinite(beta)).any())
-    bad = torch.stack(flags).tolist()
-    if bad[0]:
-        raise ValueError("g must be finite (a log decay <= 0), got NaN or inf")
-    if bad[1]:
-        raise ValueError(f"g must be <= 0 (a log decay), got a maximum of {float(g.max())}")
-    if len(bad) > 2 and bad[2]:
-        raise ValueError("beta must be finite, got NaN or inf")
+        parts += [*torch.aminmax(beta)]
+    extremes = torch.stack([p.float() for p in parts])
+    if beta is None:
+        extremes = torch.cat([extremes, extremes.new_zeros(2)])
+    if extremes.device.type != "cuda":
+        return GateCheck(extremes, None)
+    host = torch.empty(4, dtype=torch.float32, pin_memory=True)
+    host.copy_(extremes, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record()
+    return GateCheck(host, ready)
+
+
+def check_gates(g: torch.Tensor, beta: Optional[torch.Tensor]) -> None:
+    """:func:`start_gate_check`, settled at once (one host sync)."""
+    start_gate_check(g, beta).settle()
 
 
 def check_offsets(name: str, offsets: torch.Tensor, total: int) -> list[int]:
@@ -131,7 +180,8 @@ def gated_delta_inputs(
     cu_seqlens: object,
     use_qk_l2norm_in_kernel: object,
 ) -> GatedDeltaInputs:
-    """Validate a prefill call (shapes, dtypes, devices, then ``cu_seqlens`` and ``g``)."""
+    """Validate a prefill call: shapes, dtypes, devices and ``cu_seqlens`` now, ``g`` and
+    ``beta`` enqueued (the returned inputs' ``gates``)."""
     check_tensor("q", q, ndim=4, dtype=FLOATS)
     assert isinstance(q, torch.Tensor)
     b, t, h, dk = q.shape
@@ -171,10 +221,9 @@ def gated_delta_inputs(
         check_tensor(
             "initial_state", initial_state, shape=(n, hv, dk, dv), dtype=torch.float32, device=dev
         )
-    if b * t:
-        check_gates(g, beta)
+    gates = start_gate_check(g, beta)
     return GatedDeltaInputs(
         q.reshape(b * t, h, dk), k.reshape(b * t, h, dk), v.reshape(b * t, hv, dv),
         g.reshape(b * t, hv), beta.reshape(b * t, hv), tuple(lengths), tuple(starts), resolved,
-        initial_state, l2, b, t,  # type: ignore[arg-type]
+        initial_state, l2, b, t, gates,  # type: ignore[arg-type]
     )  # fmt: skip

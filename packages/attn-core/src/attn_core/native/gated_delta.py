@@ -259,6 +259,16 @@ def _cu_seqlens(lengths: Sequence[int]) -> torch.Tensor:
     return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32)
 
 
+def host_to_device(values: Sequence[int], device: torch.device) -> torch.Tensor:
+    """``values`` as int32 on ``device``, copied from pinned memory on CUDA: a copy from
+    pageable memory may wait for the stream to drain first, which would stall the device
+    between one launch and the next."""
+    if torch.device(device).type != "cuda":
+        return torch.tensor(values, dtype=torch.int32, device=device)
+    host = torch.tensor(values, dtype=torch.int32).pin_memory()
+    return host.to(device, non_blocking=True)
+
+
 def _token_fields(
     row: str,
     q: torch.Tensor,
@@ -476,8 +486,8 @@ def launch_chunk_parallel_prefill(
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
     if final_state is None:
         final_state = torch.empty(len(lengths), hv, dk, dv, dtype=torch.float32, device=dev)
-    offsets = _cu_seqlens(lengths).to(dev, non_blocking=True)
-    seq_order = torch.tensor(order, dtype=torch.int32).to(dev, non_blocking=True)
+    offsets = host_to_device([0, *itertools.accumulate(lengths)], dev)
+    seq_order = host_to_device(order, dev)
     args = _prefill_args(q, k, v, g, beta, out, offsets, initial_state, final_state, scale, l2norm)
     args.workspace, args.seq_order = workspace.data_ptr(), seq_order.data_ptr()
     lib.chunk_parallel_prefill(args, segments, _stream(q, stream), operands16=operands16)
