@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -805,38 +805,44 @@ def check_chunk_parallel(
     buffer). Kept apart from :func:`check_library` so that a device that cannot run this pair
     (its ``chunk_pass`` takes the BI-V100's whole 32 KiB of shared memory a block) keeps the
     rest of the family and the fused chunked kernel."""
-    _, dtype, head_k, head_v, group = config
-    worst_o = worst_s = 0.0
-    for workspace_bytes in (NATIVE_WORKSPACE_BYTES, 1):
-        o, s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device, parallel=True,
-                              workspace_bytes=workspace_bytes, stream=stream)  # fmt: skip
-        worst_o, worst_s = max(worst_o, o), max(worst_s, s)
-    tol = TOLERANCE[dtype]
-    return Verdict(
-        worst_o <= tol and worst_s <= STATE_TOLERANCE,
-        f"max relative error: output {worst_o:.1e}, state {worst_s:.1e} (tolerances "
-        f"{tol:.0e}, {STATE_TOLERANCE:.0e})",
-    )
+    cases = itertools.product((NATIVE_WORKSPACE_BYTES, 1), ((1, 0, 70, 5),))
+    return _pair_verdict(lib, device, config, cases, STATE_TOLERANCE, False, stream)
 
 
 def check_chunk_parallel16(
     lib: GatedDeltaLibrary, device: torch.device, config: tuple, stream: Optional[int] = None
 ) -> Verdict:
-    """:func:`check_chunk_parallel` for the 16-bit pair (16-bit inputs), its final state held
-    to :data:`OPERANDS16_STATE_TOLERANCE`; a refusal where the library or sizes lack the pair.
-    Its own verify kind: a device or build without the pair keeps the fp32 one."""
-    _, dtype, head_k, head_v, group = config
+    """:func:`check_chunk_parallel` for the 16-bit pair (16-bit inputs), lengths around the
+    chunk added, its final state held to :data:`OPERANDS16_STATE_TOLERANCE`; a refusal where
+    the library or sizes lack the pair. Its own verify kind: a device or build without the
+    pair keeps the fp32 one."""
+    _, dtype, head_k, head_v, _ = config
     if not lib.has_pair16(head_k, head_v, dtype):
         return Verdict(False, f"no 16-bit pair for {dtype}, head_k {head_k}, head_v {head_v}")
+    cases = itertools.product((NATIVE_WORKSPACE_BYTES, 1), ((1, 0, 70, 5), (63, 64, 65, 200)))
+    state_tol = OPERANDS16_STATE_TOLERANCE[dtype]
+    return _pair_verdict(lib, device, config, cases, state_tol, True, stream)
+
+
+def _pair_verdict(
+    lib: GatedDeltaLibrary,
+    device: torch.device,
+    config: tuple,
+    cases: Iterable[tuple[int, tuple[int, ...]]],
+    state_tol: float,
+    operands16: bool,
+    stream: Optional[int],
+) -> Verdict:
+    """A chunk-parallel pair's verdict over ``(workspace_bytes, lengths)`` cases: two key
+    heads, the config's group, the worst output and final-state errors."""
+    _, dtype, head_k, head_v, group = config
     worst_o = worst_s = 0.0
-    for workspace_bytes, lengths in itertools.product(
-        (NATIVE_WORKSPACE_BYTES, 1), ((1, 0, 70, 5), (63, 64, 65, 200))
-    ):
+    for workspace_bytes, lengths in cases:
         o, s = prefill_errors(lib, 2, 2 * group, head_k, head_v, dtype, device, lengths=lengths,
-                              parallel=True, workspace_bytes=workspace_bytes, operands16=True,
-                              stream=stream)  # fmt: skip
+                              parallel=True, workspace_bytes=workspace_bytes,
+                              operands16=operands16, stream=stream)  # fmt: skip
         worst_o, worst_s = max(worst_o, o), max(worst_s, s)
-    tol, state_tol = TOLERANCE[dtype], OPERANDS16_STATE_TOLERANCE[dtype]
+    tol = TOLERANCE[dtype]
     return Verdict(
         worst_o <= tol and worst_s <= state_tol,
         f"max relative error: output {worst_o:.1e}, state {worst_s:.1e} (tolerances "
