@@ -309,12 +309,15 @@ def test_torch_and_default_backends_agree_on_the_cpu(fn, make, state) -> None:
     torch.testing.assert_close(first, second, rtol=0, atol=0)
 
 
-def test_gate_check_without_beta_and_without_tokens() -> None:
-    """The enqueued check reads g's extremes alone when there is no beta, and nothing when
-    there are no tokens."""
-    start_gate_check(torch.zeros(0, 4), None).settle()
-    start_gate_check(-torch.rand(5, 4), None).settle()
+def test_gate_check_reads_extremes_and_skips_empty_tensors() -> None:
+    """The enqueued check reads g's and beta's extremes in fp32 (16-bit inputs included), and
+    nothing when there are no tokens."""
+    start_gate_check(torch.zeros(0, 4), torch.zeros(0, 4)).settle()
+    start_gate_check(-torch.rand(5, 4), torch.rand(5, 4)).settle()
     with pytest.raises(ValueError, match="got a maximum of 0.5"):
-        start_gate_check(torch.tensor([[-1.0, 0.5]]), None).settle()
+        start_gate_check(torch.tensor([[-1.0, 0.5]]), torch.ones(1, 2)).settle()
     with pytest.raises(ValueError, match="g must be finite"):
-        start_gate_check(torch.tensor([[-1.0, float("nan")]], dtype=torch.bfloat16), None).settle()
+        nan_g = torch.tensor([[-1.0, float("nan")]], dtype=torch.bfloat16)
+        start_gate_check(nan_g, torch.ones(1, 2, dtype=torch.bfloat16)).settle()
+    with pytest.raises(ValueError, match="beta must be finite"):
+        start_gate_check(-torch.ones(1, 2), torch.tensor([[0.5, -float("inf")]])).settle()

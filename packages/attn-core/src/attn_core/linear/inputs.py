@@ -88,8 +88,8 @@ class GateCheck:
     """The extremes of ``g`` and ``beta`` on their way to the host (:func:`start_gate_check`).
 
     Attributes:
-        extremes: ``[4]`` fp32 on the host: min and max of ``g``, then of ``beta`` (zeros
-            without ``beta``); None when there are no tokens.
+        extremes: ``[4]`` fp32 on the host: min and max of ``g``, then of ``beta``; None
+            when there are no tokens.
         ready: recorded on the device's stream after their copy; None when already there.
     """
 
@@ -112,18 +112,13 @@ class GateCheck:
             raise ValueError("beta must be finite, got NaN or inf")
 
 
-def start_gate_check(g: torch.Tensor, beta: Optional[torch.Tensor]) -> GateCheck:
+def start_gate_check(g: torch.Tensor, beta: torch.Tensor) -> GateCheck:
     """Enqueue the gate checks on the current stream: ``g`` finite and <= 0 (a log decay),
     ``beta`` finite (a NaN anywhere makes both extremes NaN)."""
     if g.numel() == 0:
         return GateCheck(None, None)
     # in fp32: a 16-bit aminmax is not on torch 2.1's CPU (nor needed: fp32 holds every value)
-    parts = [*torch.aminmax(g.float())]
-    if beta is not None:
-        parts += [*torch.aminmax(beta.float())]
-    extremes = torch.stack(parts)
-    if beta is None:
-        extremes = torch.cat([extremes, extremes.new_zeros(2)])
+    extremes = torch.stack([*torch.aminmax(g.float()), *torch.aminmax(beta.float())])
     if extremes.device.type != "cuda":
         return GateCheck(extremes, None)
     host = torch.empty(4, dtype=torch.float32, pin_memory=True)
@@ -133,7 +128,7 @@ def start_gate_check(g: torch.Tensor, beta: Optional[torch.Tensor]) -> GateCheck
     return GateCheck(host, ready)
 
 
-def check_gates(g: torch.Tensor, beta: Optional[torch.Tensor]) -> None:
+def check_gates(g: torch.Tensor, beta: torch.Tensor) -> None:
     """:func:`start_gate_check`, settled at once (one host sync)."""
     start_gate_check(g, beta).settle()
 

@@ -265,7 +265,7 @@ def host_to_device(values: Sequence[int], device: torch.device) -> torch.Tensor:
     between one launch and the next."""
     if torch.device(device).type != "cuda":
         return torch.tensor(values, dtype=torch.int32, device=device)
-    host = torch.tensor(values, dtype=torch.int32).pin_memory()
+    host = torch.tensor(values, dtype=torch.int32, pin_memory=True)
     return host.to(device, non_blocking=True)
 
 
