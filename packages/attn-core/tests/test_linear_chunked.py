@@ -149,23 +149,53 @@ def test_launches_per_chunk() -> None:
     assert ops.count / chunks < 2.5
 
 
-@settings(max_examples=60, deadline=None)
-@given(chunks=st.lists(st.integers(0, 9), min_size=1, max_size=9), slots=st.integers(1, 12))
-def test_chunk_segments_cover_each_sequence_once_in_order(chunks, slots) -> None:
+@settings(max_examples=80, deadline=None)
+@given(
+    chunks=st.lists(st.integers(0, 9), min_size=1, max_size=9),
+    slots=st.integers(1, 12),
+    wave_seqs=st.none() | st.integers(1, 10),
+)
+def test_chunk_segments_cover_each_sequence_once_in_order(chunks, slots, wave_seqs) -> None:
     """The native chunk-parallel prefill's segments: every sequence from chunk 0 (empty ones
-    at depth 1) to its last chunk, in order, each position once; a segment fits ``slots``
-    unless one chunk position of its sequences alone is wider."""
-    order, segments = chunk_segments(chunks, slots)
+    at depth 1) to its last chunk, in order, each position once, a group's sequences done
+    before the next group starts; a segment fits ``slots`` unless one chunk position of its
+    sequences alone is wider; groups of ``slots`` without ``wave_seqs``, else each the fewest
+    sequences holding ``slots`` chunks and ``wave_seqs`` sequences (but the last)."""
+    order, segments = chunk_segments(chunks, slots, wave_seqs)
     assert sorted(order) == list(range(len(chunks)))
+    groups = sorted({base for base, *_ in segments})
+    assert [base for base, *_ in segments] == sorted(base for base, *_ in segments)
+    sizes = [b - a for a, b in zip(groups, groups[1:] + [len(chunks)], strict=True)]
+    for start, size in zip(groups, sizes, strict=True):
+        assert 1 <= size <= slots
+        held = [chunks[s] for s in order[start : start + size]]
+        if wave_seqs is None:
+            assert size == min(slots, len(chunks) - start)
+        elif start + size < len(chunks) and size < slots:  # not the last group, not capped
+            assert sum(held) >= slots and size >= wave_seqs  # enough ...
+            assert sum(held[:-1]) < slots or size - 1 < wave_seqs  # ... and no more
     seen = {s: [] for s in range(len(chunks))}
     for base, width, p0, depth in segments:
         assert width >= 1 and depth >= 1 and base + width <= len(chunks)
         assert width * depth <= max(slots, width)
+        assert width <= sizes[groups.index(base)]
         for z in range(width):
             seq = order[base + z]
             seen[seq] += [p for p in range(p0, p0 + depth) if p < max(chunks[seq], 1)]
     for seq, positions in seen.items():
         assert positions == list(range(max(chunks[seq], 1))), (seq, positions)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "wave_seqs", "widths"),
+    [([256] * 8, 1, [1] * 88),  # 8 x 16K on the H100 at the model's shape: one at a time
+     ([32] * 3, 1, [1, 1] * 3),  # 2K sequences: 24 chunks deep, then 8
+     ([1] * 30, 1, [24, 6]),  # one-chunk sequences: 24 side by side
+     ([256] * 2, 4, [2] * 22)],  # a small shape: the wave wants 4, two are all there are
+)  # fmt: skip
+def test_chunk_segments_group_narrowly_for_the_native_pair(chunks, wave_seqs, widths) -> None:
+    _, segments = chunk_segments(chunks, 24, wave_seqs)
+    assert [width for _, width, _, _ in segments] == widths
 
 
 @pytest.mark.parametrize("carry", [0, 32 * 128 * 128 * 4])

@@ -45,6 +45,7 @@ from attn_core.native.split import (
     chunk_segments,
     chunk_slots,
     native_prefill_kernel,
+    pass_wave_seqs,
 )
 from attn_core.native.split import NATIVE_CHUNK as PAR_CHUNK
 
@@ -328,9 +329,10 @@ def pair16_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int 
     slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES, prep_wave_blocks=prep_wave,
                         operands16=True)  # fmt: skip
     chunks = math.ceil(tokens / c)
-    _, segments = chunk_segments([chunks] * num_seqs, slots)
     pass_per_sm = _resident(optin, "chunk_pass16", PAIR16_PASS_THREADS, PAIR16_PASS_REGISTERS,
                             PAIR16_PASS_SMEM)  # fmt: skip
+    side_by_side = pass_wave_seqs(spec.sm_count * pass_per_sm, hv, dv, operands16=True)
+    _, segments = chunk_segments([chunks] * num_seqs, slots, side_by_side)
     prep_s = pass_s = 0.0
     waves = 0
     for _, width, _, depth in segments:
@@ -373,12 +375,13 @@ def chunk_parallel_prefill(
     prep_wave = spec.sm_count * prep_per_sm
     slots = chunk_slots(hv, dk, dv, NATIVE_WORKSPACE_BYTES, prep_wave_blocks=prep_wave)
     chunks = math.ceil(tokens / c)
-    _, segments = chunk_segments([chunks] * num_seqs, slots)
+    per_sm = _resident(spec, "chunk_pass", PAR_PASS_THREADS, PAR_PASS_REGISTERS, PAR_PASS_SMEM)
+    side_by_side = pass_wave_seqs(spec.sm_count * per_sm, hv, dv, operands16=False)
+    _, segments = chunk_segments([chunks] * num_seqs, slots, side_by_side)
     prep_flops = 2.0 * (2 * c * c * dk + c * c * (dk + dv)) + c**3 / 3
     pass_flops = 2.0 * (
         2 * c * dk * CHUNK_PASS_COLUMNS + c * c * CHUNK_PASS_COLUMNS + dk * c * CHUNK_PASS_COLUMNS
     )
-    per_sm = _resident(spec, "chunk_pass", PAR_PASS_THREADS, PAR_PASS_REGISTERS, PAR_PASS_SMEM)
     sm_rate = spec.fp32_flops / spec.sm_count
     prep_s = pass_s = 0.0
     latency = 0.0

@@ -38,6 +38,7 @@ from attn_core.native.split import (
     chunk_record_bytes,
     chunk_segments,
     chunk_slots,
+    pass_wave_seqs,
 )
 from attn_core.reference.gated_delta import reference_causal_conv1d, reference_gated_delta
 
@@ -448,6 +449,17 @@ def prep_wave_blocks(
     return sms * lib.kernel_info(which, head_k).blocks_per_sm
 
 
+def pass_wave_blocks(
+    lib: GatedDeltaLibrary, device: torch.device, head_k: int, operands16: bool = False
+) -> int:
+    """``chunk_pass`` (``chunk_pass16``) blocks one wave of ``device`` runs at once; 0 off CUDA."""
+    if device.type != "cuda":
+        return 0
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    which = "chunk_pass16" if operands16 else "chunk_pass"
+    return sms * lib.kernel_info(which, head_k).blocks_per_sm
+
+
 def launch_chunk_parallel_prefill(
     lib: GatedDeltaLibrary,
     q: torch.Tensor,
@@ -481,7 +493,9 @@ def launch_chunk_parallel_prefill(
     carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
     wave = prep_wave_blocks(lib, dev, dk, operands16) if dev.type == "cuda" else 0
     slots = chunk_slots(hv, dk, dv, workspace_bytes, carry, wave, operands16)
-    order, segments = chunk_segments([-(-n // NATIVE_CHUNK) for n in lengths], slots)
+    side_by_side = pass_wave_seqs(pass_wave_blocks(lib, dev, dk, operands16), hv, dv, operands16)
+    chunks = [-(-n // NATIVE_CHUNK) for n in lengths]
+    order, segments = chunk_segments(chunks, slots, side_by_side)
     widest = max(width * depth for _, width, _, depth in segments)
     workspace = torch.empty(widest * hv * record // 4, dtype=torch.float32, device=dev)
     if final_state is None:

@@ -506,31 +506,61 @@ def chunk_slots(
 Segment = tuple[int, int, int, int]
 
 
-def chunk_segments(chunks: Sequence[int], slots: int) -> tuple[list[int], list[Segment]]:
+def chunk_segments(
+    chunks: Sequence[int], slots: int, wave_seqs: Optional[int] = None
+) -> tuple[list[int], list[Segment]]:
     """Cut sequences of ``chunks[i]`` chunks into segments of at most ``slots`` chunk slots.
 
-    Returns ``(order, segments)``: ``order`` lists the sequences longest first; a segment
-    ``(base, width, p0, depth)`` covers ``order[base : base + width]`` at chunk positions
-    ``[p0, p0 + depth)``. Segments come in execution order, each sequence's from position 0
-    (empty sequences included, at depth 1: their state still moves from the initial to the
-    final one) to its last chunk; a segment's ``width * depth`` never exceeds ``max(slots,
-    width)``. Longest first keeps a group's active sequences a prefix. The torch path
-    (:mod:`attn_core.linear.chunked`) walks the same schedule with its own slot count.
+    Returns ``(order, segments)``: ``order`` lists the sequences longest first; they advance in
+    groups of consecutive ones, a group's segments before the next group's: groups of ``slots``
+    (``wave_seqs`` None: the torch path's batched products want them wide), or each group the
+    fewest next sequences that hold ``slots`` chunks in all and number ``wave_seqs`` or more
+    (the sequences whose ``chunk_pass`` blocks fill a wave side by side), at most ``slots``.
+    Narrow groups walk deep segments: 8 x 16K took the 16-bit pair 15.7 ms in groups of 24
+    (8 sequences 3 chunks deep), 14.2 one sequence at a time (24 deep), 14.3 / 14.7 two / four
+    at a time; 32 x 2K 9.8 against 7.1 (H100, 32 value heads of 128, bf16;
+    docs/benchmarks.md#gated-deltanet): every segment reloads and stores its sequences'
+    states and starts its pass blocks' copies afresh.
+
+    A segment ``(base, width, p0, depth)`` covers ``order[base : base + width]`` at chunk
+    positions ``[p0, p0 + depth)``. Segments come in execution order, each sequence's from
+    position 0 (empty sequences included, at depth 1: their state still moves from the initial
+    to the final one) to its last chunk; a segment's ``width * depth`` never exceeds
+    ``max(slots, width)``. Longest first keeps a group's active sequences a prefix.
     """
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
+    if wave_seqs is not None and wave_seqs < 1:
+        raise ValueError(f"wave_seqs must be >= 1, got {wave_seqs}")
     order = sorted(range(len(chunks)), key=lambda s: -chunks[s])
     segments: list[Segment] = []
-    for base in range(0, len(order), slots):
-        group = order[base : base + slots]
-        longest = chunks[group[0]]
+    base = 0
+    while base < len(order):
+        size = min(slots, len(order) - base)
+        if wave_seqs is not None:
+            size = held = 0
+            while base + size < len(order) and size < slots and (held < slots or size < wave_seqs):
+                held += chunks[order[base + size]]
+                size += 1
+        members = order[base : base + size]
+        longest = chunks[members[0]]
         p0 = 0
         while p0 == 0 or p0 < longest:
-            width = len(group) if p0 == 0 else sum(1 for s in group if chunks[s] > p0)
+            width = len(members) if p0 == 0 else sum(1 for s in members if chunks[s] > p0)
             depth = max(1, min(slots // width, longest - p0))
             segments.append((base, width, p0, depth))
             p0 += depth
+        base += size
     return order, segments
+
+
+def pass_wave_seqs(
+    pass_wave_blocks: int, num_value_heads: int, head_v: int, operands16: bool
+) -> int:
+    """Sequences whose ``chunk_pass`` (``chunk_pass16``) blocks, one a (value columns, value head,
+    sequence), fit one wave of ``pass_wave_blocks`` side by side: at least one."""
+    columns = CHUNK_PASS16_COLUMNS if operands16 else CHUNK_PASS_COLUMNS
+    return max(1, pass_wave_blocks // (num_value_heads * (head_v // columns)))
 
 
 # Value columns a block of the fused 16-token kernel owns (csrc/gated_delta.cu kCols).
