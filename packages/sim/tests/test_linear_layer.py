@@ -19,15 +19,18 @@ h200 profile with the H100's bandwidth (same GH100 die: SMs and rates; 3.35 TB/s
 | native chunk-parallel 32K / 128K, 13.86 / 54.70 ms | 13.54 / 54.1 | -2.3 / -1.1 % | yes |
 | ... 8K / 256K, 3.57 / 110.37 ms (before the blocked solve) | 3.39 / 108.2 | -5.1 / -1.9 % | yes |
 | ... 8 x 16K, 54.78 ms | 54.1 ms | -1.2 % | no: timed in groups of all 8, priced one at a time |
-| native 16-bit pair 32K / 128K, 3.562 / 13.994 ms | 3.75 / 14.98 | +5.4 / +7.1 % | yes (fit**) |
-| ... 2 x 16K / 8 x 16K, 3.537 / 16.22 ms | 3.75 / 14.98 | +6.1 / -7.6 % | yes |
+| native 16-bit pair 32K / 128K, 3.562 / 13.994 ms | 3.75 / 14.97 | +5.4 / +7.0 % | yes (fit**) |
+| ... 2 x 16K, 3.537 ms (side by side) | 3.75 | +6.1 % | yes |
+| ... 8 x 16K / 32 x 2K, 13.59 / 7.033 ms (one at a time) | 14.99 / 7.67 | +10.3 / +9.1 % | yes |
 | native decode graph b1/8/64, 0.0057/0.0117/0.109 ms | 0.011/0.016/0.086 | +90/+34/-21 % | no |
 
 (*) Fitted (+5 / -5 %) with the 54 launches a segment the torch path had when it was timed;
 it now has 44, which the model prices and no GPU has timed yet.
 (**) The 16-bit pair's two times (a round of chunk_prep16, a chunk step of chunk_pass16) are
 its 32K split (torch.profiler, docs/benchmarks.md#gated-deltanet); the model adds the
-convolutions' bytes, which the pair-only timings leave out (+5 % at 32K). The "native" rows
+convolutions' bytes, which the pair-only timings leave out (+5 % at 32K), and one pass step
+more at each segment's start, checked by the 8 x 16K / 32 x 2K rows (timed 2026-12-07, another
+H100, the pair launched directly, bench/linear_call_ab.py's cases). The "native" rows
 are bf16, so on this profile the 16-bit pair; the fp32 pair's rows price it directly
 (``parallel``).
 The Gated DeltaNet rows were measured on an H100 (bench/linear_attn_bench.py, device and date
@@ -118,7 +121,9 @@ def test_paths_order_and_scale(profile):
      ("parallel", 8 * K, 1, 0.00357, -0.08, 0.0), ("parallel", 256 * K, 1, 0.11037, -0.05, 0.05),
      # the library's choice for bf16 on an H100: the 16-bit pair (its two times fitted at 32K)
      ("native", 32 * K, 1, 0.003562, 0.0, 0.08), ("native", 128 * K, 1, 0.013994, 0.0, 0.10),
-     ("native", 16 * K, 8, 0.016219, -0.10, 0.0), ("native", 16 * K, 2, 0.003537, 0.0, 0.10),
+     ("native", 16 * K, 2, 0.003537, 0.0, 0.10),
+     # walked one sequence at a time, each segment's first step priced (the conv's bytes too)
+     ("native", 16 * K, 8, 0.013590, 0.0, 0.12), ("native", 2 * K, 32, 0.007033, 0.0, 0.12),
      # timed with the 8 sequences side by side (one chunk deep, chunk_pass's 2048 blocks in
      # partial waves), priced one sequence at a time as the library now groups them: not claimed
      ("parallel", 16 * K, 8, 0.054778, -0.15, 0.0),

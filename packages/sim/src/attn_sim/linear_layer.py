@@ -105,7 +105,7 @@ PAIR16_PASS_THREADS = 256
 PAIR16_PASS_REGISTERS = 145
 PAIR16_PASS_SMEM = 148480
 PAIR16_PREP_ROUND_S = 25.3e-6
-PAIR16_PASS_STEP_S = 3.29e-6
+PAIR16_PASS_STEP_S = 3.15e-6
 
 PROVENANCE = {
     "FALLBACK_LAUNCHES_PER_CHUNK": "measured: ~19 aten launches per 64-token chunk, dispatch "
@@ -164,9 +164,13 @@ PROVENANCE = {
     "its barriers, not matrix FLOPs (ncu), so it is priced a round, not a rate; other profiles "
     "than the H100's get the same seconds (assumed)",
     "PAIR16_PASS_STEP_S": "measured: chunk_pass16 on an H100 (same run): 1.682 ms for 512 chunk "
-    "steps of one wave (128 blocks on 132 SMs), 3.29 us a step, bound by the 67.5 KiB of "
-    "record each block copies a step (ncu: L2 at 61 %, the copies' issue stalling); the same "
-    "seconds on other profiles (assumed)",
+    "steps of one wave (128 blocks on 132 SMs) in 22 segments, each starting with one step "
+    "more (states loaded, the first record copied alone): 534 steps, 3.15 us a step, bound by "
+    "the ~66 KiB of record each block reads from L2 a step (ncu: L2 at 61 %). The segment's "
+    "extra step held at 128K, 8 x 16K and 32 x 2K one sequence at a time (6.53 / 6.55 / 3.34 "
+    "ms measured, 6.72 / 6.73 / 3.43 priced) and 8 x 16K with all 8 side by side (8.85 "
+    "measured, 86 segments of 8 waves 3 chunks deep, 8.67 priced; 6.79 without the extra "
+    "step); the same seconds on other profiles (assumed)",
     "NATIVE_CHUNK_FIXED_S": "assumed: a chunk's eight barriers and its load round trip, 1 us",
     "NATIVE_FMA_EFFICIENCY_PER_WARP": "measured: fitted to the chunked kernel on an H100 (one "
     "layer, bf16, docs/benchmarks.md#gated-deltanet): 22.7 ms at 32K is 11.1 us a 16-token "
@@ -318,7 +322,8 @@ def pair16_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int 
     """The 16-bit pair over the library's segments (16-bit records: twice the slots of the
     fp32 pair's, rounded to whole waves of ``chunk_prep16``): per segment ``chunk_prep16`` in
     rounds of a wave at a measured time a round, then ``chunk_pass16`` at a measured time a
-    chunk step a wave of its blocks (one an SM)."""
+    chunk step a wave of its blocks (one an SM), plus one step a wave for the segment's start
+    (its states loaded, its first record copied with nothing to overlap)."""
     c, hv, dk, dv = PAR_CHUNK, s.num_value_heads, s.head_k, s.head_v
     record = chunk_record_bytes(dk, dv, operands16=True)
     # both kernels opt in to more shared memory than a launch gets by default
@@ -339,7 +344,7 @@ def pair16_prefill(spec: DeviceSpec, s: LinearShape, tokens: int, num_seqs: int 
         prep_s += math.ceil(width * depth * hv / prep_wave) * PAIR16_PREP_ROUND_S
         blocks = (dv // CHUNK_PASS16_COLUMNS) * hv * width
         seg_waves = math.ceil(blocks / (spec.sm_count * pass_per_sm))
-        pass_s += seg_waves * depth * PAIR16_PASS_STEP_S
+        pass_s += seg_waves * (depth + 1) * PAIR16_PASS_STEP_S
         waves = max(waves, seg_waves)
     # matrix FLOPs: the Gram and score products, W and U, then [W; Qg] S, P V' and Kd^T V'
     per_record = 2.0 * (2 * c * c * dk + c * c * (dk + dv) + 3 * c * dk * dv + c * c * dv)
