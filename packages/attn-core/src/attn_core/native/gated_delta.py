@@ -438,26 +438,16 @@ def _prefill_args(
 
 
 @functools.cache
-def prep_wave_blocks(
-    lib: GatedDeltaLibrary, device: torch.device, head_k: int, operands16: bool = False
-) -> int:
-    """``chunk_prep`` blocks one wave of ``device`` runs at once (its SMs x the driver's
-    resident blocks an SM), for :func:`~attn_core.native.split.chunk_slots`; read once a
-    library, device, head size and record form."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    which = "chunk_prep16" if operands16 else "chunk_prep"
-    return sms * lib.kernel_info(which, head_k).blocks_per_sm
-
-
-def pass_wave_blocks(
-    lib: GatedDeltaLibrary, device: torch.device, head_k: int, operands16: bool = False
-) -> int:
-    """``chunk_pass`` (``chunk_pass16``) blocks one wave of ``device`` runs at once; 0 off CUDA."""
+def wave_blocks(lib: GatedDeltaLibrary, device: torch.device, kernel: str, head_k: int) -> int:
+    """Blocks of ``kernel`` (a :data:`KERNELS` name) one wave of ``device`` runs at once: its
+    SMs x the driver's resident blocks an SM for that library and head size; 0 off CUDA (a
+    device of unknown width). Sizes :func:`~attn_core.native.split.chunk_slots` (``chunk_prep``)
+    and :func:`~attn_core.native.split.pass_wave_seqs` (``chunk_pass``). Read once a library,
+    device, kernel and head size: the driver's occupancy query stays off the launch path."""
     if device.type != "cuda":
         return 0
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    which = "chunk_pass16" if operands16 else "chunk_pass"
-    return sms * lib.kernel_info(which, head_k).blocks_per_sm
+    return sms * lib.kernel_info(kernel, head_k).blocks_per_sm
 
 
 def launch_chunk_parallel_prefill(
@@ -491,9 +481,10 @@ def launch_chunk_parallel_prefill(
     # Everything this call allocates counts against workspace_bytes: the index tensors and,
     # unless the caller keeps it, the state carried from segment to segment.
     carry = 0 if final_state is not None else len(lengths) * hv * dk * dv * 4
-    wave = prep_wave_blocks(lib, dev, dk, operands16) if dev.type == "cuda" else 0
-    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry, wave, operands16)
-    side_by_side = pass_wave_seqs(pass_wave_blocks(lib, dev, dk, operands16), hv, dv, operands16)
+    prep, walk = ("chunk_prep16", "chunk_pass16") if operands16 else ("chunk_prep", "chunk_pass")
+    slots = chunk_slots(hv, dk, dv, workspace_bytes, carry, wave_blocks(lib, dev, prep, dk),
+                        operands16)  # fmt: skip
+    side_by_side = pass_wave_seqs(wave_blocks(lib, dev, walk, dk), hv, dv, operands16)
     chunks = [-(-n // NATIVE_CHUNK) for n in lengths]
     order, segments = chunk_segments(chunks, slots, side_by_side)
     widest = max(width * depth for _, width, _, depth in segments)
