@@ -4,19 +4,28 @@
 // against this directory's cuda_runtime.h / cuda_fp16.h, its kernel launches rewritten into
 // attn_emu::launch calls. That is possible because the platform rules of attn_platform.cuh
 // (no inline PTX, no warp shuffles: every cross-thread step goes through shared memory and
-// __syncthreads) make the CoreX source plain C++ plus barriers. What it checks is the kernel's
+// __syncthreads) make the CoreX source plain C++ plus barriers; the NVIDIA configuration's
+// PTX and shuffles go through attn_emu_warp.h's warp collectives. What it checks is the kernel's
 // logic (indexing, masking, partitions, the merge) on a machine with no GPU; not what a device
 // compiler makes of it, and nothing about time.
 //
 // Threads of a block run as ucontext fibers on the calling thread: each runs until it reaches
-// __syncthreads() or returns, then the next; when every thread still running waits at a barrier,
-// all are released together (a thread that returned no longer counts, as on the GPU). Within a
+// __syncthreads() or a warp collective or returns, then the next; when every thread still running
+// waits at a barrier, all are released together (a thread that returned no longer counts, as on
+// the GPU), and a warp whose 32 lanes all wait at one collective is released on its own. Within a
 // phase the threads run in index order or in reverse (attn_host_emulation_set_order): a result
 // that differs between the two read shared memory that another thread wrote in the same phase,
 // a missing barrier. Every __shared__ variable (one linker section) and the launch's dynamic
 // shared memory are filled with 0xFF bytes, a NaN in every float, before each block, so a read
 // of something this block never wrote shows. Threads of one phase waiting at barriers on
 // different source lines fail the launch (cudaGetLastError: cudaErrorLaunchFailure).
+//
+// Warp collectives (attn_emu_warp.h: shuffles, ldmatrix, the m16n8k16 matrix instruction) run
+// in lockstep: each lane leaves its operands and waits; the last lane to arrive computes every
+// lane's result from all of them (so shared memory is read at one instant, as by the warp), and
+// the warp goes on together. A collective with a lane that returned, or lanes at different
+// collectives, or a warp at a collective while the rest of the block waits at a barrier, fails
+// the launch: full-mask collectives need the whole warp.
 #pragma once
 
 #include <stddef.h>
@@ -76,14 +85,46 @@ namespace attn_emu {
 // whole stack it switches to).
 constexpr size_t kStackBytes = 128 * 1024;
 
-enum ErrorCode : int { kOk = 0, kDivergentBarrier = 1, kBadLaunch = 2 };
+enum ErrorCode : int { kOk = 0, kDivergentBarrier = 1, kBadLaunch = 2, kDivergentWarp = 3 };
+
+constexpr int kWarp = 32;
+// Words a lane hands a collective, and gets back: the matrix instruction's A, B and C fragments
+// in, D out.
+constexpr int kCollectiveIn = 10, kCollectiveOut = 4;
+
+enum Wait : int { kRunning = 0, kAtBarrier = 1, kAtCollective = 2 };
+
+// An asynchronous copy (cuda_pipeline.h) not landed yet, and the batch it was issued in.
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  size_t bytes, zero_fill;
+  unsigned batch;
+};
+
+inline void land(const PendingCopy& c) {
+  memcpy(c.dst, c.src, c.bytes - c.zero_fill);
+  memset(static_cast<char*>(c.dst) + (c.bytes - c.zero_fill), 0, c.zero_fill);
+}
 
 struct Thread {
   ucontext_t context;
   std::vector<char> stack;
   bool finished = false;
-  int barrier_line = 0;  // the __syncthreads() line it waits at; 0 while running
+  Wait wait = kRunning;
+  int barrier_line = 0;  // the __syncthreads() or collective line it waits at
+  unsigned collectives = 0;  // collectives this thread has entered (their exchange's parity)
+  std::vector<PendingCopy> copies;
+  unsigned batch = 0;  // the copy batch being filled (committed ones are below it)
   void* asan_fake_stack = nullptr;
+};
+
+// One warp's exchange, two of them: a lane may enter collective n + 1 while others still read
+// the results of n, never n + 2 (every lane must have entered n + 1 first).
+struct WarpExchange {
+  uint64_t in[2][kWarp][kCollectiveIn];
+  uint64_t out[2][kWarp][kCollectiveOut];
+  int arrived[2];
 };
 
 struct State {
@@ -91,6 +132,7 @@ struct State {
   const void* scheduler_stack = nullptr;  // its bounds, as ASan reports them to a fiber
   size_t scheduler_stack_bytes = 0;
   std::vector<Thread> threads;
+  std::vector<WarpExchange> warps;
   std::function<void()> body;
   std::vector<char> dynamic_shared;  // extern __shared__ memory of the launch, 128 B aligned
   size_t dynamic_bytes = 0;
@@ -134,23 +176,63 @@ inline void run_thread() {
   State& s = state();
   switch_ends(nullptr, &s.scheduler_stack, &s.scheduler_stack_bytes);
   s.body();
-  s.threads[s.current].finished = true;
+  Thread& t = s.threads[s.current];
+  for (const PendingCopy& c : t.copies) land(c);  // copies complete after their thread returns
+  t.copies.clear();
+  t.finished = true;
   switch_begins(nullptr, s.scheduler_stack, s.scheduler_stack_bytes);
 }  // uc_link returns to the scheduler
 
-inline void sync_threads(int line) {
+// Back to the scheduler until released from `wait` at `line`.
+inline void yield_at(Wait wait, int line) {
   State& s = state();
   Thread& t = s.threads[s.current];
+  t.wait = wait;
   t.barrier_line = line;
   switch_begins(&t.asan_fake_stack, s.scheduler_stack, s.scheduler_stack_bytes);
   swapcontext(&t.context, &s.scheduler);
   switch_ends(t.asan_fake_stack, &s.scheduler_stack, &s.scheduler_stack_bytes);
 }
 
+inline void sync_threads(int line) { yield_at(kAtBarrier, line); }
+
 inline void set_thread(unsigned int linear) {
   threadIdx.x = linear % blockDim.x;
   threadIdx.y = (linear / blockDim.x) % blockDim.y;
   threadIdx.z = linear / (blockDim.x * blockDim.y);
+}
+
+// Releases the warps whose lanes all wait at one collective (every other thread now waits at a
+// barrier or returned): true if any. A warp at a collective with a lane that returned or waits
+// elsewhere can never go on: kDivergentWarp into `error`.
+inline bool release_warps(int& error) {
+  State& s = state();
+  const int n = static_cast<int>(s.threads.size());
+  bool released = false;
+  for (int w0 = 0; w0 < n; w0 += kWarp) {
+    const int lanes = n - w0 < kWarp ? n - w0 : kWarp;
+    int at = 0, line = 0;
+    bool whole = true;
+    for (int i = w0; i < w0 + lanes; ++i) {
+      const Thread& t = s.threads[i];
+      if (!t.finished && t.wait == kAtCollective) {
+        whole = whole && (at == 0 || t.barrier_line == line);
+        line = t.barrier_line;
+        ++at;
+      } else {
+        whole = false;
+      }
+    }
+    if (at == 0) continue;
+    if (!whole) {
+      error = kDivergentWarp;
+      s.error_lines[0] = line;
+      continue;
+    }
+    for (int i = w0; i < w0 + lanes; ++i) s.threads[i].wait = kRunning;
+    released = true;
+  }
+  return released;
 }
 
 // One block: fibers until every thread has returned.
@@ -160,7 +242,11 @@ inline int run_block() {
   for (int i = 0; i < n; ++i) {
     Thread& t = s.threads[i];
     t.finished = false;
+    t.wait = kRunning;
     t.barrier_line = 0;
+    t.collectives = 0;
+    t.copies.clear();
+    t.batch = 0;
     if (t.stack.size() != kStackBytes) t.stack.assign(kStackBytes, 0);
     getcontext(&t.context);
     t.context.uc_stack.ss_sp = t.stack.data();
@@ -168,6 +254,7 @@ inline int run_block() {
     t.context.uc_link = &s.scheduler;
     makecontext(&t.context, run_thread, 0);
   }
+  s.warps.assign((n + kWarp - 1) / kWarp, WarpExchange{});
 #if ATTN_EMU_SHARED_SECTION
   if (__start_attn_emu_shared != nullptr) {
     memset(__start_attn_emu_shared, 0xFF, __stop_attn_emu_shared - __start_attn_emu_shared);
@@ -175,18 +262,23 @@ inline int run_block() {
 #endif
   memset(dynamic_shared(), 0xFF, s.dynamic_bytes);
   for (;;) {
-    int waiting_line = 0, running = 0;
-    for (int k = 0; k < n; ++k) {
+    for (int k = 0; k < n; ++k) {  // every thread free to run, to its next wait
       const int i = s.reverse ? n - 1 - k : k;
       Thread& t = s.threads[i];
-      if (t.finished) continue;
-      t.barrier_line = 0;
+      if (t.finished || t.wait != kRunning) continue;
       s.current = i;
       set_thread(static_cast<unsigned int>(i));
       void* scheduler_fake_stack = nullptr;
       switch_begins(&scheduler_fake_stack, t.stack.data(), t.stack.size());
       swapcontext(&s.scheduler, &t.context);
       switch_ends(scheduler_fake_stack, nullptr, nullptr);
+    }
+    int error = kOk;
+    if (release_warps(error)) continue;
+    if (error != kOk) return error;  // the fibers are abandoned; their stacks are reset next time
+    int waiting_line = 0, running = 0;
+    for (int i = 0; i < n; ++i) {  // all wait at barriers now: one line, or divergence
+      const Thread& t = s.threads[i];
       if (t.finished) continue;
       ++running;
       if (waiting_line == 0) {
@@ -194,10 +286,11 @@ inline int run_block() {
       } else if (t.barrier_line != waiting_line) {
         s.error_lines[0] = waiting_line;
         s.error_lines[1] = t.barrier_line;
-        return kDivergentBarrier;  // the fibers are abandoned; their stacks are reset next time
+        return kDivergentBarrier;
       }
     }
     if (running == 0) return kOk;
+    for (int i = 0; i < n; ++i) s.threads[i].wait = kRunning;
   }
 }
 
@@ -242,3 +335,6 @@ inline int take_error() {
 }  // namespace attn_emu
 
 #define __syncthreads() ::attn_emu::sync_threads(__LINE__)
+
+#include "attn_emu_warp.h"
+

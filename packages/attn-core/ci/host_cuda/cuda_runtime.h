@@ -3,6 +3,10 @@
 // the calling thread, to completion; queries about kernels and devices answer "not supported".
 #pragma once
 
+// Marks the host build for the kernel headers: where the device build has inline PTX (the
+// matrix instruction, ldmatrix) they call attn_emu_warp.h instead.
+#define ATTN_HOST_EMULATION 1
+
 #include <math.h>
 #include <stdint.h>
 

@@ -61,16 +61,10 @@ struct Pass16Smem {
   static_assert(kStage % 8 == 0 && kSt % 8 == 0 && kVt % 8 == 0, "16-byte aligned buffers");
 };
 
-ATTN_DEVICE uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Four 8 x 8 16-bit matrices from shared memory, lane l giving the address of row l % 8 of
-// matrix l / 8 (PTX ldmatrix).
+// matrix l / 8 (ldmatrix).
 ATTN_DEVICE void ldsm_x4(const uint16_t* p, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+  m16n8k16::ldmatrix_x4<false>(p, r);
 }
 
 // The A operand (16 x 16, row major) at `tile`, rows `pitch` elements apart.
@@ -101,9 +95,7 @@ ATTN_DEVICE uint32_t pack16x2(float lo, float hi) {
 // rows k .. k + 15, columns n .. n + 15 at `tile`; b[0], b[1] for columns n .., b[2], b[3] for
 // n + 8 ...
 ATTN_DEVICE void load_b2_trans(const uint16_t* tile, int pitch, int lane, uint32_t (&b)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-               : "r"(smem_addr(tile + (lane & 15) * pitch + (lane >> 4) * 8)));
+  m16n8k16::ldmatrix_x4<true>(tile + (lane & 15) * pitch + (lane >> 4) * 8, b);
 }
 
 template <int QKIND>
