@@ -13,6 +13,12 @@ library with the same C ABI, which attn-core's loaders open and its launchers fi
 tensors (stream 0). ``tests/test_native_host_emulation.py`` and
 ``tests/test_native_prefill_host_emulation.py`` check them against the float64 reference.
 
+``gated_delta_nvidia`` is the Gated DeltaNet source as nvcc builds it (no ``__ILUVATAR__``):
+its 16-bit pair's inline PTX (ldmatrix, the m16n8k16 instruction) and shuffles call the host's
+warp collectives instead (``ci/host_cuda/attn_emu_warp.h``, under ``ATTN_HOST_EMULATION``,
+which the host cuda_runtime.h defines), its asynchronous copies the host's cuda_pipeline.h
+(``tests/test_native_gated_delta_mma_host.py``).
+
 What it checks: the kernel's logic (indexing, masking, the online softmax, partitions and the
 merge, fp8 decoding, shared-memory traffic between barriers: each phase runs in thread order
 and in reverse, and shared memory starts as NaN every block). What it cannot: what a device
@@ -51,12 +57,14 @@ CSRC = ROOT / "src" / "attn_core" / "native" / "csrc"
 HOST_CUDA = Path(__file__).resolve().parent / "host_cuda"
 # name -> (source, defines, file name): the decode library of one head-slot count, the prefill
 # library's CUDA-core tile layer (CoreX's wmma layer needs CoreX's headers), the Gated DeltaNet
-# library (decode, prefill and convolutions).
+# library (decode, prefill and convolutions), and the Gated DeltaNet library as nvcc builds it
+# (its 16-bit pair on the matrix unit: warp collectives in host_cuda/attn_emu_warp.h).
 PREFILL_FMA = ("-D__ILUVATAR__", "-DATTN_PREFILL_MMA=0")
 LIBRARIES = {
     "decode": ("paged_decode.cu", ("-D__ILUVATAR__",), "libattn_native_g{slots}.so"),
     "prefill": ("paged_prefill.cu", PREFILL_FMA, "libattn_prefill_fma.so"),
     "gated_delta": ("gated_delta.cu", ("-D__ILUVATAR__",), "libattn_gdn_fma.so"),
+    "gated_delta_nvidia": ("gated_delta.cu", (), "libattn_gdn_fma.so"),
 }
 # -O1: one head-slot library builds in 33 s (clang 16, a 2-core CI machine) and the
 # tests' calls then take 0.05-1.3 s each. -fno-strict-aliasing: the sources read vectors and
@@ -163,8 +171,8 @@ def build(
     compiler: str | None = None,
     asan: bool = False,
 ) -> Path:
-    """The host library ``library`` ("decode" for ``slots`` head slots, "prefill" or
-    "gated_delta"), built
+    """The host library ``library`` ("decode" for ``slots`` head slots, "prefill",
+    "gated_delta" or "gated_delta_nvidia"), built
     into ``out_dir/<key>/`` unless it is there already (safe for concurrent callers: the
     file appears whole or not at all); ``asan``: instrumented by AddressSanitizer.
 
@@ -197,7 +205,7 @@ def compile_library(
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src = Path(tmp) / "src"
         shutil.copytree(source_dir, src)
-        for path in src.glob("*.cu"):
+        for path in [*src.glob("*.cu"), *src.glob("*.cuh")]:
             path.write_text(rewrite_for_host(path.read_text()))
         partial = Path(tmp) / target.name
         command = [

@@ -114,6 +114,13 @@ def emulated_gated_delta() -> GatedDeltaLibrary:
     return _emulated("gated_delta", GatedDeltaLibrary)
 
 
+def emulated_gated_delta_nvidia() -> GatedDeltaLibrary:
+    """The Gated DeltaNet library as nvcc builds it (no ``__ILUVATAR__``): the 16-bit pair on
+    the matrix unit and asynchronous copies, their PTX emulated (ci/host_cuda/attn_emu_warp.h,
+    cuda_pipeline.h); ~3 s to build."""
+    return _emulated("gated_delta_nvidia", GatedDeltaLibrary)
+
+
 def emulated_prefill() -> PrefillLibrary:
     """The host prefill library."""
     return _emulated("prefill", PrefillLibrary)

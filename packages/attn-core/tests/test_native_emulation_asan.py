@@ -1,4 +1,4 @@
-"""The CoreX kernels read and write only inside the tensors they are given: a subset of the
+"""The emulated kernels read and write only inside the tensors they are given: a subset of the
 host-emulated reference tests run again with the libraries built under AddressSanitizer.
 
 The ASan runtime has to be loaded before anything else, so each run is a child pytest with the
@@ -8,7 +8,8 @@ helpers then build instrumented libraries). torch allocates CPU tensors with
 the lengths, the outputs or the partials reports the kernel's source line and fails the child.
 The subset covers pages past each end (lengths at and past the table's capacity), windows
 restaged mid-partition, empty partitions, hundreds of partitions, strided q / out, the
-prefill kernel's splits, windows and ALiBi, and every Gated DeltaNet kernel; the first test
+prefill kernel's splits, windows and ALiBi, and every Gated DeltaNet kernel (the 16-bit pair in
+its NVIDIA configuration too); the first test
 shows the harness catching a read one element past a buffer.
 """
 
@@ -30,6 +31,8 @@ PREFILL_SUBSET = "alibi or split_counts or gqa"
 # every Gated DeltaNet kernel: both prefill forms over empty and odd-length sequences, strided
 # inputs, the decode step with a padding slot, both convolutions with and without states
 GATED_DELTA_SUBSET = "prefill or padding or strided or conv"
+# the 16-bit pair (NVIDIA configuration): empty, one-token and partial chunks, its workspace
+GATED_DELTA_MMA_SUBSET = "unnormalised"
 
 OVERRUN = r"""
 #include <cuda_runtime.h>
@@ -102,6 +105,7 @@ def test_a_read_past_a_tensor_is_reported(asan_env, tmp_path: Path) -> None:
         ("test_native_host_emulation.py", DECODE_SUBSET),
         ("test_native_prefill_host_emulation.py", PREFILL_SUBSET),
         ("test_native_gated_delta_host.py", GATED_DELTA_SUBSET),
+        ("test_native_gated_delta_mma_host.py", GATED_DELTA_MMA_SUBSET),
     ],
 )
 def test_the_kernels_stay_inside_their_tensors(asan_env, file: str, subset: str) -> None:
