@@ -114,6 +114,21 @@ def emulated_gated_delta() -> GatedDeltaLibrary:
     return _emulated("gated_delta", GatedDeltaLibrary)
 
 
+def both_orders(run, lib: Optional[NativeLibrary] = None):
+    """``run()``'s tensors, checked bit-equal with each phase's threads in reverse order (of
+    ``lib``'s launches: the CoreX Gated DeltaNet build unless given)."""
+    lib = lib or emulated_gated_delta()
+    first = run()
+    set_reverse_order(lib, True)
+    try:
+        again = run()
+    finally:
+        set_reverse_order(lib, False)
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), "thread order changed bits"
+    return first
+
+
 def emulated_gated_delta_nvidia() -> GatedDeltaLibrary:
     """The Gated DeltaNet library as nvcc builds it (no ``__ILUVATAR__``): the 16-bit pair on
     the matrix unit and asynchronous copies, their PTX emulated (ci/host_cuda/attn_emu_warp.h,

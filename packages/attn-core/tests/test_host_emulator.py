@@ -85,17 +85,22 @@ extern "C" int run(int which, float* out, int arg) {
 """
 
 
+def compiled(factory: pytest.TempPathFactory, name: str, text: str, flags=()) -> ctypes.CDLL:
+    """``text`` as ``name``.cu, built as ci/host_emulation.py builds the native sources."""
+    src = factory.mktemp(f"{name}_src")
+    (src / f"{name}.cu").write_text(text)
+    target = factory.mktemp(f"{name}_lib") / f"lib{name}.so"
+    builder().compile_library(src, f"{name}.cu", tuple(flags), target, host_compiler())
+    lib = ctypes.CDLL(str(target))
+    lib.attn_host_emulation_set_order.argtypes = [ctypes.c_int]
+    return lib
+
+
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    module, compiler = builder(), host_compiler()
-    src = tmp_path_factory.mktemp("src")
-    (src / "kernels.cu").write_text(KERNELS)
-    target = tmp_path_factory.mktemp("lib") / "libkernels.so"
-    module.compile_library(src, "kernels.cu", (), target, compiler)
-    lib = ctypes.CDLL(str(target))
+    lib = compiled(tmp_path_factory, "kernels", KERNELS)
     lib.run.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
     lib.run.restype = ctypes.c_int
-    lib.attn_host_emulation_set_order.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -286,16 +291,10 @@ extern "C" int run_warp(int which, const void* a, const void* b, int arg, float*
 @pytest.fixture(scope="module")
 def warp_kernels(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     """WARP_KERNELS against the kernel headers (csrc) in the NVIDIA configuration."""
-    module, compiler = builder(), host_compiler()
-    src = tmp_path_factory.mktemp("warp_src")
-    (src / "warp.cu").write_text(WARP_KERNELS)
-    target = tmp_path_factory.mktemp("warp_lib") / "libwarp.so"
-    module.compile_library(src, "warp.cu", (f"-I{module.CSRC}",), target, compiler)
-    lib = ctypes.CDLL(str(target))
+    lib = compiled(tmp_path_factory, "warp", WARP_KERNELS, [f"-I{builder().CSRC}"])
     lib.run_warp.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                              ctypes.c_void_p]  # fmt: skip
     lib.run_warp.restype = ctypes.c_int
-    lib.attn_host_emulation_set_order.argtypes = [ctypes.c_int]
     return lib
 
 

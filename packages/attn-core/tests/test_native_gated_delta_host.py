@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from host_emulation_helpers import emulated_gated_delta, set_reverse_order
+from host_emulation_helpers import both_orders, emulated_gated_delta
 
 from attn_core.native.gated_delta import (
     check_chunk_parallel,
@@ -41,21 +41,6 @@ from attn_core.reference.gated_delta import reference_causal_conv1d, reference_g
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
 CPU = torch.device("cpu")
-
-
-def both_orders(run, lib=None):
-    """``run()``'s result, checked bit-equal with each phase's threads in reverse order (of
-    ``lib``'s launches: the default build unless given)."""
-    lib = lib or emulated_gated_delta()
-    first = run()
-    set_reverse_order(lib, True)
-    try:
-        again = run()
-    finally:
-        set_reverse_order(lib, False)
-    for a, b in zip(first, again, strict=True):
-        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), "thread order changed bits"
-    return first
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

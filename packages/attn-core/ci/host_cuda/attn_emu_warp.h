@@ -1,9 +1,10 @@
 // Warp collectives for the host build of the NVIDIA configuration (ci/host_emulation.py's
-// `gated_delta_mma` library): the full-mask shuffles, ldmatrix (.x4, plain and .trans) and the
-// m16n8k16 matrix instruction with 16-bit operands and fp32 sums, each computed for the whole
-// warp at once by its last lane to arrive (attn_host_emulator.h). The kernel headers call these
-// where the device build has inline PTX (attn_m16n8k16.cuh), so what the host checks is the
-// kernels' fragment arithmetic: which lane holds which element, which rows a lane addresses.
+// `gated_delta_nvidia` library): the full-mask xor and up shuffles, ldmatrix (.x4, plain and
+// .trans) and the m16n8k16 matrix instruction with 16-bit operands and fp32 sums, each computed
+// for the whole warp at once by its last lane to arrive (attn_host_emulator.h). The kernel
+// headers call these where the device build has inline PTX (attn_m16n8k16.cuh), so what the
+// host checks is the kernels' fragment arithmetic: which lane holds which element, which rows a
+// lane addresses.
 //
 // The matrix instruction's sums are exact products added in double and rounded once to fp32:
 // the GPU's own order of fp32 additions differs in the last bits, far inside every tolerance
@@ -16,6 +17,10 @@
 #include <type_traits>
 
 namespace attn_emu {
+
+// What a collective's computation reads (every lane's words in) and writes (every lane's out).
+using Operands = uint64_t (*)[kCollectiveIn];
+using Results = uint64_t (*)[kCollectiveOut];
 
 // The calling lane's part of a collective: its `in` words, then its `out` words once the whole
 // warp has arrived and `compute(in[lane][word], out[lane][word])` has run once for all lanes.
@@ -57,7 +62,7 @@ template <class T, class Source>
 inline T shuffle(T v, int line, Source source) {
   const uint64_t in = to_word(v);
   uint64_t out = 0;
-  collective(&in, 1, &out, 1, line, [&](uint64_t (*i)[kCollectiveIn], uint64_t (*o)[kCollectiveOut]) {
+  collective(&in, 1, &out, 1, line, [&](Operands i, Results o) {
     for (int l = 0; l < kWarp; ++l) o[l][0] = i[source(l)][0];
   });
   return from_word<T>(out);
@@ -68,7 +73,7 @@ inline T shuffle(T v, int line, Source source) {
 inline void ldmatrix_x4(const void* row, uint32_t (&r)[4], bool trans, int line) {
   const uint64_t in = reinterpret_cast<uintptr_t>(row);
   uint64_t out[4];
-  collective(&in, 1, out, 4, line, [&](uint64_t (*i)[kCollectiveIn], uint64_t (*o)[kCollectiveOut]) {
+  collective(&in, 1, out, 4, line, [&](Operands i, Results o) {
     for (int l = 0; l < kWarp; ++l) {
       for (int m = 0; m < 4; ++m) {
         uint16_t e[2];
@@ -104,7 +109,7 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (
   for (int k = 0; k < 4; ++k) in[k] = a[k];
   for (int k = 0; k < 2; ++k) in[4 + k] = b[k];
   for (int k = 0; k < 4; ++k) in[6 + k] = to_word(d[k]);
-  collective(in, kCollectiveIn, out, 4, line, [&](uint64_t (*i)[kCollectiveIn], uint64_t (*o)[kCollectiveOut]) {
+  collective(in, kCollectiveIn, out, 4, line, [&](Operands i, Results o) {
     float A[16][16], B[16][8];
     for (int l = 0; l < kWarp; ++l) {
       const int g = l / 4, t = l % 4;
@@ -141,12 +146,8 @@ inline T emu_shfl_xor_sync(unsigned /*mask*/, T v, int lane_mask, int line) {
 }
 template <class T>
 inline T emu_shfl_up_sync(unsigned /*mask*/, T v, unsigned delta, int line) {
-  return ::attn_emu::shuffle(v, line, [&](int l) { return l >= static_cast<int>(delta) ? l - static_cast<int>(delta) : l; });
-}
-template <class T>
-inline T emu_shfl_sync(unsigned /*mask*/, T v, int src_lane, int line) {
-  return ::attn_emu::shuffle(v, line, [&](int) { return src_lane & (::attn_emu::kWarp - 1); });
+  const int d = static_cast<int>(delta);
+  return ::attn_emu::shuffle(v, line, [&](int l) { return l >= d ? l - d : l; });
 }
 #define __shfl_xor_sync(mask, v, m) emu_shfl_xor_sync(mask, v, m, __LINE__)
 #define __shfl_up_sync(mask, v, d) emu_shfl_up_sync(mask, v, d, __LINE__)
-#define __shfl_sync(mask, v, s) emu_shfl_sync(mask, v, s, __LINE__)
